@@ -1,0 +1,152 @@
+"""Environment set-up for every notebook: seeds, plotting defaults, device, Triton mode.
+
+``setup()`` is the first call of every notebook. Its one subtle job is Triton's mode:
+Triton reads ``TRITON_INTERPRET`` when it is *imported*, so the variable must be set
+before any ``import triton`` anywhere in the process. Without a CUDA GPU we turn the
+interpreter on, which runs every Triton kernel on the CPU through numpy: slow, but
+exact enough to learn from and to test against.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import random
+import sys
+from dataclasses import dataclass
+
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What ``setup()`` decided. ``device`` is "cuda" or "cpu"."""
+
+    device: str
+    triton_available: bool
+    triton_interpreter: bool
+    seed: int
+
+    @property
+    def triton_mode(self) -> str:
+        if not self.triton_available:
+            return "unavailable"
+        return "interpreter (CPU)" if self.triton_interpreter else "compiled (GPU)"
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def triton_installed() -> bool:
+    """True when the triton package can be imported (Linux wheels only)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+TRITON_HELP = (
+    "Triton is not installed here. Triton ships wheels for Linux only: on macOS or Windows "
+    "run the Triton chapter on Google Colab (Runtime > Change runtime type > GPU, then "
+    "`pip install -e .`), on Binder, or in WSL/Linux with `make lab`. On Linux: "
+    "`pip install triton` inside the course's .venv."
+)
+
+
+def seed_everything(seed: int = DEFAULT_SEED) -> None:
+    """Seed Python, numpy and torch so every run of a notebook prints the same numbers."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def setup(seed: int = DEFAULT_SEED, *, quiet: bool = False, plots: bool = True) -> Environment:
+    """Prepare a notebook: Triton mode, seeds, plotting defaults; returns what was chosen.
+
+    Turns on Triton's interpreter (``TRITON_INTERPRET=1``) when there is no CUDA GPU,
+    unless the learner set the variable themselves. Prints one line saying what it chose.
+    """
+    cuda = _cuda_available()
+    if not cuda and "TRITON_INTERPRET" not in os.environ:
+        if "triton" in sys.modules and not quiet:
+            print("warning: triton was imported before env.setup(); restart the kernel "
+                  "and call env.setup() first so the interpreter can be turned on.")
+        os.environ["TRITON_INTERPRET"] = "1"
+    interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    seed_everything(seed)
+    if plots:
+        _plot_defaults()
+    env = Environment(
+        device="cuda" if cuda else "cpu",
+        triton_available=triton_installed(),
+        triton_interpreter=interpret,
+        seed=seed,
+    )
+    if not quiet:
+        if cuda:
+            import torch
+
+            where = f"CUDA GPU ({torch.cuda.get_device_name(0)})"
+        else:
+            where = "CPU (no CUDA GPU)"
+        print(f"course_lib: device={env.device} on {where}; Triton: {env.triton_mode}; "
+              f"seed={seed}")
+    return env
+
+
+def _plot_defaults() -> None:
+    try:
+        import matplotlib as mpl
+    except ImportError:  # pragma: no cover
+        return
+    mpl.rcParams.update({
+        "figure.figsize": (6.4, 3.6),
+        "figure.dpi": 100,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "image.cmap": "viridis",
+    })
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages the course relies on ("missing" when absent)."""
+    out = {"python": platform.python_version()}
+    for name in ("numpy", "torch", "triton", "matplotlib", "ipywidgets", "jupyterlab"):
+        if importlib.util.find_spec(name) is None:
+            out[name] = "missing"
+            continue
+        try:
+            from importlib.metadata import version
+
+            out[name] = version(name)
+        except Exception:  # pragma: no cover - odd installs
+            out[name] = "installed (version unknown)"
+    return out
+
+
+def report() -> dict[str, str]:
+    """Print a short environment summary and return it as a dict."""
+    info = versions()
+    info["platform"] = f"{platform.system()} {platform.machine()}"
+    cuda = _cuda_available()
+    if cuda:
+        import torch
+
+        info["gpu"] = torch.cuda.get_device_name(0)
+    else:
+        info["gpu"] = "none (CPU only)"
+    interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    info["triton mode"] = ("not installed" if info.get("triton") == "missing"
+                           else "interpreter (CPU)" if interp else "compiled (GPU)")
+    width = max(len(k) for k in info)
+    for k, v in info.items():
+        print(f"{k:<{width}} : {v}")
+    return info

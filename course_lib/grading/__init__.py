@@ -1,0 +1,1 @@
+"""Exercise generation (``course-exercises``) and the instructor grader (``course-grade``)."""

@@ -1,0 +1,99 @@
+# Set up the course's .venv (once) and run a command in it. Used by `make lab` and
+# `make test`; also works without make: `python3 tools/bootstrap.py lab|test|exercises`.
+#
+# Written to run on old Pythons too (no f-strings, no annotations), so that a learner
+# with a too-old Python gets a clear message instead of a SyntaxError.
+import hashlib
+import os
+import subprocess
+import sys
+
+MIN_PYTHON = (3, 10)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV = os.path.join(ROOT, ".venv")
+STAMP = os.path.join(VENV, ".course-installed")
+BIN = os.path.join(VENV, "Scripts" if os.name == "nt" else "bin")
+PY = os.path.join(BIN, "python.exe" if os.name == "nt" else "python")
+
+
+def die(msg):
+    sys.stderr.write("\nerror: " + msg + "\n\n")
+    sys.exit(1)
+
+
+def check_python():
+    if sys.version_info < MIN_PYTHON:
+        die("this course needs Python {}.{} or newer; `{}` is Python {}.{}.\n"
+            "Install a newer Python (python.org, `brew install python@3.12`, "
+            "`sudo apt install python3.12 python3.12-venv`, or conda), then run\n"
+            "    make lab PYTHON=python3.12".format(
+                MIN_PYTHON[0], MIN_PYTHON[1], sys.executable,
+                sys.version_info[0], sys.version_info[1]))
+    try:
+        import venv  # noqa: F401
+        import ensurepip  # noqa: F401
+    except ImportError:
+        die("Python's `venv` module (with ensurepip) is missing. On Debian/Ubuntu: "
+            "`sudo apt install python3-venv` (or python3.X-venv for your version); "
+            "or use the conda route in the README.")
+
+
+def requirements_hash():
+    h = hashlib.sha256()
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        h.update(f.read())
+    return h.hexdigest()
+
+
+def run(cmd, **kw):
+    print("+ " + " ".join(cmd))
+    code = subprocess.call(cmd, cwd=ROOT, **kw)
+    if code != 0:
+        die("`{}` failed with exit code {}.".format(" ".join(cmd), code))
+
+
+def ensure_venv():
+    """Create .venv when missing and (re)install the course when pyproject.toml changed."""
+    if not os.path.exists(PY):
+        check_python()
+        print("Creating the course environment in .venv (first run only) ...")
+        run([sys.executable, "-m", "venv", VENV])
+    want = requirements_hash()
+    have = open(STAMP).read().strip() if os.path.exists(STAMP) else ""
+    if have == want:
+        return
+    print("Installing the course and its dependencies into .venv (a few minutes) ...")
+    run([PY, "-m", "pip", "install", "--upgrade", "pip"])
+    run([PY, "-m", "pip", "install", "-e", ".[test]"])
+    with open(STAMP, "w") as f:
+        f.write(want + "\n")
+
+
+def lab_env():
+    env = dict(os.environ)
+    # The course's own JupyterLab settings (no news pop-up, no update checks).
+    env["JUPYTERLAB_SETTINGS_DIR"] = os.path.join(ROOT, ".jupyter", "lab", "user-settings")
+    env["JUPYTERLAB_WORKSPACES_DIR"] = os.path.join(ROOT, ".jupyter", "lab", "workspaces")
+    return env
+
+
+def main(argv):
+    if not argv or argv[0] not in ("setup", "lab", "test", "exercises"):
+        die("usage: python3 tools/bootstrap.py setup|lab|test|exercises [args...]")
+    check_python()
+    ensure_venv()
+    what, rest = argv[0], argv[1:]
+    if what == "setup":
+        return 0
+    if what == "lab":
+        cmd = [PY, "-m", "jupyter", "lab", "--notebook-dir=" + ROOT,
+               os.path.join("notebooks", "00_setup.ipynb")] + rest
+        print("Opening JupyterLab on the course (Ctrl-C to stop) ...")
+        return subprocess.call(cmd, cwd=ROOT, env=lab_env())
+    if what == "exercises":
+        return subprocess.call([PY, "-m", "course_lib.grading.generate"] + rest, cwd=ROOT)
+    return subprocess.call([PY, "-m", "pytest"] + rest, cwd=ROOT, env=lab_env())
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
