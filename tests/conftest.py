@@ -1,0 +1,71 @@
+"""Shared test set-up: Triton's mode, and a per-notebook timing report.
+
+Triton reads TRITON_INTERPRET when it is imported, so this must run before any test
+module imports triton: without a CUDA GPU every kernel runs in Triton's CPU interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from course_lib import env as course_env
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUT = ROOT / "test-output"
+# Per-notebook budgets on the 2-core CI machine (seconds); reported, never asserted.
+BUDGET_S = {"06_": 120.0}
+DEFAULT_BUDGET_S = 60.0
+
+course_env.setup(quiet=True, plots=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (the CPU twin of this test runs the "
+                                       "same kernel in Triton's interpreter)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+_times: dict[str, float] = defaultdict(float)
+_failed: set[str] = set()
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    if path.endswith(".ipynb"):
+        _times[path] += report.duration
+        if report.failed:
+            _failed.add(path)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _times:
+        return
+    rows = []
+    for path, secs in sorted(_times.items()):
+        name = Path(path).name
+        budget = next((b for p, b in BUDGET_S.items() if name.startswith(p)), DEFAULT_BUDGET_S)
+        rows.append({"notebook": path, "seconds": round(secs, 2), "budget_s": budget,
+                     "within_budget": secs <= budget, "failed": path in _failed})
+    tr = terminalreporter
+    tr.section("notebook execution times")
+    for r in rows:
+        flag = "" if r["within_budget"] else "  OVER BUDGET"
+        tr.write_line(f"{r['seconds']:8.1f} s / {r['budget_s']:5.0f} s  {r['notebook']}{flag}")
+    OUTPUT.mkdir(exist_ok=True)
+    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
+              "parallel_workers": os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"),
+              "notebooks": rows}
+    (OUTPUT / "notebook_times.json").write_text(json.dumps(report, indent=2) + "\n")
+    tr.write_line(f"(written to {OUTPUT / 'notebook_times.json'})")
