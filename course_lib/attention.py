@@ -1,0 +1,290 @@
+"""Scaled dot-product attention, in torch and in numpy, with masks that never produce NaN.
+
+Given queries :math:`Q \\in \\mathbb{R}^{N_q \\times d_k}`, keys
+:math:`K \\in \\mathbb{R}^{N_k \\times d_k}` and values :math:`V \\in \\mathbb{R}^{N_k \\times d_v}`,
+
+.. math::
+
+    \\mathrm{Attention}(Q, K, V) = \\mathrm{softmax}\\!\\left(\\frac{Q K^\\top}{\\sqrt{d_k}}
+    + M\\right) V,
+
+where the mask :math:`M` holds :math:`0` where query :math:`i` may attend to key :math:`j`
+and :math:`-\\infty` where it may not (Vaswani et al., 2017, "Attention Is All You Need").
+
+Conventions (the same as ``torch.nn.functional.scaled_dot_product_attention``):
+
+* batch dimensions lead: ``q [..., Nq, d_k]``, ``k [..., Nk, d_k]``, ``v [..., Nk, d_v]``;
+* a boolean ``mask`` broadcastable to ``[..., Nq, Nk]`` is **True where attending is
+  allowed**; a floating-point mask is *added* to the scores;
+* ``is_causal=True`` keeps key ``j`` for query ``i`` when ``j <= i``, aligned top-left
+  (``torch.ones(Nq, Nk).tril()``) even when ``Nq != Nk``;
+* ``scale`` defaults to :math:`1/\\sqrt{d_k}`.
+
+One deliberate difference from torch: a query row whose keys are *all* masked gets zero
+weights and a zero output, never NaN (torch's math kernel returns NaN there). Both
+functions return ``(output, weights)`` so the weights can be plotted and inspected.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "causal_mask",
+    "masked_softmax",
+    "numpy_attention",
+    "numpy_causal_mask",
+    "numpy_masked_softmax",
+    "padding_mask",
+    "scaled_dot_product_attention",
+]
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def causal_mask(n_q: int, n_k: int | None = None, *, device=None) -> torch.Tensor:
+    r"""The boolean causal mask ``[n_q, n_k]``: True where key :math:`j \le` query :math:`i`.
+
+    .. math:: M_{ij} = [\, j \le i \,]
+
+    Aligned top-left like torch's ``is_causal`` (query 0 sees key 0 only), also when
+    ``n_q != n_k``. ``n_k`` defaults to ``n_q``.
+    """
+    n_k = n_q if n_k is None else n_k
+    if int(n_q) < 0 or int(n_k) < 0:
+        raise ValueError(f"causal_mask needs non-negative sizes, got n_q={n_q}, n_k={n_k}")
+    return torch.ones(int(n_q), int(n_k), dtype=torch.bool, device=device).tril()  # (Nq, Nk)
+
+
+def numpy_causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
+    """:func:`causal_mask` as a numpy boolean array ``[n_q, n_k]``."""
+    n_k = n_q if n_k is None else n_k
+    if int(n_q) < 0 or int(n_k) < 0:
+        raise ValueError(f"causal_mask needs non-negative sizes, got n_q={n_q}, n_k={n_k}")
+    return np.tril(np.ones((int(n_q), int(n_k)), dtype=bool))  # (Nq, Nk)
+
+
+def padding_mask(lengths, n_k: int | None = None) -> torch.Tensor:
+    r"""Key-padding mask ``[B, 1, n_k]`` from sequence lengths ``[B]``: True for real tokens.
+
+    .. math:: M_{b, j} = [\, j < \mathrm{len}_b \,]
+
+    The singleton query axis lets it broadcast against scores ``[B, Nq, Nk]``; add a
+    head axis with ``mask[:, None]`` for ``[B, H, Nq, Nk]``.
+    """
+    lengths = torch.as_tensor(lengths)
+    if lengths.ndim != 1:
+        raise ValueError(f"expected lengths of shape [B], got {tuple(lengths.shape)}")
+    n_k = int(lengths.max()) if n_k is None else int(n_k)
+    positions = torch.arange(n_k, device=lengths.device)  # (Nk,)
+    return (positions[None, :] < lengths[:, None])[:, None, :]  # (B, 1, Nk)
+
+
+# --------------------------------------------------------------------------- softmax
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
+                   dim: int = -1) -> torch.Tensor:
+    r"""Softmax that ignores masked entries and gives all-zero rows when everything is masked.
+
+    .. math::
+
+        w_j = \frac{[\,M_j\,]\, e^{s_j - m}}{\sum_{l} [\,M_l\,]\, e^{s_l - m}},
+        \qquad m = \max_{l:\,M_l} s_l,
+
+    and :math:`w = 0` when no :math:`M_l` is true (or every score is :math:`-\infty`).
+    The plain ``softmax`` of an all-:math:`-\infty` row computes :math:`e^{-\infty - (-\infty)}`
+    = NaN; here the max is replaced by 0 on such rows and the sum is clamped away from 0,
+    so values *and gradients* stay finite.
+    """
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # (..., Nq, Nk)
+    row_max = scores.amax(dim=dim, keepdim=True)  # (..., Nq, 1)
+    row_max = torch.where(torch.isfinite(row_max), row_max,
+                          torch.zeros_like(row_max)).detach()  # (..., Nq, 1)
+    e = torch.exp(scores - row_max)  # (..., Nq, Nk); exp(-inf) = 0 at masked keys
+    denom = e.sum(dim=dim, keepdim=True)  # (..., Nq, 1); 0 on fully masked rows
+    tiny = torch.finfo(e.dtype).tiny if e.is_floating_point() else 1e-38
+    return e / denom.clamp_min(tiny)  # (..., Nq, Nk); 0 / tiny = 0 on fully masked rows
+
+
+def numpy_masked_softmax(scores: np.ndarray, mask: np.ndarray | None = None,
+                         axis: int = -1) -> np.ndarray:
+    """:func:`masked_softmax` for numpy arrays (fully masked rows give zeros)."""
+    scores = np.asarray(scores)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)  # (..., Nq, Nk)
+    row_max = scores.max(axis=axis, keepdims=True)  # (..., Nq, 1)
+    row_max = np.where(np.isfinite(row_max), row_max, 0.0)  # (..., Nq, 1)
+    e = np.exp(scores - row_max)  # (..., Nq, Nk)
+    denom = e.sum(axis=axis, keepdims=True)  # (..., Nq, 1)
+    return e / np.maximum(denom, np.finfo(e.dtype).tiny)  # (..., Nq, Nk)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _shape(x) -> tuple:
+    return tuple(int(s) for s in x.shape)
+
+
+def _check_qkv(q, k, v, broadcast_shapes) -> tuple:
+    """Validate shapes; return the scores' shape ``[..., Nq, Nk]``."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim < 2:
+            what = {"q": "[..., Nq, d_k]", "k": "[..., Nk, d_k]", "v": "[..., Nk, d_v]"}[name]
+            raise ValueError(f"expected {name} of shape {what} (at least 2 dimensions), "
+                             f"got {_shape(x)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last dimension d_k: expected q [..., Nq, d_k] "
+                         f"and k [..., Nk, d_k], got q {_shape(q)} and k {_shape(k)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same number of keys Nk: expected k "
+                         f"[..., Nk, d_k] and v [..., Nk, d_v], got k {_shape(k)} and "
+                         f"v {_shape(v)}")
+    try:
+        batch = tuple(broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"the batch dimensions of q, k and v do not broadcast: got q "
+                         f"{_shape(q)}, k {_shape(k)}, v {_shape(v)}") from err
+    return batch + (int(q.shape[-2]), int(k.shape[-2]))
+
+
+def _check_mask(mask, scores_shape: tuple, broadcast_shapes) -> None:
+    try:
+        broadcast_shapes(mask.shape, scores_shape)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"mask of shape {_shape(mask)} does not broadcast to the scores' "
+                         f"shape [..., Nq, Nk] = {scores_shape}") from err
+
+
+def _check_scale_dropout(scale, dropout_p) -> None:
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+    if not 0.0 <= float(dropout_p) < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+
+
+# --------------------------------------------------------------------------- torch
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Attention with its weights: ``(output [..., Nq, d_v], weights [..., Nq, Nk])``.
+
+    ``q [..., Nq, d_k]``, ``k [..., Nk, d_k]``, ``v [..., Nk, d_v]``; batch dimensions
+    broadcast. ``mask``: boolean, broadcastable to ``[..., Nq, Nk]``, True = may attend
+    (a float mask is added to the scores instead). ``is_causal`` adds the top-left causal
+    mask (combined with ``mask`` by logical AND when both are given). ``scale`` defaults
+    to :math:`1/\sqrt{d_k}`. ``dropout_p > 0`` zeroes weights with probability ``p`` and
+    rescales the rest by :math:`1/(1-p)`; the returned weights are the ones actually used,
+    so ``output == weights @ v`` always holds. Rows with every key masked give zeros.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"expected {name} to be a torch.Tensor, got {type(x).__name__} "
+                            "(use numpy_attention for numpy arrays)")
+    scores_shape = _check_qkv(q, k, v, torch.broadcast_shapes)
+    _check_scale_dropout(scale, dropout_p)
+    n_q, n_k = scores_shape[-2], scores_shape[-1]
+    d_k = q.shape[-1]
+
+    # s_ij = scale * q_i . k_j
+    scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Nq, Nk)
+
+    # keep[i, j] = may query i attend to key j?
+    keep = None
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor):
+            mask = torch.as_tensor(mask, device=scores.device)
+        _check_mask(mask, scores_shape, torch.broadcast_shapes)
+        if not (mask.dtype == torch.bool or mask.is_floating_point()):
+            raise TypeError(f"expected a boolean mask (True = may attend) or a float mask to "
+                            f"add, got dtype {mask.dtype}: use mask.bool() for 0/1 masks")
+        if mask.dtype == torch.bool:
+            keep = mask  # (..., Nq, Nk) broadcastable
+        else:
+            scores = scores + mask.to(scores.dtype)  # (..., Nq, Nk) additive float mask
+    if is_causal:
+        tri = causal_mask(n_q, n_k, device=scores.device)  # (Nq, Nk)
+        keep = tri if keep is None else keep & tri  # (..., Nq, Nk)
+
+    # w_ij = softmax_j(s_ij) over the allowed keys; all-masked rows -> 0
+    weights = masked_softmax(scores, keep)  # (..., Nq, Nk)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=float(dropout_p), training=True)  # (..., Nq, Nk)
+
+    # o_i = sum_j w_ij v_j
+    output = weights @ v.to(weights.dtype)  # (..., Nq, d_v)
+    return output, weights
+
+
+# --------------------------------------------------------------------------- numpy
+
+
+def numpy_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r""":func:`scaled_dot_product_attention` for numpy arrays: ``(output, weights)``.
+
+    Same shapes, mask convention (boolean, True = may attend; a float mask is added),
+    top-left ``is_causal``, default scale :math:`1/\sqrt{d_k}`, and zeros for fully
+    masked rows. ``rng`` drives dropout (a fresh default generator when None).
+    """
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    scores_shape = _check_qkv(q, k, v, np.broadcast_shapes)
+    _check_scale_dropout(scale, dropout_p)
+    n_q, n_k = scores_shape[-2], scores_shape[-1]
+    d_k = q.shape[-1]
+
+    # s_ij = scale * q_i . k_j
+    scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+    scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., Nq, Nk)
+
+    keep = None
+    if mask is not None:
+        mask = np.asarray(mask)
+        _check_mask(mask, scores_shape, np.broadcast_shapes)
+        if not (mask.dtype == bool or np.issubdtype(mask.dtype, np.floating)):
+            raise TypeError(f"expected a boolean mask (True = may attend) or a float mask to "
+                            f"add, got dtype {mask.dtype}: use mask.astype(bool) for 0/1 masks")
+        if mask.dtype == bool:
+            keep = mask  # (..., Nq, Nk) broadcastable
+        else:
+            scores = scores + mask  # (..., Nq, Nk) additive float mask
+    if is_causal:
+        tri = numpy_causal_mask(n_q, n_k)  # (Nq, Nk)
+        keep = tri if keep is None else keep & tri  # (..., Nq, Nk)
+
+    # w_ij = softmax_j(s_ij); all-masked rows -> 0
+    weights = numpy_masked_softmax(scores, keep)  # (..., Nq, Nk)
+    if dropout_p > 0.0:
+        rng = np.random.default_rng() if rng is None else rng
+        drop = rng.random(weights.shape) < dropout_p  # (..., Nq, Nk)
+        weights = np.where(drop, 0.0, weights / (1.0 - dropout_p)).astype(weights.dtype)
+
+    # o_i = sum_j w_ij v_j
+    output = weights @ v  # (..., Nq, d_v)
+    return output, weights
