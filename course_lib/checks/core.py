@@ -30,6 +30,7 @@ import importlib
 import json
 import math
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,7 +290,9 @@ def _diagnose(ex: Exercise, case: Case, got: Any) -> str:
     for hint, wrong in ex.mistakes.items():
         c = _copy_args(case)
         try:
-            wrong_out = wrong(*c.args, **c.kwargs)
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                wrong_out = wrong(*c.args, **c.kwargs)
         except Exception:
             continue
         if _matches(got, wrong_out, ex.atol, ex.rtol):

@@ -1,0 +1,192 @@
+"""The check framework: feedback a learner can act on, and the grader's protocol."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from course_lib.checks import CheckFailed, check, compare_values
+from course_lib.checks.core import (
+    Case,
+    Exercise,
+    all_exercises,
+    get_exercise,
+    harvest,
+    register,
+    score,
+)
+from course_lib.checks.ch00 import softmax_reference
+
+
+def softmax_ok(x):
+    return softmax_reference(x)
+
+
+# ----------------------------------------------------------------------- compare_values
+
+
+def test_shape_mismatch_names_both_shapes_and_suggests_a_transpose():
+    msg = compare_values(np.zeros((2, 4, 8, 16)), np.zeros((2, 4, 16, 8)), 1e-6, 1e-6)
+    assert "expected shape (2, 4, 16, 8), got (2, 4, 8, 16)" in msg
+    assert "transpose" in msg
+
+
+def test_missing_dimension_is_explained():
+    msg = compare_values(np.zeros((4, 8)), np.zeros((1, 4, 8)), 1e-6, 1e-6)
+    assert "2 dimensions instead of 3" in msg
+
+
+def test_nan_is_reported_with_its_likely_cause():
+    got = np.array([[0.5, 0.5], [np.nan, np.nan]])
+    msg = compare_values(got, np.array([[0.5, 0.5], [0.0, 0.0]]), 1e-6, 1e-6)
+    assert "NaN" in msg and "(1, 0)" in msg and "-inf" in msg
+
+
+def test_largest_error_and_its_index_are_reported():
+    exp = np.arange(6.0).reshape(2, 3)
+    got = exp.copy()
+    got[1, 2] += 0.5
+    msg = compare_values(got, exp, 1e-6, 1e-6)
+    assert "Largest error 0.5 at index (1, 2)" in msg
+
+
+def test_torch_and_numpy_compare_equal():
+    assert compare_values(torch.ones(2, 3), np.ones((2, 3)), 1e-6, 1e-6) is None
+    assert compare_values(torch.ones(2, 3, dtype=torch.bfloat16), np.ones((2, 3)),
+                          1e-6, 1e-6) is None
+
+
+def test_none_return_and_tuples():
+    assert "forget the `return`" in compare_values(None, np.ones(2), 1e-6, 1e-6)
+    assert "expected 2 items, got 1" in compare_values((1.0,), (1.0, 2.0), 1e-6, 1e-6)
+    assert compare_values((np.ones(2), 3.0), (np.ones(2), 3.0), 1e-6, 1e-6) is None
+    assert "expected a boolean array" in compare_values(np.ones(2), np.ones(2, bool), 0, 0)
+
+
+# ----------------------------------------------------------------------- check() in a notebook
+
+
+def test_a_correct_function_passes(capsys):
+    report = check("00.1", softmax_ok)
+    assert report.passed
+    assert "✅" in capsys.readouterr().out
+
+
+def test_a_common_mistake_is_named():
+    def wrong_axis(x):
+        return np.exp(x) / np.exp(x).sum(axis=0, keepdims=True)
+
+    with pytest.raises(CheckFailed, match="wrong axis"):
+        check("00.1", wrong_axis)
+
+
+def test_not_started_prints_a_friendly_note_not_a_traceback(capsys):
+    def softmax(x):
+        raise NotImplementedError("Exercise 00.1 is not implemented yet")
+
+    report = check("00.1", softmax)
+    assert report.not_implemented and not report.passed
+    assert "not implemented yet" in capsys.readouterr().out
+
+
+def test_an_exception_in_learner_code_is_reported_with_its_line():
+    def softmax(x):
+        return x.nonexistent_method()
+
+    with pytest.raises(CheckFailed) as info:
+        check("00.1", softmax)
+    assert "AttributeError" in str(info.value) and "nonexistent_method" in str(info.value)
+
+
+def test_check_failed_renders_without_a_traceback_in_ipython():
+    err = CheckFailed("line one\nline two")
+    assert len(err._render_traceback_()) == 2
+
+
+def test_hidden_cases_catch_an_overflowing_softmax(capsys):
+    def naive(x):
+        return np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True)
+
+    check("00.1", naive)  # the visible cases are small numbers: it passes
+    with pytest.raises(CheckFailed, match="NaN"), np.errstate(over="ignore",
+                                                               invalid="ignore"):
+        check("00.1", naive, hidden=True)
+
+
+def test_learner_editing_inputs_in_place_cannot_corrupt_the_reference():
+    def softmax(x):
+        out = softmax_reference(x)
+        x[...] = 0.0  # vandalise the input
+        return out
+
+    assert check("00.1", softmax, quiet=True).passed
+
+
+def test_unknown_exercise_and_non_function():
+    with pytest.raises(KeyError, match="unknown exercise"):
+        get_exercise("99.9")
+    with pytest.raises(CheckFailed, match="expected a function named `softmax`"):
+        check("00.1", 42)
+
+
+def test_registry_refuses_duplicate_ids():
+    ex = get_exercise("00.1")
+    twin = Exercise(ex.id, ex.title, ex.points, ex.target, ex.cases, ex.reference)
+    with pytest.raises(ValueError, match="registered twice"):
+        register(twin)
+
+
+def test_every_declared_exercise_is_consistent():
+    exercises = all_exercises()
+    assert "00.1" in exercises
+    for ex_id, ex in exercises.items():
+        assert ex_id == ex.id and ex.points > 0 and ex.target.isidentifier()
+        rng = np.random.default_rng(0)
+        visible, hidden = ex.cases(rng, False), ex.cases(rng, True)
+        assert visible and hidden, f"{ex_id} needs visible and hidden cases"
+        names = [c.name for c in visible + hidden]
+        assert len(set(names)) == len(names), f"{ex_id}: case names must be unique"
+        for case in visible:
+            assert isinstance(case, Case)
+
+
+# ----------------------------------------------------------------------- grader protocol
+
+
+def test_harvest_then_score_passes_a_correct_function(tmp_path):
+    harvest("00.1", softmax_ok, seed=99, out_dir=tmp_path)
+    verdict = score("00.1", seed=99, out_dir=tmp_path)
+    assert verdict.status == "passed" and verdict.points == verdict.max_points == 1
+
+
+def test_score_judges_in_its_own_process_and_ignores_claims(tmp_path):
+    def wrong(x):
+        return np.zeros_like(x)
+
+    harvest("00.1", wrong, seed=5, out_dir=tmp_path)
+    # A tampered record that claims success changes nothing: score recomputes everything.
+    rec = json.loads((tmp_path / "00.1.json").read_text())
+    rec["status"] = "passed"
+    (tmp_path / "00.1.json").write_text(json.dumps(rec))
+    verdict = score("00.1", seed=5, out_dir=tmp_path)
+    assert verdict.status == "failed" and verdict.points == 0
+
+
+def test_outputs_recorded_for_another_seed_fail(tmp_path):
+    harvest("00.1", softmax_ok, seed=1, out_dir=tmp_path)
+    assert score("00.1", seed=2, out_dir=tmp_path).status == "failed"
+
+
+def test_missing_and_not_implemented_and_never_ran(tmp_path):
+    harvest("00.1", None, seed=3, out_dir=tmp_path / "a")
+    assert score("00.1", seed=3, out_dir=tmp_path / "a").status == "missing"
+
+    def softmax(x):
+        raise NotImplementedError
+
+    harvest("00.1", softmax, seed=3, out_dir=tmp_path / "b")
+    assert score("00.1", seed=3, out_dir=tmp_path / "b").status == "missing"
+    assert score("00.1", seed=3, out_dir=tmp_path / "c").status == "error"

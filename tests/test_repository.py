@@ -1,0 +1,101 @@
+"""Repository invariants: clean notebooks, one dependency list, lint, layout."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIRS = ("notebooks", "solutions", "exercises")
+
+
+def all_notebooks() -> list[Path]:
+    return sorted(p for d in NOTEBOOK_DIRS for p in (ROOT / d).glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", all_notebooks(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_notebook_has_no_outputs(path: Path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    dirty = [i for i, c in enumerate(nb["cells"])
+             if c.get("outputs") or c.get("execution_count") is not None]
+    assert not dirty, (f"{path.name}: cells {dirty} carry outputs or execution counts; clear "
+                       "them before committing (Edit > Clear Outputs of All Cells).")
+
+
+def test_layout_of_the_design_exists():
+    for name in ("README.md", "Makefile", "pyproject.toml", "environment.yml", ".ci/run",
+                 "course_lib", "notebooks", "solutions", "exercises", "tests", "benchmarks"):
+        assert (ROOT / name).exists(), f"{name} is missing from the course layout"
+
+
+def test_every_lecture_follows_the_naming_scheme():
+    for p in all_notebooks():
+        assert re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", p.name), f"bad notebook name {p}"
+
+
+def test_every_exercise_notebook_has_a_lecture():
+    lectures = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
+    for p in (ROOT / "solutions").glob("*.ipynb"):
+        assert p.name in lectures, f"solutions/{p.name} has no lecture notebooks/{p.name}"
+
+
+def _requirement_names(specs: list[str]) -> set[str]:
+    names = set()
+    for spec in specs:
+        spec = spec.split(";")[0].strip()
+        if not spec or spec.startswith("-"):
+            continue
+        name = re.split(r"[<>=!~ \[]", spec, maxsplit=1)[0].lower().replace("_", "-")
+        names.add({"pytorch": "torch"}.get(name, name))
+    return names
+
+
+def _load_toml(path: Path) -> dict:
+    try:
+        import tomllib  # Python >= 3.11
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError:
+            from pip._vendor import tomli as tomllib
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def test_environment_yml_and_pyproject_name_the_same_packages():
+    import yaml
+
+    project = _load_toml(ROOT / "pyproject.toml")["project"]
+    py_names = _requirement_names(project["dependencies"]
+                                  + project["optional-dependencies"]["test"])
+    env = yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
+    conda_specs, pip_specs = [], []
+    for dep in env["dependencies"]:
+        if isinstance(dep, dict):
+            pip_specs += dep.get("pip", [])
+        else:
+            conda_specs.append(dep)
+    env_names = _requirement_names(conda_specs + pip_specs) - {"python", "pip"}
+    assert py_names - env_names == set(), (
+        f"in pyproject.toml but not environment.yml: {sorted(py_names - env_names)}")
+    assert env_names - py_names == set(), (
+        f"in environment.yml but not pyproject.toml: {sorted(env_names - py_names)}")
+
+
+def test_dependency_ranges_stay_open():
+    project = _load_toml(ROOT / "pyproject.toml")["project"]
+    for spec in project["dependencies"] + project["optional-dependencies"]["test"]:
+        assert "==" not in spec.split(";")[0], f"exact pin {spec!r}: the course's ranges stay open for users"
+
+
+def test_ruff_is_clean():
+    ruff = Path(sys.executable).with_name("ruff")
+    cmd = [str(ruff)] if ruff.exists() else [sys.executable, "-m", "ruff"]
+    proc = subprocess.run(cmd + ["check", "course_lib", "tests", "tools", "benchmarks",
+                                 "notebooks", "solutions"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, f"ruff found problems:\n{proc.stdout}{proc.stderr}"
