@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from course_lib.checks import CheckFailed, check, compare_values
+from course_lib.checks.ch00 import softmax_reference
 from course_lib.checks.core import (
     Case,
     Exercise,
@@ -18,7 +19,6 @@ from course_lib.checks.core import (
     register,
     score,
 )
-from course_lib.checks.ch00 import softmax_reference
 
 
 def softmax_ok(x):
