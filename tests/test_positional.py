@@ -288,3 +288,31 @@ def test_other_bad_inputs():
         apply_rope(torch.randn(5, 8), base=1.0)
     with pytest.raises(ValueError, match="scale"):
         apply_rope(torch.randn(5, 8), scale=0.0)
+
+
+# --------------------------------------------------------------------------- the widget
+
+
+def test_rope_explorer_runs_headless_and_shows_the_relative_property():
+    pytest.importorskip("ipywidgets")
+    from course_lib.widgets.rope import RopeExplorer
+
+    ex = RopeExplorer(d=16, max_position=64)
+    assert "rope-explorer" in ex.widget._dom_classes
+    assert "position" in ex.query_position.description
+    before, updates = ex.drawing.value, ex.n_updates
+    ex.query_position.value, ex.key_position.value = 9, 4
+    assert ex.n_updates == updates + 2 and ex.drawing.value != before
+    s1 = dict(ex.state)
+    ex.query_position.value, ex.key_position.value = 50, 45
+    s2 = dict(ex.state)
+    assert s1["offset"] == s2["offset"] == 5
+    assert s2["score"] == pytest.approx(s1["score"], abs=1e-9)
+    assert s2["angle_between"] == pytest.approx(s1["angle_between"], abs=1e-9)
+    assert s2["angle_q"] != pytest.approx(s1["angle_q"], abs=1e-3)
+    # the query pair turns by theta_i per position
+    ex.pair.value = 1
+    a0 = ex.state["angle_q"]
+    ex.query_position.value += 1
+    turn = math.remainder(ex.state["angle_q"] - a0, 2 * math.pi)
+    assert turn == pytest.approx(ex.state["theta"], abs=1e-9)
