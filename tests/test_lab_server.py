@@ -1,0 +1,92 @@
+"""The course's JupyterLab starts headless, serves the course, and reads the course's settings.
+
+No browser needed: this talks to the server's REST API. tests/test_browser.py drives the
+same server in Chromium.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from course_lab import COURSE_SETTINGS, ROOT, read_settings_file, running_lab
+
+NOTIFICATION = "@jupyterlab/apputils-extension:notification"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab() as server:
+        yield server
+
+
+def test_serves_the_course_notebooks(lab):
+    listing = lab.api("api/contents/notebooks")
+    assert listing["type"] == "directory"
+    served = {item["name"] for item in listing["content"]}
+    on_disk = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert on_disk, "no notebooks in notebooks/?"
+    assert on_disk <= served, f"not served: {sorted(on_disk - served)}"
+
+    nb = lab.api("api/contents/notebooks/00_setup.ipynb")
+    assert nb["type"] == "notebook"
+    assert nb["content"]["metadata"]["kernelspec"]["name"] == "python3"
+
+
+def test_the_token_is_required(lab):
+    req = urllib.request.Request(lab.base + "api/contents/notebooks")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 403
+
+
+def test_the_course_kernel_is_available(lab):
+    specs = lab.api("api/kernelspecs")
+    assert "python3" in specs["kernelspecs"], specs
+
+
+def test_jupyterlab_reads_the_course_settings(lab):
+    """Every file in .jupyter/lab/user-settings is valid and is what JupyterLab reports."""
+    files = sorted(COURSE_SETTINGS.rglob("*.jupyterlab-settings"))
+    assert files, f"no settings in {COURSE_SETTINGS}"
+    for path in files:
+        rel = path.relative_to(COURSE_SETTINGS)
+        plugin_id = f"{rel.parent.as_posix()}:{rel.name.removesuffix('.jupyterlab-settings')}"
+        ours = read_settings_file(path)
+        served = lab.api(f"lab/api/settings/{plugin_id}")
+        # JupyterLab validates user settings against the plugin's schema and reports them
+        # back; a misspelled plugin or key would show up as a difference here.
+        assert served["id"] == plugin_id
+        assert served["settings"] == ours, (plugin_id, served["settings"], ours)
+        assert set(ours) <= set(served["schema"]["properties"]), (
+            f"{plugin_id}: unknown keys {sorted(set(ours) - set(served['schema']['properties']))}")
+    notes = lab.api(f"lab/api/settings/{NOTIFICATION}")["settings"]
+    assert notes["fetchNews"] == "false" and notes["checkForUpdates"] is False
+
+
+def test_no_news_or_update_requests():
+    """The learner's first run does not ask the internet for news (a pop-up) or updates."""
+    notes = read_settings_file(
+        COURSE_SETTINGS / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings")
+    assert notes["fetchNews"] == "false", "the news pop-up asks a first-time learner a question"
+    assert notes["checkForUpdates"] is False
+
+
+def test_make_lab_uses_the_course_settings():
+    """tools/bootstrap.py (behind `make lab` and `make test`) points JupyterLab at them."""
+    spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "tools" / "bootstrap.py")
+    bootstrap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bootstrap)
+    env = bootstrap.lab_env()
+    assert Path(env["JUPYTERLAB_SETTINGS_DIR"]).resolve() == COURSE_SETTINGS.resolve()
+
+
+def test_settings_files_are_plain_json_with_comments():
+    for path in COURSE_SETTINGS.rglob("*"):
+        if path.is_file():
+            assert path.suffix == ".jupyterlab-settings", f"stray file in settings: {path}"
+            json.dumps(read_settings_file(path))  # parses
