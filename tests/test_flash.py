@@ -1,0 +1,257 @@
+"""course_lib.flash: the tiled reference and the Triton kernels, forward and backward.
+
+Without a CUDA GPU the kernels run in Triton's interpreter (tests/conftest.py turns it on
+before triton is imported), which costs ~milliseconds per block operation, so the CPU
+cases are small: every N in {1, 17, 64, 127, 200} appears, with the interpreter's blocks
+(64 queries x 32 keys forward) giving ragged last blocks and several blocks per row at
+N = 127 and 200. The ``gpu``-marked twins run the compiled kernels at realistic sizes and
+skip cleanly without CUDA.
+
+Tolerances (kernel vs a float64 reference computed from the *same* rounded inputs):
+
+* float32: every dot product and running sum is float32 (relative rounding 6e-8 per
+  operation); over N <= 200 keys and d <= 128 features the accumulated error is ~1e-6
+  for unit-variance inputs. atol 2e-5 / rtol 1e-4 leaves a 10x margin and still catches
+  any real bug (a missing rescale or mask gives errors of order 1e-1).
+* float16: P is rounded to float16 (relative 4.9e-4) before P @ V and dS before dS @ K,
+  outputs are stored in float16 (half an ulp is 2.4e-4 near 0.5); errors of ~1e-3 are
+  expected, so outputs get atol 4e-3 and gradients 1e-2 (their magnitudes are larger).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import course_lib.flash as flash
+from course_lib.flash import flash_attention, flash_attention_reference
+
+TOL = {torch.float32: dict(out=(2e-5, 1e-4), grad=(2e-5, 1e-4)),
+       torch.float16: dict(out=(4e-3, 1e-2), grad=(1e-2, 1e-2)),
+       torch.bfloat16: dict(out=(2e-2, 2e-2), grad=(5e-2, 5e-2))}
+
+
+def _inputs(B, H, n_q, n_k, d, dtype, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, n_q, d, generator=g)  # (B, H, Nq, d)
+    k = torch.randn(B, H, n_k, d, generator=g)  # (B, H, Nk, d)
+    v = torch.randn(B, H, n_k, d, generator=g)  # (B, H, Nk, d)
+    do = torch.randn(B, H, n_q, d, generator=g)  # (B, H, Nq, d)
+    return [x.to(device=device, dtype=dtype) for x in (q, k, v, do)]
+
+
+def _sdpa_float64(q, k, v, do, is_causal, scale):
+    """Output and gradients of torch's SDPA in float64 on the same (rounded) inputs."""
+    q64, k64, v64 = (x.detach().double().cpu().requires_grad_() for x in (q, k, v))
+    out = F.scaled_dot_product_attention(q64, k64, v64, is_causal=is_causal, scale=scale)
+    out.backward(do.double().cpu())
+    return out.detach(), q64.grad, k64.grad, v64.grad
+
+
+def _assert_close(got, expected, tol, what):
+    atol, rtol = tol
+    got = got.detach().double().cpu()
+    err = (got - expected).abs()
+    bound = atol + rtol * expected.abs()
+    assert bool((err <= bound).all()), (
+        f"{what}: max error {err.max().item():.3g} (atol={atol}, rtol={rtol}), "
+        f"at {tuple(int(i) for i in torch.nonzero(err > bound)[0])}")
+
+
+def _check_kernel(B, H, n_q, n_k, d, is_causal, scale=None, dtype=torch.float32,
+                  device="cpu", grads=True):
+    q, k, v, do = _inputs(B, H, n_q, n_k, d, dtype, device)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    out = flash_attention(q, k, v, is_causal=is_causal, scale=scale)
+    assert out.shape == (B, H, n_q, d) and out.dtype == dtype and out.device == q.device
+    ref_out, ref_dq, ref_dk, ref_dv = _sdpa_float64(q, k, v, do, is_causal, scale)
+    tol = TOL[dtype]
+    _assert_close(out, ref_out, tol["out"], "output")
+    if grads:
+        out.backward(do)
+        for name, got, ref in (("dQ", q.grad, ref_dq), ("dK", k.grad, ref_dk),
+                               ("dV", v.grad, ref_dv)):
+            assert got.shape == ref.shape and got.dtype == dtype
+            _assert_close(got, ref, tol["grad"], name)
+
+
+# --------------------------------------------------------------------------- reference
+
+
+@pytest.mark.parametrize("n", [1, 17, 64, 127, 200])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("block_size", [16, (32, 8), 256])
+def test_reference_equals_naive_attention(n, is_causal, block_size):
+    g = torch.Generator().manual_seed(n)
+    q = torch.randn(2, 3, n, 24, generator=g, dtype=torch.float64)  # (B, H, N, d)
+    k = torch.randn(2, 3, n, 24, generator=g, dtype=torch.float64)  # (B, H, N, d)
+    v = torch.randn(2, 3, n, 40, generator=g, dtype=torch.float64)  # (B, H, N, d_v)
+    out, lse = flash_attention_reference(q, k, v, is_causal=is_causal, block_size=block_size)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(24)  # (B, H, N, N)
+    if is_causal:
+        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -math.inf)
+    naive = torch.softmax(scores, dim=-1) @ v  # (B, H, N, d_v)
+    # Float64 all the way: the tiled and naive sums differ only in summation order.
+    torch.testing.assert_close(out, naive, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1), atol=1e-12, rtol=1e-10)
+
+
+def test_reference_rectangular_scale_and_dtype():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(3, 10, 8, generator=g)  # (B, Nq, d): any leading dims
+    k = torch.randn(3, 37, 8, generator=g)  # (B, Nk, d)
+    v = torch.randn(3, 37, 5, generator=g)  # (B, Nk, d_v)
+    for causal in (False, True):
+        out, lse = flash_attention_reference(q, k, v, is_causal=causal, scale=0.7, block_size=4)
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.7)
+        torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+        assert out.dtype == torch.float32 and lse.shape == (3, 10)
+    half, _ = flash_attention_reference(q.half(), k.half(), v.half(), block_size=16)
+    assert half.dtype == torch.float16
+
+
+def test_reference_errors():
+    q = torch.randn(2, 5, 8)
+    with pytest.raises(ValueError, match="share the last dimension"):
+        flash_attention_reference(q, torch.randn(2, 5, 4), torch.randn(2, 5, 4))
+    with pytest.raises(ValueError, match="same number of keys"):
+        flash_attention_reference(q, q, torch.randn(2, 6, 8))
+    with pytest.raises(ValueError, match="block_size"):
+        flash_attention_reference(q, q, q, block_size=0)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        flash_attention_reference(q.numpy(), q, q)
+
+
+# --------------------------------------------------------------------------- kernels on CPU
+
+KERNEL_CASES = [
+    # B, H, Nq, Nk, d, causal, scale
+    (1, 1, 1, 1, 16, False, None),
+    (1, 1, 1, 1, 16, True, None),
+    (2, 3, 17, 17, 32, True, None),
+    (2, 2, 17, 17, 64, False, 0.3),  # custom scale
+    (1, 2, 64, 64, 64, False, None),
+    (1, 2, 64, 64, 48, True, None),  # d not a power of two: padded feature lanes
+    (1, 1, 127, 127, 128, True, None),
+    (1, 1, 127, 127, 16, False, None),
+    (1, 1, 200, 200, 32, True, 0.05),
+    (1, 1, 200, 200, 80, False, None),
+    (1, 2, 30, 70, 32, True, None),  # Nq != Nk, causal aligned top-left
+    (2, 1, 70, 30, 32, False, None),
+]
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,is_causal,scale", KERNEL_CASES)
+def test_kernel_matches_sdpa_float32(B, H, n_q, n_k, d, is_causal, scale):
+    _check_kernel(B, H, n_q, n_k, d, is_causal, scale, torch.float32)
+
+
+@pytest.mark.parametrize("n,is_causal", [(64, True), (127, False)])
+def test_kernel_matches_sdpa_float16(n, is_causal):
+    _check_kernel(1, 2, n, n, 64, is_causal, None, torch.float16)
+
+
+def test_kernel_lse_and_causality():
+    q, k, v, _ = _inputs(1, 2, 100, 100, 32, torch.float32)
+    out, lse = flash.flash_attention_with_lse(q, k, v, is_causal=True)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(32)  # (B, H, N, N)
+    scores = scores.masked_fill(~torch.ones(100, 100, dtype=torch.bool).tril(), -math.inf)
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1), atol=1e-5, rtol=1e-5)
+    # Changing the future must not change the past: rows < 50 ignore keys >= 50.
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 50:, :] += 10.0
+    v2[..., 50:, :] -= 10.0
+    out2 = flash_attention(q, k2, v2, is_causal=True)
+    assert torch.equal(out[..., :50, :], out2[..., :50, :])
+    assert not torch.allclose(out[..., 50:, :], out2[..., 50:, :])
+
+
+def test_kernel_non_contiguous_inputs():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 17, 2, 32, generator=g) for _ in range(3))  # (B, N, H, d)
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))  # (B, H, N, d), not contiguous
+    assert not q.is_contiguous()
+    ref = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(flash_attention(q, k, v), ref, atol=2e-5, rtol=1e-4)
+
+
+def test_kernel_config_is_gpu_sized_on_cuda():
+    cfg = flash.kernel_config(128, "cuda", interpreted=False)
+    assert cfg["fwd"] == dict(BLOCK_M=128, BLOCK_N=64)
+    assert cfg["launch"]["num_warps"] == 8
+    assert flash.kernel_config(64, "cpu", interpreted=True)["fwd"]["BLOCK_M"] <= 64
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("shapes,match", [
+    (((2, 8, 16), (2, 8, 16), (2, 8, 16)), r"\[B, H, N, d\]"),
+    (((1, 1, 8, 16), (1, 1, 8, 32), (1, 1, 8, 16)), "share the last dimension"),
+    (((1, 1, 8, 16), (1, 1, 9, 16), (1, 1, 8, 16)), "same number of keys"),
+    (((1, 2, 8, 16), (1, 1, 8, 16), (1, 1, 8, 16)), "same batch dimensions"),
+    (((1, 1, 8, 16), (1, 1, 8, 16), (1, 1, 8, 32)), "same head dimension"),
+    (((1, 1, 8, 8), (1, 1, 8, 8), (1, 1, 8, 8)), "d = 8 is not supported"),
+    (((1, 1, 8, 256), (1, 1, 8, 256), (1, 1, 8, 256)), "d = 256 is not supported"),
+    (((1, 1, 0, 16), (1, 1, 8, 16), (1, 1, 8, 16)), "no queries"),
+    (((1, 1, 8, 16), (1, 1, 0, 16), (1, 1, 0, 16)), "no keys"),
+])
+def test_kernel_shape_errors(shapes, match):
+    q, k, v = (torch.randn(s) for s in shapes)
+    with pytest.raises(ValueError, match=match) as info:
+        flash_attention(q, k, v)
+    if "d = " in match or "B, H" in match:
+        assert str(tuple(q.shape)) in str(info.value) or "d =" in str(info.value)
+
+
+def test_kernel_dtype_device_scale_errors():
+    x = torch.randn(1, 1, 4, 16)
+    with pytest.raises(TypeError, match="bfloat16 is not supported on the CPU"):
+        flash_attention(x.bfloat16(), x.bfloat16(), x.bfloat16())
+    with pytest.raises(TypeError, match="float64 is not supported"):
+        flash_attention(x.double(), x.double(), x.double())
+    with pytest.raises(TypeError, match="share one dtype"):
+        flash_attention(x, x.half(), x)
+    with pytest.raises(TypeError, match="floating-point"):
+        flash_attention(x.long(), x.long(), x.long())
+    with pytest.raises(ValueError, match="same device"):
+        flash_attention(x, x.to("meta"), x)
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        flash_attention(x, x, x, scale=float("nan"))
+
+
+def test_missing_triton_says_how_to_get_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "course_lib.flash.kernels", None)  # import fails
+    with pytest.raises(ImportError, match="Colab"):
+        flash_attention(*[torch.randn(1, 1, 4, 16)] * 3)
+    assert flash.triton_mode() == "unavailable"
+
+
+def test_cpu_tensors_in_compiled_mode_explain_the_fix(monkeypatch):
+    kernels = flash._load_kernels()
+    monkeypatch.setattr(kernels, "is_interpreted", lambda: False)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        flash_attention(*[torch.randn(1, 1, 4, 16)] * 3)
+
+
+# --------------------------------------------------------------------------- GPU twins
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n,d,is_causal", [(1024, 64, False), (1000, 128, True),
+                                           (4096, 128, True), (2047, 96, False)])
+def test_kernel_matches_sdpa_on_gpu(dtype, n, d, is_causal):
+    _check_kernel(2, 4, n, n, d, is_causal, None, dtype, device="cuda")
+
+
+@pytest.mark.gpu
+def test_kernel_float32_on_gpu_uses_tf32_tolerance():
+    q, k, v, _ = _inputs(1, 2, 512, 512, 64, torch.float32, device="cuda")
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    # tl.dot on float32 uses TF32 (10-bit mantissa) on Ampere and newer GPUs.
+    torch.testing.assert_close(flash_attention(q, k, v).double(), ref, atol=5e-3, rtol=5e-3)
