@@ -1,0 +1,102 @@
+"""The synthetic Winograd-style data set and the tiny attention model of chapter 02."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_lib import coref
+
+
+@pytest.fixture(scope="module")
+def data():
+    return coref.make_dataset(max_per_template=60, seed=0)
+
+
+def test_dataset_structure(data):
+    train, test = data
+    for d in (train, test):
+        assert len(d) > 0 and len(d) % 2 == 0
+        rows = torch.arange(len(d))
+        words = [s.split() for s in d.sentences]
+        assert all(w[p] == "it" for w, p in zip(words, d.pronoun.tolist()))
+        # the deciding word is last; the two candidates are different nouns before "it"
+        assert (d.decider == d.lengths - 1).all()
+        assert (d.antecedent != d.distractor).all() and (d.antecedent < d.pronoun).all()
+        # twins: same sentence except the deciding word, referents swapped
+        assert (d.twin[d.twin] == rows).all()
+        assert (d.antecedent[d.twin] == d.distractor).all()
+        for i in range(0, len(d), 7):
+            a, b = words[i], words[int(d.twin[i])]
+            assert a[:-1] == b[:-1] and a[-1] != b[-1]
+        # balanced: half the referents are the earlier noun
+        first = (d.antecedent < d.distractor).float().mean()
+        assert first == 0.5
+        # padding is id 0 exactly past each length
+        assert ((d.tokens != 0).sum(1) == d.lengths).all()
+        assert d.mask.shape == (len(d), 1, d.tokens.shape[1])
+
+
+def test_test_pairs_never_seen_in_training(data):
+    train, test = data
+
+    def pairs(d):
+        return {(s.split()[a], s.split()[b]) for s, a, b in
+                zip(d.sentences, d.antecedent.tolist(), d.distractor.tolist())}
+
+    assert not ({frozenset(p) for p in pairs(train)} & {frozenset(p) for p in pairs(test)})
+
+
+def test_deciding_word_decides():
+    train, _ = coref.make_dataset(max_per_template=60, seed=1)
+    for s, a, t in zip(train.sentences, train.antecedent.tolist(), train.template):
+        words = s.split()
+        noun, w = words[a], words[-1]
+        tpl = next(x for x in coref.TEMPLATES if x.name == t)
+        assert (noun in tpl.nouns_a) == (w in tpl.words_a)
+
+
+def test_vocab_round_trip_and_unknown_words(data):
+    vocab = data[0].vocab
+    s = "the dog did not cross the river because it was too tired"
+    assert " ".join(vocab.decode(vocab.encode(s))) == s
+    with pytest.raises(KeyError, match="zebra"):
+        vocab.encode("the zebra was too tired")
+
+
+def test_model_shapes_and_mask(data):
+    train, _ = data
+    model = coref.make_model(train.vocab, n_layers=2, d_model=8)
+    maps = model(train.tokens[:4], train.mask[:4])
+    assert len(maps) == 2 and maps[0].shape == (4, train.tokens.shape[1], train.tokens.shape[1])
+    # padded keys get no weight; causal maps have none above the diagonal
+    pad = ~train.mask[:4].expand_as(maps[1])
+    assert (maps[1][pad] == 0).all()
+    causal = model(train.tokens[:4], train.mask[:4], is_causal=True)[0]
+    assert torch.triu(causal, diagonal=1).abs().max() == 0
+    with pytest.raises(ValueError, match="n_layers"):
+        coref.CorefAttention(10, n_layers=0)
+
+
+def test_one_layer_is_blind_to_the_deciding_word(data):
+    train, test = data
+    for n_layers in (1, 2):
+        model = coref.make_model(train.vocab, n_layers=n_layers, seed=3)
+        assert coref.one_layer_ratio_is_blind(model, test) < 1e-4
+    model = coref.make_model(train.vocab, n_layers=1)
+    coref.train(model, train, steps=15)
+    # twins point the same way, so exactly one of each twin pair is right
+    assert coref.pointer_accuracy(model, test) == pytest.approx(0.5)
+
+
+def test_two_layers_learn_the_antecedent(data):
+    train, test = data
+    model = coref.make_model(train.vocab, n_layers=2)
+    before = coref.pointer_accuracy(model, test)
+    seen = []
+    history = coref.train(model, train, steps=40, log_every=10,
+                          callback=lambda s, loss, acc: seen.append(s))
+    assert seen == [10, 20, 30, 40] and [h[0] for h in history] == seen
+    assert history[-1][1] < history[0][1]
+    after = coref.pointer_accuracy(model, test)
+    assert before <= 0.6 and after >= 0.95
