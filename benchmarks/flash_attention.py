@@ -1,0 +1,105 @@
+"""Benchmark course_lib's Triton FlashAttention against torch SDPA, each backend pinned.
+
+On a CUDA GPU (the real run)::
+
+    python benchmarks/flash_attention.py                 # full grid, N = 512 .. 16k
+    python benchmarks/flash_attention.py --quick         # N in {1024, 4096} only
+
+measures forward and backward TFLOP/s and peak memory of ``flash_attention`` and of torch's
+SDPA with the flash, memory-efficient, math and (when present) cuDNN backends, for
+d in {64, 128}, float16/bfloat16, causal and not, and writes
+``benchmarks/results/flash_attention_<gpu>_<date>.json`` (GPU name, versions, date).
+Chapter 06's notebook plots the newest such file. The targets of the course: forward at
+least 0.8x SDPA's flash backend at N = 4096, d = 128, bf16 (stretch 1.0x), backward 0.5x.
+
+Without a GPU, ``--dry-run --out PATH`` runs the same code path on tiny sizes through
+Triton's interpreter (no performance meaning: it proves the script works end to end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from course_lib import env  # noqa: E402  (env.setup() must run before triton is imported)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true",
+                        help="tiny sizes on the CPU through Triton's interpreter")
+    parser.add_argument("--quick", action="store_true", help="GPU: N in {1024, 4096} only")
+    parser.add_argument("--out", type=Path, default=None, help="output JSON path")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--impls", nargs="*", default=None,
+                        help="subset of: flash_attention sdpa_flash sdpa_efficient sdpa_math "
+                             "sdpa_cudnn")
+    args = parser.parse_args(argv)
+    env.setup(quiet=True, plots=False)
+
+    import torch
+
+    from course_lib.flash import bench
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.dry_run:
+        print("No CUDA GPU: nothing meaningful to measure. Use --dry-run --out PATH to check "
+              "that the script works (tiny sizes, Triton's interpreter).", file=sys.stderr)
+        return 2
+    impls = args.impls or (["flash_attention"] + list(bench.sdpa_backends()))
+    if args.dry_run:
+        device = "cpu"
+        impls = [i for i in impls if i in ("flash_attention", "sdpa_math")]
+        grid = [dict(B=1, H=2, N=n, d=d, dtype=torch.float32, is_causal=c)
+                for n in (16, 48) for d in (16, 32) for c in (False, True)]
+        repeats, warmup = args.repeats or 1, 0
+    else:
+        device = "cuda"
+        grid = bench.gpu_grid(full=not args.quick)
+        repeats, warmup = args.repeats or 10, 3
+
+    meta = bench.metadata(dry_run=args.dry_run)
+    meta["command"] = " ".join(["benchmarks/flash_attention.py"] + (argv or sys.argv[1:]))
+    meta["flop_convention"] = "fwd 4*B*H*N^2*d (x0.5 causal); bwd 2.5x fwd"
+    results = []
+    for cfg in grid:
+        for impl in impls:
+            if impl == "sdpa_math" and device == "cuda" and not bench.math_is_feasible(
+                    cfg["B"], cfg["H"], cfg["N"]):
+                rec = dict(impl=impl, B=cfg["B"], H=cfg["H"], N=cfg["N"], d=cfg["d"],
+                           dtype=str(cfg["dtype"]).replace("torch.", ""),
+                           causal=cfg["is_causal"], error="skipped: N x N matrices too large")
+            else:
+                rec = bench.bench_one(impl, **cfg, device=device, repeats=repeats,
+                                      warmup=warmup)
+            results.append(rec)
+            if "error" in rec:
+                msg = rec["error"]
+            else:
+                mem = rec["peak_mem_mib"]
+                msg = (f"fwd {rec['fwd_tflops']:8.3g} TFLOP/s  bwd {rec['bwd_tflops']:8.3g} "
+                       f"TFLOP/s  err {rec['max_abs_err']:.1e}"
+                       + (f"  peak {mem:8.1f} MiB" if mem is not None else ""))
+            print(f"{impl:16s} N={cfg['N']:6d} d={cfg['d']:3d} {rec['dtype']:8s} "
+                  f"causal={int(cfg['is_causal'])}  {msg}", flush=True)
+
+    if args.out is None:
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", meta.get("gpu") or "cpu").strip("-").lower()
+        args.out = bench.RESULTS_DIR / f"flash_attention_{slug}_{meta['date'][:10]}.json"
+    path = bench.write_results(args.out, meta, results)
+    for causal in (False, True):
+        s = bench.speedups({"results": results}, causal=causal)
+        if s:
+            print(f"N=4096 d=128 bf16 causal={causal}: forward {s['fwd']:.2f}x, backward "
+                  f"{s['bwd']:.2f}x SDPA flash (targets 0.8x / 0.5x)")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
