@@ -1,0 +1,290 @@
+"""``course-grade``: grade a folder of submitted notebooks into a gradebook and feedback.
+
+    course-grade SUBMISSION_OR_FOLDER... --out DIR [--jobs N] [--timeout S] [--cell-timeout S]
+
+(also ``python -m course_lib.grading``). Each submission is graded in a process of its own
+(:mod:`course_lib.grading.worker`), ``--jobs`` at a time; see ``docs/instructors.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from .collect import Submission, collect
+from .generate import course_root
+from .report import summary_table, write_all
+from .worker import changed_files, manifest, verify, whole_submission_rows
+
+MAX_LINE = 64 * 1024 * 1024
+SEED_FILE = ".grader-seed"
+
+
+def _seed(out_dir: Path, given: int | None) -> int:
+    """The secret seed of the hidden cases: --seed, else kept in DIR (so re-runs agree)."""
+    if given is not None:
+        return int(given)
+    path = out_dir / SEED_FILE
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        seed = secrets.randbelow(2**31 - 2)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{seed}\n")
+        return seed
+
+
+class Progress:
+    """A text progress bar on stderr (one line per submission when not a terminal)."""
+
+    def __init__(self, total: int, stream=None, quiet: bool = False):
+        self.total, self.done, self.t0 = total, 0, time.monotonic()
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.quiet = quiet
+        self.lock = threading.Lock()
+
+    def step(self, label: str) -> None:
+        with self.lock:
+            self.done += 1
+            if self.quiet:
+                return
+            width = 30
+            filled = int(width * self.done / max(1, self.total))
+            bar = "█" * filled + "·" * (width - filled)
+            secs = time.monotonic() - self.t0
+            text = f"[{bar}] {self.done}/{self.total}  {secs:5.0f} s  {label[-50:]}"
+            if self.tty:
+                self.stream.write("\r" + text.ljust(110))
+                if self.done == self.total:
+                    self.stream.write("\n")
+            else:
+                self.stream.write(text + "\n")
+            self.stream.flush()
+
+
+class Grader:
+    """Runs one worker process per submission and collects their signed results."""
+
+    def __init__(self, root: Path, course, seed: int, args, scratch: Path):
+        self.root, self.course, self.seed, self.args = root, course, seed, args
+        self.scratch = scratch
+        self.manifest = manifest(root)
+        self.lock = threading.Lock()
+        self.tainted: str | None = None
+        self.threads = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+
+    def _fallback(self, sub: Submission, status: str, reason: str) -> dict:
+        from .rebuild import assignment_from_name
+
+        assignment = assignment_from_name(sub.name, self.course)
+        return {"submission": sub.id, "assignment": assignment or "", "notes": [],
+                "flags": {},
+                "rows": whole_submission_rows(sub.id, assignment, self.course, status, reason)}
+
+    def _check_integrity(self) -> None:
+        changed = changed_files(self.manifest, manifest(self.root, list(self.manifest)))
+        if changed:
+            with self.lock:
+                if self.tainted is None:
+                    self.tainted = ", ".join(changed[:5])
+
+    def grade(self, index: int, sub: Submission) -> dict:
+        if sub.data is None:
+            return self._fallback(sub, "error", sub.problem)
+        if self.tainted:
+            return self._fallback(sub, "error", "not graded: the course's files were modified "
+                                  f"during this grading run ({self.tainted})")
+        try:
+            res = self._run_worker(index, sub)
+        finally:
+            self._check_integrity()
+        if self.tainted:
+            return self._fallback(sub, "error", "not trusted: the course's files were "
+                                  f"modified while this submission was graded ({self.tainted})"
+                                  "; restore them (git checkout) and grade again")
+        return res
+
+    def _run_worker(self, index: int, sub: Submission) -> dict:
+        work = self.scratch / f"s{index:05d}"
+        work.mkdir(parents=True)
+        nb_copy = work / "submission.ipynb"
+        nb_copy.write_bytes(sub.data)  # the worker reads a copy; the original is untouched
+        key = secrets.token_bytes(32)
+        job = {"key": key.hex(), "root": str(self.root), "submission": sub.id,
+               "name": sub.name, "notebook": str(nb_copy), "scratch": str(work),
+               "seed": self.seed, "cell_timeout": self.args.cell_timeout,
+               "timeout": self.args.timeout, "output_limit": self.args.output_limit,
+               "threads": self.threads, "manifest": self.manifest}
+        r, w = os.pipe()
+        log = open(work / "worker.log", "wb")
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "course_lib.grading.worker", str(w)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, pass_fds=(w,),
+                cwd=work, start_new_session=True)
+        except OSError as err:
+            os.close(r)
+            os.close(w)
+            log.close()
+            return self._fallback(sub, "error", f"could not start a grading process: {err}")
+        os.close(w)
+        watchdog = threading.Timer(self.args.timeout + 300, proc.kill)
+        watchdog.start()
+        kernels: list[int] = []
+        result = fatal = None
+        forged = 0
+        try:
+            proc.stdin.write(json.dumps(job).encode())
+            proc.stdin.close()
+            with os.fdopen(r, "rb") as f:
+                while True:
+                    line = f.readline(MAX_LINE)
+                    if not line:
+                        break
+                    payload = verify(key, line)
+                    if payload is None:
+                        forged += 1
+                        if forged > 100:
+                            proc.kill()
+                        continue
+                    if "kernel_pid" in payload:
+                        kernels.append(int(payload["kernel_pid"]))
+                    elif "result" in payload:
+                        result = payload["result"]
+                    elif "fatal" in payload:
+                        fatal = str(payload["fatal"])
+            proc.wait()
+        except BrokenPipeError:
+            proc.wait()
+        finally:
+            watchdog.cancel()
+            log.close()
+            for pid in kernels:  # a kernel orphaned by a killed worker must not linger
+                if pid != os.getpgrp():
+                    try:
+                        os.killpg(pid, 9)
+                    except OSError:
+                        pass
+        if result is None:
+            reason = fatal or (f"the grading process was killed (exit code {proc.returncode}) "
+                               "while running this notebook: did its code kill its parent "
+                               "process or exhaust the machine's memory?")
+            if self.args.verbose:
+                tail = (work / "worker.log").read_text(errors="replace")[-3000:]
+                print(f"\n--- worker log of {sub.id} ---\n{tail}", file=sys.stderr)
+            result = self._fallback(sub, "error", reason)
+        if forged:
+            result.setdefault("flags", {}).setdefault("*", []).append(
+                f"{forged} forged or garbled message(s) reached the grader's result channel")
+        if not self.args.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+        return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="course-grade",
+        description="Grade submitted exercise notebooks: rebuild each from the course's own "
+                    "copy with the learner's solution cells, run it in a fresh kernel with the "
+                    "hidden tests, and decide every verdict in the grader's process. Writes "
+                    "DIR/grades.csv, DIR/feedback/*.md and DIR/review.csv.")
+    p.add_argument("inputs", nargs="+", metavar="SUBMISSION_OR_FOLDER",
+                   help="notebooks, folders (searched recursively) or .zip archives")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                   help="output folder for grades.csv, feedback/ and review.csv")
+    p.add_argument("--jobs", "-j", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                   help="submissions graded at once (default: half the CPU cores)")
+    p.add_argument("--timeout", type=float, default=900.0, metavar="S",
+                   help="time limit for a whole notebook in seconds (default 900)")
+    p.add_argument("--cell-timeout", type=float, default=180.0, metavar="S",
+                   help="time limit for one cell in seconds (default 180)")
+    p.add_argument("--output-limit", type=int, default=1_000_000, metavar="BYTES",
+                   help="output above this many bytes per exercise is noted in the "
+                        "feedback (outputs are never kept; default 1000000)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the hidden cases (default: a secret one kept in "
+                        f"DIR/{SEED_FILE}, so re-runs into DIR agree)")
+    p.add_argument("--course", type=Path, default=None, metavar="ROOT",
+                   help="the course checkout holding solutions/ (default: this one)")
+    p.add_argument("--keep-work", action="store_true",
+                   help="keep the per-submission scratch folders (for debugging)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="print a worker's log when it fails")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.jobs < 1 or args.timeout <= 0 or args.cell_timeout <= 0:
+        print("error: --jobs, --timeout and --cell-timeout must be positive", file=sys.stderr)
+        return 2
+    from .rebuild import Course
+
+    root = (args.course or course_root()).resolve()
+    if not (root / "solutions").is_dir():
+        print(f"error: no solutions/ folder in {root}; pass --course ROOT", file=sys.stderr)
+        return 2
+    course = Course.load(root)
+    subs = collect(args.inputs)
+    if not subs:
+        print("error: no notebooks (.ipynb) found in " + ", ".join(map(str, args.inputs)),
+              file=sys.stderr)
+        return 2
+    out_dir = args.out.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seed = _seed(out_dir, args.seed)
+    scratch = Path(tempfile.mkdtemp(prefix="course-grade-"))
+    t0 = time.monotonic()
+    if not args.quiet:
+        print(f"course-grade: {len(subs)} submission(s), {args.jobs} at a time, cell timeout "
+              f"{args.cell_timeout:g} s, notebook timeout {args.timeout:g} s", file=sys.stderr)
+    try:
+        grader = Grader(root, course, seed, args, scratch)
+        progress = Progress(len(subs), quiet=args.quiet)
+        results = []
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = {pool.submit(grader.grade, i, s): s for i, s in enumerate(subs)}
+            for fut in as_completed(futures):
+                sub = futures[fut]
+                try:
+                    res = fut.result()
+                except Exception as err:  # a grader bug: report it, keep the others
+                    res = grader._fallback(sub, "error", f"internal grader error: {err}")
+                results.append(res)
+                progress.step(sub.id)
+    finally:
+        if not args.keep_work:
+            shutil.rmtree(scratch, ignore_errors=True)
+    write_all(out_dir, results)
+    secs = time.monotonic() - t0
+    print(summary_table(results))
+    print(f"\n{len(subs)} submission(s) graded in {secs:.1f} s -> {out_dir / 'grades.csv'}, "
+          f"feedback in {out_dir / 'feedback'}")
+    flagged = sum(1 for r in results if r.get("flags"))
+    if flagged:
+        print(f"⚑ {flagged} submission(s) flagged for a human look: see {out_dir / 'review.csv'}")
+    if grader.tainted:
+        print(f"error: the course's files were modified during grading ({grader.tainted}); "
+              "affected submissions were marked as errors. Restore the files and grade again, "
+              "ideally with kernels that cannot write to the course (see docs/instructors.md).",
+              file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,314 @@
+"""Grade one submission in a process of its own: ``python -m course_lib.grading.worker FD``.
+
+The command-line tool starts one worker per submission (``--jobs`` at a time). The worker
+
+1. reads its job (and a one-time key) from stdin, checks that the course's files are the
+   ones the grader started with, and imports every exercise's checks *before* any
+   learner code runs;
+2. parses the submission, finds its assignment, rebuilds the notebook
+   (:mod:`course_lib.grading.rebuild`) and runs it (:mod:`course_lib.grading.run`);
+3. right after each harvest cell, scores the recorded outputs here, in the grader's own
+   process (:func:`course_lib.checks.core.score`), then deletes them;
+4. sends its result to the parent on file descriptor FD, each line signed with the key
+   (HMAC-SHA256): a kernel that finds that pipe cannot forge a verdict.
+
+A learner's kernel is this process's child; if it kills this process, the parent notices
+and records an error for the submission, and the other submissions go on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import shutil
+import site
+import sys
+import time
+from pathlib import Path
+
+STATUSES = ("passed", "failed", "error", "timeout", "missing")
+
+
+# --------------------------------------------------------------------------- integrity
+
+
+def _hook_files() -> list[Path]:
+    """Files Python runs at every start-up: a kernel that planted one would run code in
+    every later worker and kernel."""
+    files: list[Path] = []
+    for d in sorted({*site.getsitepackages(), site.getusersitepackages()}):
+        if Path(d).is_dir():
+            files += sorted(Path(d).glob("*.pth"))
+            files += [Path(d) / n for n in ("sitecustomize.py", "usercustomize.py")
+                      if (Path(d) / n).exists()]
+    return files
+
+
+def course_files(root: Path) -> list[Path]:
+    """The files a verdict depends on: every course_lib module the checks import (their
+    cases and references), the grader itself, the course's solution notebooks."""
+    import course_lib
+    from course_lib.checks.core import all_exercises
+
+    all_exercises()
+    pkg = Path(course_lib.__file__).resolve().parent
+    files = set(pkg.glob("checks/*.py")) | set(pkg.glob("grading/*.py"))
+    files.add(pkg / "__init__.py")
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if f and Path(f).resolve().is_relative_to(pkg):
+            files.add(Path(f).resolve())
+    files |= set(Path(root).resolve().glob("solutions/*.ipynb"))
+    return sorted(files)
+
+
+def hash_files(paths) -> dict[str, str]:
+    out = {}
+    for f in paths:
+        try:
+            out[str(f)] = hashlib.sha256(Path(f).read_bytes()).hexdigest()
+        except OSError:
+            out[str(f)] = "missing"
+    return out
+
+
+def manifest(root: Path, files: list[str] | None = None) -> dict[str, str]:
+    """sha256 of the course files (``files``, default :func:`course_files`) and of the
+    start-up hooks present now."""
+    paths = course_files(root) if files is None else [Path(f) for f in files]
+    return hash_files(sorted({*map(str, paths), *map(str, _hook_files())}))
+
+
+def changed_files(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def row(submission: str, assignment: str, exercise: str, points: float, max_points: float,
+        status: str, feedback: list[str], title: str = "") -> dict:
+    assert status in STATUSES, status
+    return {"submission": submission, "assignment": assignment, "exercise": exercise,
+            "points": points, "max_points": max_points, "status": status,
+            "feedback": list(feedback), "title": title}
+
+
+def whole_submission_rows(sub_id: str, assignment: str | None, course, status: str,
+                          reason: str) -> list[dict]:
+    """Rows for a submission that could not be graded at all: one per exercise if its
+    assignment is known, else a single row with an empty exercise."""
+    from course_lib.checks.core import get_exercise
+
+    if assignment and assignment in course.exercises:
+        rows = []
+        for ex_id in course.exercises[assignment]:
+            ex = get_exercise(ex_id)
+            rows.append(row(sub_id, assignment, ex_id, 0, ex.points, status, [reason],
+                            ex.title))
+        return rows
+    return [row(sub_id, assignment or "", "", 0, 0, status, [reason])]
+
+
+# --------------------------------------------------------------------------- grading
+
+
+def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float, list[str]]:
+    """Combine the score of the recorded outputs with what happened to the cells."""
+    ex_id = ex.id
+    sol_cells = [i for i, (r, e) in enumerate(plan.roles) if r == "solution" and e == ex_id]
+    harvest = [i for i, (r, e) in enumerate(plan.roles) if r == "harvest" and e == ex_id]
+    v = verdicts.get(ex_id)
+    if v is not None and v.status == "passed":
+        return "passed", v.points, v.feedback
+    h = outcomes[harvest[0]] if harvest else None
+    if h is not None and h.status == "timeout":
+        if "total time limit" in h.message:
+            return "timeout", 0, [f"your function was still running when the notebook reached "
+                                  f"its total time limit ({h.message})"]
+        return "timeout", 0, [f"your function did not finish within {cell_timeout:g} s on the "
+                              "grader's tests: an infinite loop, or far too slow"]
+    if h is not None and h.status == "died":
+        return "error", 0, ["the kernel crashed while your function ran on the grader's tests "
+                            "(os._exit, sys.exit from native code, a segfault, or running out "
+                            "of memory)"]
+    for i in sol_cells:
+        o = outcomes[i]
+        if o.status == "timeout":
+            return "timeout", 0, [f"your solution cell itself did not finish ({o.message}): "
+                                  "is there an infinite loop outside the function?"]
+        if o.status == "died":
+            return "error", 0, ["the kernel crashed while your solution cell ran (os._exit, a "
+                                "signal, a crash in native code, or out of memory)"]
+    if h is not None and h.status == "skipped":
+        status = "timeout" if "time limit" in h.message else "error"
+        return status, 0, [f"your function was never checked: {h.message}"]
+    errored = [outcomes[i] for i in sol_cells if outcomes[i].status == "error"]
+    if v is None:
+        msg = h.message if h is not None and h.message else "no results were recorded"
+        extra = [f"your solution cell raised {errored[-1].message}"] if errored else []
+        return "error", 0, extra + [f"the check of this exercise did not run: {msg}"]
+    if errored and v.status in ("missing", "error") and not any(
+            "not implemented" in f for f in v.feedback):
+        return "error", 0, [f"your solution cell raised {errored[-1].message}"] + v.feedback
+    if v.status == "error" and h is not None and h.status == "error":
+        return "error", 0, [f"the check of this exercise could not run: {h.message}"] + \
+            v.feedback
+    return v.status, v.points, v.feedback
+
+
+def grade(job: dict, send=None) -> dict:
+    """Grade one submission described by ``job``; return its result (rows, notes, flags)."""
+    from course_lib.checks.core import all_exercises, get_exercise, score
+
+    from .rebuild import (
+        Course,
+        SubmissionError,
+        assignment_from_name,
+        identify,
+        parse_notebook,
+        rebuild,
+    )
+    from .run import execute, kernel_env
+
+    t0 = time.monotonic()
+    root = Path(job["root"])
+    sub_id, name = job["submission"], job["name"]
+    scratch = Path(job["scratch"])
+    all_exercises()  # import every chapter's checks before any learner code runs
+    course = Course.load(root)
+    result = {"submission": sub_id, "assignment": "", "rows": [], "notes": [], "flags": {}}
+
+    def finish(rows):
+        result["rows"] = rows
+        result["seconds"] = round(time.monotonic() - t0, 2)
+        return result
+
+    data = Path(job["notebook"]).read_bytes()
+    try:
+        nb, notes = parse_notebook(data)
+    except SubmissionError as err:
+        assignment = assignment_from_name(name, course)
+        result["assignment"] = assignment or ""
+        return finish(whole_submission_rows(sub_id, assignment, course, err.status, err.reason))
+    result["notes"] += notes
+    assignment, how = identify(nb, name, course)
+    if assignment is None:
+        known = ", ".join(course.notebooks) or "none"
+        return finish(whole_submission_rows(
+            sub_id, None, course, "error",
+            f"unknown assignment: neither the notebook's metadata nor its file name "
+            f"{name!r} nor its exercise ids match one of this course's assignments ({known})"))
+    result["assignment"] = assignment
+    if how != "metadata":
+        result["notes"].append(f"assignment {assignment} recognised by its {how}")
+    seed = int(job["seed"])
+    harvest_root = scratch / "harvest"
+    harvest_dirs = {e: str(harvest_root / secrets.token_hex(8))
+                    for e in course.exercises[assignment]}
+    plan = rebuild(nb, assignment, course, seed, harvest_dirs)
+    result["flags"] = plan.flags
+    verdicts = {}
+
+    def on_cell(i, outcome):
+        role, ex_id = plan.roles[i]
+        if role != "harvest":
+            return
+        verdicts[ex_id] = score(ex_id, seed, harvest_dirs[ex_id])
+        shutil.rmtree(harvest_dirs[ex_id], ignore_errors=True)
+
+    workdir = scratch / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = kernel_env(int(job.get("threads", 1)), scratch / "private")
+    outcomes = execute(plan.nb, plan.roles, workdir, cell_timeout=float(job["cell_timeout"]),
+                       total_timeout=float(job["timeout"]), env=env,
+                       on_kernel=(lambda pid: send({"kernel_pid": pid})) if send else None,
+                       on_cell=on_cell)
+    limit = int(job.get("output_limit", 0))
+    rows = []
+    for ex_id in plan.exercises:
+        ex = get_exercise(ex_id)
+        notes = list(plan.notes.get(ex_id, []))
+        if ex_id in plan.missing:
+            rows.append(row(sub_id, assignment, ex_id, 0, ex.points, "missing",
+                            notes + [plan.missing[ex_id]], ex.title))
+            continue
+        status, points, feedback = _verdict_for(ex, plan, outcomes, verdicts,
+                                                float(job["cell_timeout"]))
+        cells = [i for i, (_, e) in enumerate(plan.roles) if e == ex_id]
+        printed = sum(outcomes[i].output_bytes for i in cells)
+        if limit and printed > limit:
+            notes.append(f"your code printed {printed / 2**20:.1f} MB of output; the grader "
+                         "discarded it (print less: the output is not graded)")
+        rows.append(row(sub_id, assignment, ex_id, points, ex.points, status,
+                        notes + feedback, ex.title))
+    course_cells = [o for o, (r, _) in zip(outcomes, plan.roles)
+                    if r == "course" and o.status in ("error", "timeout", "died")]
+    for o in course_cells[:3]:
+        result["notes"].append(f"a course cell failed while grading ({o.status}: "
+                               f"{o.message[:300]}); later exercises may be affected")
+    return finish(rows)
+
+
+# --------------------------------------------------------------------------- channel
+
+
+def sign(key: bytes, payload: dict) -> bytes:
+    body = json.dumps(payload, sort_keys=True)
+    mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    return f"{mac} {body}\n".encode()
+
+
+def verify(key: bytes, line: bytes) -> dict | None:
+    """The payload of a correctly signed line, else None."""
+    try:
+        mac, body = line.decode().rstrip("\n").split(" ", 1)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    good = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(mac, good):
+        return None
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    fd = int(argv[0])
+    os.set_inheritable(fd, False)
+    job = json.loads(sys.stdin.read())  # read (and so drain) the key before any kernel runs
+    key = bytes.fromhex(job.pop("key"))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+
+    def send(payload: dict) -> None:
+        data = memoryview(sign(key, payload))
+        while data:
+            data = data[os.write(fd, data):]
+
+    expected = job.get("manifest")
+    if expected is not None:
+        changed = changed_files(expected, manifest(Path(job["root"]), list(expected)))
+        if changed:
+            send({"fatal": "the course's files changed since grading started: "
+                           + ", ".join(changed[:5])})
+            return 3
+    try:
+        result = grade(job, send)
+    except Exception as err:  # a bug here must not take the other submissions down
+        import traceback
+
+        send({"fatal": f"internal grader error: {type(err).__name__}: {err}\n"
+                       + traceback.format_exc()[-2000:]})
+        return 2
+    send({"result": result})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
