@@ -100,3 +100,26 @@ def test_two_layers_learn_the_antecedent(data):
     assert history[-1][1] < history[0][1]
     after = coref.pointer_accuracy(model, test)
     assert before <= 0.6 and after >= 0.95
+
+
+def test_explorer_runs_headless_and_redraws(data):
+    pytest.importorskip("ipywidgets")
+    from course_lib.widgets.explorer import AttentionExplorer, attention_maps
+
+    train, test = data
+    model = coref.make_model(train.vocab, d_model=8)
+    ex = AttentionExplorer({"a": model}, train.vocab, test.sentences[:3])
+    assert "attention-explorer" in ex.widget._dom_classes
+    assert ex.query.label.endswith("it") and ex.draws == 1
+    png, draws = ex.plot.value, ex.draws
+    ex.query.value = 1
+    assert ex.draws == draws + 1 and ex.plot.value != png
+    ex.causal.value = True
+    tokens, w = ex.current()
+    assert abs(w.sum(-1) - 1).max() < 1e-5 and abs(w[0, 1:]).max() == 0
+    ex.text.value = "the cat did not cross the road because it was too wide"
+    assert ex.sentence.value.startswith("the cat") and ex.tokens[ex.query.value] == "it"
+    ex.text.value = "the zebra"
+    assert "zebra" in ex.summary.value
+    toks, maps = attention_maps(model, train.vocab, "the cat was too wide", scaled=False)
+    assert toks == ["the", "cat", "was", "too", "wide"] and maps[0].shape == (5, 5)
