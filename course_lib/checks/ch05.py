@@ -1,0 +1,298 @@
+r"""Checks for chapter 05 (positional information: sinusoids and RoPE).
+
+Four exercises, each a function the learner writes:
+
+* 05.1 ``sinusoidal_table(n_positions, d_model)``: the sinusoidal encoding, ``[n, d]``
+* 05.2 ``rope_interleaved(x, positions)``: RoPE with pairs :math:`(2i, 2i+1)`, torch
+* 05.3 ``relative_score(q, k, delta)``: the RoPE score from the offset :math:`m-n` alone
+* 05.4 ``interleaved_to_half_weights(W, num_heads)``: convert :math:`W_Q`/:math:`W_K`
+  columns from the interleaved to the half-split convention, head by head
+
+Inputs of the torch exercises are float64; the base is always 10 000.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..positional import apply_rope, rope_permutation, sinusoidal_encoding
+from .core import Case, Exercise, register
+
+DT = torch.float64
+BASE = 10000.0
+
+
+def _t(rng: np.random.Generator, *shape: int) -> torch.Tensor:
+    return torch.from_numpy(rng.normal(size=shape)).to(DT)
+
+
+# --------------------------------------------------------------------------- 05.1 sinusoids
+
+
+def sinusoidal_table_reference(n_positions: int, d_model: int) -> np.ndarray:
+    r""":math:`PE_{p,2i} = \sin(p\,\omega_i)`, :math:`PE_{p,2i+1} = \cos(p\,\omega_i)`,
+    :math:`\omega_i = 10000^{-2i/d}`; float64 ``[n_positions, d_model]``."""
+    return sinusoidal_encoding(n_positions, d_model, BASE, dtype=DT).numpy()  # (n, d)
+
+
+def _sin_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [Case("4 positions, d_model = 6", (4, 6)),
+                Case("50 positions, d_model = 16", (50, 16))]
+    n = int(rng.integers(5, 30))
+    return [Case("1 position, d_model = 2: [[0, 1]]", (1, 2)),
+            Case("200 positions, d_model = 64", (200, 64)),
+            Case(f"{n} positions, d_model = 10", (n, 10))]
+
+
+def _sin_table(n, d, exponent, even=np.sin, odd=np.cos):
+    p = np.arange(n)[:, None]  # (n, 1)
+    j = np.arange(d)[None, :]  # (1, d)
+    ang = p / BASE ** exponent(j, d)  # (n, d)
+    return np.where(j % 2 == 0, even(ang), odd(ang))  # (n, d)
+
+
+def _sin_swapped(n, d):
+    return _sin_table(n, d, lambda j, d: 2 * (j // 2) / d, even=np.cos, odd=np.sin)
+
+
+def _sin_feature_index(n, d):
+    return _sin_table(n, d, lambda j, d: j / d)
+
+
+def _sin_no_two(n, d):
+    return _sin_table(n, d, lambda j, d: (j // 2) / d)
+
+
+def _sin_concat(n, d):
+    p = np.arange(n)[:, None]  # (n, 1)
+    w = BASE ** (-2 * np.arange(d // 2) / d)  # (d/2,)
+    return np.concatenate((np.sin(p * w), np.cos(p * w)), axis=1)  # (n, d)
+
+
+def _sin_positive_exponent(n, d):
+    return _sin_table(n, d, lambda j, d: -2 * (j // 2) / d)
+
+
+register(Exercise(
+    id="05.1",
+    title="the sinusoidal position table",
+    points=1,
+    target="sinusoidal_table",
+    cases=_sin_cases,
+    reference=sinusoidal_table_reference,
+    atol=1e-6,
+    rtol=1e-5,
+    mistakes={
+        "sin and cos are swapped: even features (0, 2, 4, ...) hold sin, odd ones cos.":
+            _sin_swapped,
+        "features 2i and 2i+1 must share ONE frequency 10000^(-2i/d); you used the feature "
+        "index j itself (10000^(-j/d)), so the cos of a pair turns at a different speed.":
+            _sin_feature_index,
+        "the exponent is 2i/d, not i/d: with i the pair index, omega_i = 10000^(-2i/d).":
+            _sin_no_two,
+        "you put all the sines first and all the cosines second ([sin | cos]); the table "
+        "interleaves them: sin at feature 2i, cos at feature 2i+1.": _sin_concat,
+        "the angle is p / 10000^(2i/d), i.e. p times a frequency <= 1; you multiplied by "
+        "10000^(2i/d) instead of dividing.": _sin_positive_exponent,
+    },
+    hint="build angles[p, i] = p / 10000**(2*i/d) with shape (n, d/2), then put "
+         "sin(angles) in the even columns and cos(angles) in the odd columns.",
+))
+
+
+# --------------------------------------------------------------------------- 05.2 RoPE
+
+
+def rope_interleaved_reference(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    r"""Rotate pair :math:`(x_{2i}, x_{2i+1})` of token t by :math:`p_t\,\theta_i`,
+    :math:`\theta_i = 10000^{-2i/d}`."""
+    return apply_rope(x, positions, base=BASE, interleaved=True)  # (..., N, d)
+
+
+def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("one token at position 1, d = 2: a rotation by 1 radian",
+                 (torch.tensor([[1.0, 0.0]], dtype=DT), torch.tensor([1]))),
+            Case("x (5, 8) at positions 0..4", (_t(rng, 5, 8), torch.arange(5))),
+            Case("x (2, 3, 6, 16) at positions 10..15 (new tokens after a KV cache of 10)",
+                 (_t(rng, 2, 3, 6, 16), torch.arange(10, 16))),
+        ]
+    return [
+        Case("positions out of order with a repeat",
+             (_t(rng, 4, 8), torch.tensor([7, 0, 7, 3]))),
+        Case("x (2, 4, 9, 64), positions 100..108", (_t(rng, 2, 4, 9, 64), torch.arange(100, 109))),
+        Case("random positions below 300",
+             (_t(rng, 3, 7, 12), torch.from_numpy(rng.integers(0, 300, size=7)))),
+    ]
+
+
+def _rope_with(x, positions, theta_exp, sign=1.0, half=False, pos=None):
+    d = x.shape[-1]
+    i = torch.arange(d // 2, dtype=DT)  # (d/2,)
+    theta = BASE ** (-theta_exp(i, d))  # (d/2,)
+    p = positions if pos is None else pos(x, positions)
+    ang = p.to(DT)[:, None] * theta  # (N, d/2)
+    cos, sin = torch.cos(ang), sign * torch.sin(ang)  # (N, d/2)
+    if half:
+        a, b = x[..., : d // 2], x[..., d // 2:]
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+    ya, yb = a * cos - b * sin, a * sin + b * cos  # (..., N, d/2)
+    if half:
+        return torch.cat((ya, yb), dim=-1)
+    return torch.stack((ya, yb), dim=-1).flatten(-2)
+
+
+register(Exercise(
+    id="05.2",
+    title="RoPE, interleaved pairs (2i, 2i+1)",
+    points=2,
+    target="rope_interleaved",
+    cases=_rope_cases,
+    reference=rope_interleaved_reference,
+    atol=1e-6,
+    rtol=1e-5,
+    mistakes={
+        "your rotation turns the wrong way (clockwise): the new pair is "
+        "(x_a cos - x_b sin, x_a sin + x_b cos).":
+            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, sign=-1.0),
+        "you paired features (i, i + d/2) ('rotate half'); this exercise pairs neighbours "
+        "(2i, 2i+1).":
+            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, half=True),
+        "theta_i = 10000^(-2i/d) with i the pair index: your exponent is i/d.":
+            lambda x, pos: _rope_with(x, pos, lambda i, d: i / d),
+        "you ignored `positions` and rotated token t by t * theta (positions 0..N-1): "
+        "use the positions you are given (they may start after a KV cache).":
+            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d,
+                                      pos=lambda x, p: torch.arange(x.shape[-2])),
+    },
+    hint="angles = positions[:, None] * theta[None, :] has shape (N, d/2); rotate "
+         "a = x[..., 0::2], b = x[..., 1::2] and interleave the results back with "
+         "torch.stack((a', b'), dim=-1).flatten(-2).",
+))
+
+
+# --------------------------------------------------------------------------- 05.3 relative score
+
+
+def relative_score_reference(q: torch.Tensor, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    r""":math:`(R_m q)^\top (R_n k)` for :math:`m - n = \delta`, computed as
+    :math:`\mathrm{Re}\sum_i q_i\,\overline{k_i}\,e^{\mathrm{i}\delta\theta_i}` (interleaved
+    pairs as complex numbers). ``q, k [B, d]``, ``delta [B]`` → ``[B]``."""
+    qm = apply_rope(q[:, None, :], delta[:, None], base=BASE)[:, 0]  # (B, d) q at position delta
+    return (qm * k).sum(-1)  # (B,) k stays at position 0
+
+
+def _rel_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("d = 2, q = k = (1, 0), delta = 0 and 1: cos 0 and cos 1",
+                 (torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DT),
+                  torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DT), torch.tensor([0, 1]))),
+            Case("4 random (q, k) pairs in d = 8, delta in -20..20",
+                 (_t(rng, 4, 8), _t(rng, 4, 8), torch.from_numpy(rng.integers(-20, 21, 4)))),
+        ]
+    return [
+        Case("d = 64, delta = 0, -1, 1, 150, -150",
+             (_t(rng, 5, 64), _t(rng, 5, 64), torch.tensor([0, -1, 1, 150, -150]))),
+        Case("d = 16, random delta below 300 in size",
+             (_t(rng, 6, 16), _t(rng, 6, 16), torch.from_numpy(rng.integers(-300, 300, 6)))),
+    ]
+
+
+def _rel(q, k, delta, sign=1.0, conj=True, theta_exp=lambda i, d: 2 * i / d):
+    d = q.shape[-1]
+    theta = BASE ** (-theta_exp(torch.arange(d // 2, dtype=DT), d))  # (d/2,)
+    zq = torch.complex(q[:, 0::2], q[:, 1::2])  # (B, d/2)
+    zk = torch.complex(k[:, 0::2], k[:, 1::2])  # (B, d/2)
+    zk = zk.conj() if conj else zk
+    rot = torch.polar(torch.ones(1, dtype=DT), sign * delta.to(DT)[:, None] * theta)  # (B, d/2)
+    return (zq * zk * rot).real.sum(-1)  # (B,)
+
+
+register(Exercise(
+    id="05.3",
+    title="the RoPE score from the offset m - n alone",
+    points=2,
+    target="relative_score",
+    cases=_rel_cases,
+    reference=relative_score_reference,
+    atol=1e-6,
+    rtol=1e-5,
+    mistakes={
+        "the sign of the offset is flipped: with delta = m - n the factor is "
+        "e^{+i delta theta} (equivalently, the score is q^T R_{n-m} k, rotating k by -delta)."
+        : lambda q, k, d: _rel(q, k, d, sign=-1.0),
+        "you forgot the complex conjugate of k: the real dot product of two pairs is "
+        "Re(z_q * conj(z_k)), not Re(z_q * z_k).": lambda q, k, d: _rel(q, k, d, conj=False),
+        "theta_i = 10000^(-2i/d) with i the pair index: your exponent is i/d.":
+            lambda q, k, d: _rel(q, k, d, theta_exp=lambda i, dd: i / dd),
+        "you returned the plain dot product q.k: the rotation by delta * theta_i is missing.":
+            lambda q, k, d: (q * k).sum(-1),
+    },
+    hint="read pairs as complex numbers z = x[..., 0::2] + 1j * x[..., 1::2]; the score is "
+         "the real part of sum_i z_q,i * conj(z_k,i) * exp(1j * delta * theta_i).",
+))
+
+
+# --------------------------------------------------------------------------- 05.4 conventions
+
+
+def interleaved_to_half_weights_reference(W: torch.Tensor, num_heads: int) -> torch.Tensor:
+    r"""Permute the columns of each head's block of ``W [d_model, H*d_head]`` by
+    ``[0, 2, …, d-2, 1, 3, …, d-1]`` so that half-split RoPE on ``x @ W'`` gives the
+    same scores as interleaved RoPE on ``x @ W``."""
+    d_model, width = W.shape
+    d_head = width // num_heads
+    w = W.reshape(d_model, num_heads, d_head)  # (d_model, H, d_head)
+    return w[..., rope_permutation(d_head)].reshape(d_model, width)  # (d_model, H*d_head)
+
+
+def _conv_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("one head, W = the column indices 0..7 (d_model 1, d_head 8)",
+                 (torch.arange(8, dtype=DT)[None, :], 1)),
+            Case("W (12, 16), 2 heads of d_head 8", (_t(rng, 12, 16), 2)),
+        ]
+    return [
+        Case("W (6, 24), 4 heads of d_head 6", (_t(rng, 6, 24), 4)),
+        Case("W (32, 64), 1 head of d_head 64", (_t(rng, 32, 64), 1)),
+        Case("W (8, 48), 3 heads of d_head 16", (_t(rng, 8, 48), 3)),
+    ]
+
+
+def _conv_inverse(W, num_heads):
+    d_model, width = W.shape
+    d_head = width // num_heads
+    inv = torch.argsort(rope_permutation(d_head))
+    return W.reshape(d_model, num_heads, d_head)[..., inv].reshape(d_model, width)
+
+
+def _conv_global(W, num_heads):
+    return W[:, rope_permutation(W.shape[1])]
+
+
+register(Exercise(
+    id="05.4",
+    title="convert W_Q / W_K from interleaved to half-split RoPE",
+    points=2,
+    target="interleaved_to_half_weights",
+    cases=_conv_cases,
+    reference=interleaved_to_half_weights_reference,
+    atol=1e-12,
+    rtol=0.0,
+    mistakes={
+        "you applied the inverse permutation: new column j must be old column perm[j] with "
+        "perm = [0, 2, 4, ..., 1, 3, 5, ...] (W_new = W[:, perm]), not W_new[:, perm] = W.":
+            _conv_inverse,
+        "you permuted all H*d_head columns at once; RoPE pairs features within each head, so "
+        "permute each head's d_head columns separately (reshape to (d_model, H, d_head)).":
+            _conv_global,
+    },
+    hint="reshape W to (d_model, H, d_head), index the last axis with "
+         "perm = [0, 2, ..., d_head-2, 1, 3, ..., d_head-1], reshape back.",
+))

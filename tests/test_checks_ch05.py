@@ -1,0 +1,114 @@
+"""The chapter 05 exercises: references pass, every declared mistake is caught and named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_lib.checks import CheckFailed, check
+from course_lib.checks.core import get_exercise, harvest, score
+
+IDS = ["05.1", "05.2", "05.3", "05.4"]
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_reference_passes_visible_and_hidden(ex_id, capsys):
+    ex = get_exercise(ex_id)
+    assert check(ex_id, ex.reference).passed
+    assert check(ex_id, ex.reference, hidden=True).passed
+    assert "all" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_every_mistake_fails_with_its_own_hint(ex_id):
+    ex = get_exercise(ex_id)
+    assert ex.mistakes, f"{ex_id} declares no mistakes"
+    for hint, wrong in ex.mistakes.items():
+        messages = []
+        for hidden in (False, True):
+            try:
+                check(ex_id, wrong, hidden=hidden, quiet=True)
+            except CheckFailed as failure:
+                messages.append(str(failure))
+        assert messages, f"{ex_id}: the mistake {hint[:50]!r}... passes the checks"
+        assert any(hint in m for m in messages), (
+            f"{ex_id}: the mistake {hint[:50]!r}... is caught but not named: {messages}")
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_placeholder_says_not_implemented(ex_id, capsys):
+    def blank(*args, **kwargs):
+        raise NotImplementedError("Exercise is not implemented yet")
+
+    report = check(ex_id, blank)
+    assert report.not_implemented
+    assert "not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_grader_round_trip(ex_id, tmp_path):
+    ex = get_exercise(ex_id)
+    harvest(ex_id, ex.reference, seed=7, out_dir=tmp_path)
+    verdict = score(ex_id, seed=7, out_dir=tmp_path)
+    assert verdict.status == "passed" and verdict.points == ex.points
+    wrong = next(iter(ex.mistakes.values()))
+    harvest(ex_id, wrong, seed=7, out_dir=tmp_path / "w")
+    assert score(ex_id, seed=7, out_dir=tmp_path / "w").status == "failed"
+
+
+def test_mistakes_are_told_apart():
+    """Each wrong twin is named by its own hint, not by another mistake's hint."""
+    for ex_id in IDS:
+        ex = get_exercise(ex_id)
+        for hint, wrong in ex.mistakes.items():
+            try:
+                check(ex_id, wrong, quiet=True)
+            except CheckFailed as failure:
+                named = [h for h in ex.mistakes if h in str(failure)]
+                assert named and named[0] == hint, (ex_id, hint[:40], named)
+
+
+def test_05_1_accepts_a_torch_table_and_float32():
+    from course_lib.positional import sinusoidal_encoding
+
+    assert check("05.1", lambda n, d: sinusoidal_encoding(n, d), hidden=True).passed
+
+
+def test_05_2_reports_a_wrong_shape():
+    with pytest.raises(CheckFailed, match="expected shape"):
+        check("05.2", lambda x, positions: x[..., ::2], quiet=True)
+
+
+def test_05_3_reference_equals_absolute_positions():
+    """The offset formula equals rotating q to m and k to n, for several (m, n)."""
+    from course_lib.checks.ch05 import relative_score_reference
+    from course_lib.positional import apply_rope
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 16, dtype=torch.float64, generator=g)
+    k = torch.randn(3, 16, dtype=torch.float64, generator=g)
+    m, n = torch.tensor([5, 40, 2]), torch.tensor([1, 70, 2])
+    absolute = (apply_rope(q[:, None], m[:, None])[:, 0]
+                * apply_rope(k[:, None], n[:, None])[:, 0]).sum(-1)
+    assert torch.allclose(relative_score_reference(q, k, m - n), absolute, atol=1e-12)
+
+
+def test_05_4_reference_preserves_multi_head_scores():
+    from course_lib.checks.ch05 import interleaved_to_half_weights_reference as convert
+    from course_lib.positional import apply_rope
+
+    g = torch.Generator().manual_seed(1)
+    H, d_head, d_model, n = 3, 8, 10, 7
+    x = torch.randn(n, d_model, dtype=torch.float64, generator=g)
+    wq = torch.randn(d_model, H * d_head, dtype=torch.float64, generator=g)
+    wk = torch.randn(d_model, H * d_head, dtype=torch.float64, generator=g)
+
+    def scores(wq, wk, interleaved):
+        q = (x @ wq).reshape(n, H, d_head).transpose(0, 1)  # (H, N, d)
+        k = (x @ wk).reshape(n, H, d_head).transpose(0, 1)  # (H, N, d)
+        return apply_rope(q, interleaved=interleaved) @ apply_rope(k, interleaved=interleaved).mT
+
+    want = scores(wq, wk, True)
+    got = scores(convert(wq, H), convert(wk, H), False)
+    assert torch.allclose(got, want, atol=1e-10)
+    assert not torch.allclose(scores(wq, wk, False), want, atol=1e-3)
