@@ -1,0 +1,478 @@
+r"""The recurrent neural network, and the measurements that show why attention replaced it.
+
+An Elman RNN (Elman, 1990, "Finding Structure in Time") reads a sequence one step at a time
+and squeezes everything it has seen into a hidden state :math:`h_t \in \mathbb{R}^{d_h}`:
+
+.. math::
+
+    h_t = \tanh\!\left(W_{xh} x_t + W_{hh} h_{t-1} + b_h\right), \qquad t = 1, \dots, T,
+
+with :math:`x_t \in \mathbb{R}^{d_{in}}`, :math:`W_{xh} \in \mathbb{R}^{d_h \times d_{in}}`,
+:math:`W_{hh} \in \mathbb{R}^{d_h \times d_h}`, :math:`b_h \in \mathbb{R}^{d_h}` and
+:math:`h_0 = 0` unless given. The weights are stored as in ``torch.nn.RNN``
+(``weight_ih_l0`` is :math:`W_{xh}`, ``weight_hh_l0`` is :math:`W_{hh}`, and torch's two
+biases add up to :math:`b_h`), so :func:`rnn_forward` equals
+``torch.nn.RNN(batch_first=True)`` given the same weights.
+
+Besides the forward pass this module holds what chapter 01 measures:
+
+* **sequential depth**: :func:`dependency_graph` and :func:`critical_path` count the steps
+  that must run one after another; :func:`autograd_depth` counts them in a real computation;
+* **information over distance**: :func:`jacobian_norms_through_time` gives
+  :math:`\lVert \partial h_T / \partial x_t \rVert_F` for every :math:`t`, and
+  :func:`scale_to_spectral_radius` / :func:`recurrent_matrix` build :math:`W_{hh}` with a
+  chosen spectral radius;
+* **a recall task**: :func:`make_recall_batch`, two small models (:class:`RecallRNN`,
+  :class:`RecallAttention`), :func:`train_recall` and :func:`recall_accuracy_by_distance`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+try:  # the course's own attention (chapter 02); torch's is the same function
+    from course_lib.attention import scaled_dot_product_attention as _course_sdpa
+except ImportError:  # pragma: no cover - only while chapter 02's module is missing
+    _course_sdpa = None
+
+__all__ = [
+    "RecallAttention",
+    "RecallBatch",
+    "RecallRNN",
+    "autograd_depth",
+    "best_time",
+    "critical_path",
+    "dependency_graph",
+    "jacobian_norms_through_time",
+    "make_recall_batch",
+    "recall_accuracy_by_distance",
+    "recurrent_matrix",
+    "rnn_forward",
+    "recall_loss",
+    "rnn_weights_from_torch",
+    "scale_to_spectral_radius",
+    "single_thread",
+    "spectral_radius",
+    "train_recall",
+]
+
+
+# --------------------------------------------------------------------------- the recurrence
+
+
+def _shape(t) -> str:
+    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _check_rnn_inputs(x, W_xh, W_hh, b_h, h0) -> None:
+    """Clear errors naming the expected and the actual shapes."""
+    for name, t in (("x", x), ("W_xh", W_xh), ("W_hh", W_hh), ("b_h", b_h)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"expected {name} to be a torch.Tensor, got {type(t).__name__}")
+    if x.dim() != 3:
+        raise ValueError(f"expected x of shape [B, T, d_in], got {_shape(x)}")
+    d_in = x.shape[-1]
+    if W_hh.dim() != 2 or W_hh.shape[0] != W_hh.shape[1]:
+        raise ValueError(f"expected W_hh of shape [d_h, d_h] (square), got {_shape(W_hh)}")
+    d_h = W_hh.shape[0]
+    if W_xh.dim() != 2 or tuple(W_xh.shape) != (d_h, d_in):
+        raise ValueError(f"expected W_xh of shape [d_h, d_in] = [{d_h}, {d_in}] "
+                         f"(d_h from W_hh, d_in from x), got {_shape(W_xh)}")
+    if tuple(b_h.shape) != (d_h,):
+        raise ValueError(f"expected b_h of shape [d_h] = [{d_h}], got {_shape(b_h)}")
+    if h0 is not None:
+        if not isinstance(h0, torch.Tensor):
+            raise TypeError(f"expected h0 to be a torch.Tensor or None, got {type(h0).__name__}")
+        if tuple(h0.shape) != (x.shape[0], d_h):
+            raise ValueError(f"expected h0 of shape [B, d_h] = [{x.shape[0]}, {d_h}], "
+                             f"got {_shape(h0)}")
+
+
+def rnn_forward(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: torch.Tensor,
+                h0: torch.Tensor | None = None) -> torch.Tensor:
+    r"""Run a tanh RNN over ``x [B, T, d_in]`` and return every hidden state ``[B, T, d_h]``.
+
+    Row-vector form, one batch row per sequence (this is what the code computes):
+
+    .. math::
+
+        h_t = \tanh\!\left(x_t W_{xh}^\top + b_h + h_{t-1} W_{hh}^\top\right).
+
+    The input term :math:`x_t W_{xh}^\top + b_h` does not depend on :math:`h`, so it is
+    computed for all :math:`t` at once; only the :math:`h_{t-1} W_{hh}^\top` chain is
+    sequential, :math:`T` steps that no amount of hardware can run side by side.
+    ``W_xh [d_h, d_in]``, ``W_hh [d_h, d_h]``, ``b_h [d_h]``, ``h0 [B, d_h]`` (zeros if None).
+    """
+    _check_rnn_inputs(x, W_xh, W_hh, b_h, h0)
+    B, T, _ = x.shape
+    d_h = W_hh.shape[0]
+    h = x.new_zeros(B, d_h) if h0 is None else h0  # (B, d_h)
+    if T == 0:
+        return x.new_zeros(B, 0, d_h)  # (B, 0, d_h)
+    xw = x @ W_xh.T + b_h  # (B, T, d_h) the parallel part: every step's input at once
+    states = []
+    for t in range(T):  # the sequential part: step t needs step t-1
+        h = torch.tanh(xw[:, t] + h @ W_hh.T)  # (B, d_h)
+        states.append(h)
+    return torch.stack(states, dim=1)  # (B, T, d_h)
+
+
+def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(W_xh, W_hh, b_h)`` of a one-layer tanh ``torch.nn.RNN`` (its two biases summed)."""
+    if rnn.num_layers != 1 or rnn.bidirectional or rnn.nonlinearity != "tanh":
+        raise ValueError("expected a one-layer, one-directional tanh torch.nn.RNN, got "
+                         f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}, "
+                         f"nonlinearity={rnn.nonlinearity!r}")
+    W_xh = rnn.weight_ih_l0.detach()  # (d_h, d_in)
+    W_hh = rnn.weight_hh_l0.detach()  # (d_h, d_h)
+    if rnn.bias:
+        b_h = (rnn.bias_ih_l0 + rnn.bias_hh_l0).detach()  # (d_h,)
+    else:
+        b_h = torch.zeros(W_hh.shape[0], dtype=W_hh.dtype)  # (d_h,)
+    return W_xh, W_hh, b_h
+
+
+# --------------------------------------------------------------------------- sequential depth
+
+
+def dependency_graph(kind: str, n_tokens: int, n_layers: int = 1) -> list[list[int]]:
+    r"""Which computations wait for which, for ``n_layers`` layers over ``n_tokens`` tokens.
+
+    Node :math:`(l, t)` is the output of layer :math:`l` at position :math:`t`, numbered
+    ``l * n_tokens + t`` (a topological order). The inputs are available from the start and
+    are not nodes. Returns ``parents``: ``parents[i]`` lists the nodes node ``i`` waits for.
+
+    * ``"rnn"``: :math:`h^{(l)}_t` needs :math:`h^{(l)}_{t-1}` (same layer, previous step) and
+      :math:`h^{(l-1)}_t` (layer below, same step);
+    * ``"attention"``: position :math:`t` of layer :math:`l` reads *every* position of layer
+      :math:`l-1` (a causal layer reads :math:`s \le t`; the depth is the same) and nothing
+      of its own layer.
+    """
+    if kind not in ("rnn", "attention"):
+        raise ValueError(f"kind must be 'rnn' or 'attention', got {kind!r}")
+    if n_tokens < 0 or n_layers < 0:
+        raise ValueError(f"expected n_tokens >= 0 and n_layers >= 0, got {n_tokens}, {n_layers}")
+    parents: list[list[int]] = []
+    for layer in range(n_layers):
+        for t in range(n_tokens):
+            below = (layer - 1) * n_tokens
+            if kind == "rnn":
+                p = ([below + t] if layer > 0 else []) + ([layer * n_tokens + t - 1] if t else [])
+            else:
+                p = list(range(below, below + t + 1)) if layer > 0 else []
+            parents.append(p)
+    return parents
+
+
+def critical_path(parents: Sequence[Sequence[int]]) -> int:
+    r"""The number of nodes on the longest chain of a dependency graph: its sequential depth.
+
+    With unlimited parallel hardware, a node can start once all its parents are done, so the
+    whole graph takes :math:`\max_i \mathrm{depth}(i)` rounds, where
+
+    .. math::
+
+        \mathrm{depth}(i) = 1 + \max_{p \in \mathrm{parents}(i)} \mathrm{depth}(p)
+        \quad (\text{and } 1 \text{ for a node without parents}).
+
+    The total *work* is the number of nodes; the *depth* is what parallelism cannot shorten.
+    ``parents[i]`` may only name nodes ``< i`` (a topological order).
+    """
+    depth: list[int] = []
+    for i, ps in enumerate(parents):
+        bad = [p for p in ps if not 0 <= p < i]
+        if bad:
+            raise ValueError(f"node {i} lists parents {bad}: parents must be earlier nodes "
+                             f"(0 <= p < {i}), so the list is in topological order")
+        depth.append(1 + max((depth[p] for p in ps), default=0))
+    return max(depth, default=0)
+
+
+def autograd_depth(output: torch.Tensor) -> int:
+    """The longest chain of operations autograd recorded to compute ``output``.
+
+    Walks the ``grad_fn`` graph (each node is one differentiable operation) and returns the
+    number of nodes on its longest path, leaf accumulators excluded: a measured sequential
+    depth of the actual computation, not of a diagram.
+    """
+    if output.grad_fn is None:
+        return 0
+    memo: dict[object, int] = {}
+    stack: list[tuple[object, bool]] = [(output.grad_fn, False)]
+    while stack:  # iterative post-order: an RNN's graph is far deeper than Python's stack
+        node, expanded = stack.pop()
+        if node in memo:
+            continue
+        children = [f for f, _ in node.next_functions if f is not None
+                    and type(f).__name__ != "AccumulateGrad"]
+        if expanded:
+            memo[node] = 1 + max((memo[c] for c in children), default=0)
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if c not in memo)
+    return memo[output.grad_fn]
+
+
+def best_time(fn: Callable[[], object], repeats: int = 3) -> float:
+    """The fastest of ``repeats`` wall-clock runs of ``fn()``, in seconds (after one warm-up).
+
+    The minimum is the least noisy estimate on a shared machine: noise only adds time.
+    """
+    fn()
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+# --------------------------------------------------------------------------- gradients over distance
+
+
+def spectral_radius(W: torch.Tensor) -> float:
+    r"""The spectral radius :math:`\rho(W) = \max_i |\lambda_i(W)|` of a square matrix."""
+    if W.dim() != 2 or W.shape[0] != W.shape[1]:
+        raise ValueError(f"expected a square matrix [d, d], got {_shape(W)}")
+    return float(torch.linalg.eigvals(W).abs().max())
+
+
+def scale_to_spectral_radius(W: torch.Tensor, rho: float) -> torch.Tensor:
+    r"""``W`` rescaled so that its spectral radius is ``rho``: :math:`\rho \, W / \rho(W)`.
+
+    Not the largest *singular value* :math:`\lVert W \rVert_2`: the two agree for normal
+    matrices (symmetric, orthogonal) and differ for most others, where
+    :math:`\rho(W) \le \lVert W \rVert_2`.
+    """
+    r = spectral_radius(W)
+    if r == 0:
+        raise ValueError("W has spectral radius 0 (nilpotent): it cannot be rescaled to rho")
+    return W * (rho / r)  # (d, d)
+
+
+def recurrent_matrix(d_h: int, rho: float, *, kind: str = "orthogonal",
+                     generator: torch.Generator | None = None,
+                     dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    r"""A random ``[d_h, d_h]`` recurrent matrix with spectral radius ``rho``.
+
+    ``kind="orthogonal"``: :math:`\rho Q` with :math:`Q` a random orthogonal matrix, so every
+    eigenvalue *and* every singular value has modulus :math:`\rho` and
+    :math:`\lVert W^k v \rVert = \rho^k \lVert v \rVert` exactly. ``kind="gaussian"``: i.i.d.
+    normal entries rescaled to spectral radius :math:`\rho` (non-normal: transients differ).
+    """
+    A = torch.randn(d_h, d_h, generator=generator, dtype=dtype)  # (d_h, d_h)
+    if kind == "orthogonal":
+        Q, R = torch.linalg.qr(A)  # (d_h, d_h) each
+        Q = Q * torch.sign(torch.diagonal(R))  # (d_h, d_h) uniform (Haar) orthogonal
+        return rho * Q  # (d_h, d_h)
+    if kind == "gaussian":
+        return scale_to_spectral_radius(A, rho)  # (d_h, d_h)
+    raise ValueError(f"kind must be 'orthogonal' or 'gaussian', got {kind!r}")
+
+
+def jacobian_norms_through_time(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor,
+                                b_h: torch.Tensor, h0: torch.Tensor | None = None
+                                ) -> torch.Tensor:
+    r"""``[T]`` Frobenius norms :math:`\lVert \partial h_T / \partial x_t \rVert_F`, for ``x [T, d_in]``.
+
+    By the chain rule, with :math:`D_k = \mathrm{diag}(1 - h_k^2)` the tanh derivative,
+
+    .. math::
+
+        \frac{\partial h_T}{\partial x_t} = D_T W_{hh} D_{T-1} W_{hh} \cdots D_{t+1} W_{hh}
+        \, D_t W_{xh},
+
+    a product of :math:`T - t` factors :math:`D_k W_{hh}`, so its size behaves roughly like
+    :math:`\rho(W_{hh})^{T-t}` while the tanh stays unsaturated (:math:`D_k \approx I`).
+
+    The Jacobian is :math:`d_h \times d_{in}` per step. Row :math:`i` is the gradient of
+    :math:`h_T[i]`; all :math:`d_h` rows come from one backward pass by running :math:`d_h`
+    copies of the sequence as a batch and differentiating :math:`\sum_i h_T^{(i)}[i]`.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(f"expected x of shape [T, d_in] (one sequence), got {_shape(x)}")
+    T, d_in = x.shape
+    d_h = W_hh.shape[0] if W_hh.dim() == 2 else -1
+    xs = x.detach().unsqueeze(0).expand(max(d_h, 1), T, d_in).clone()  # (d_h, T, d_in)
+    xs.requires_grad_(True)
+    h0s = None if h0 is None else h0.detach().reshape(1, -1).expand(max(d_h, 1), -1)  # (d_h, d_h)
+    H = rnn_forward(xs, W_xh.detach(), W_hh.detach(), b_h.detach(), h0s)  # (d_h, T, d_h)
+    if T == 0:
+        return x.new_zeros(0)  # (0,)
+    h_T = H[:, -1, :]  # (d_h, d_h) row i: copy i's final state
+    (grad,) = torch.autograd.grad(h_T.diagonal().sum(), xs)  # (d_h, T, d_in) = dh_T[i]/dx_t
+    return grad.pow(2).sum(dim=(0, 2)).sqrt()  # (T,) Frobenius norm over (i, input feature)
+
+
+# --------------------------------------------------------------------------- the recall task
+
+
+@dataclass
+class RecallBatch:
+    """A batch of the marked-token recall task.
+
+    ``tokens [B, T]`` random symbols; ``marker [B, T]`` 1.0 at exactly one position per row,
+    ``position [B]``; ``target [B]`` the marked symbol. At every later step ``t`` the model
+    must output ``target``: the symbol it saw ``distance = t - position`` steps earlier.
+    """
+
+    tokens: torch.Tensor
+    marker: torch.Tensor
+    position: torch.Tensor
+    target: torch.Tensor
+
+    @property
+    def distance(self) -> torch.Tensor:
+        """``[B, T]``: how many steps ago the marked symbol was seen (< 1: not yet asked)."""
+        t = torch.arange(self.tokens.shape[1])  # (T,)
+        return t[None, :] - self.position[:, None]  # (B, T)
+
+
+def make_recall_batch(batch: int, seq_len: int, vocab: int, *,
+                      positions: torch.Tensor | Sequence[int] | None = None,
+                      generator: torch.Generator | None = None) -> RecallBatch:
+    """Sequences of random symbols with one marked position; the answer is the marked symbol.
+
+    ``positions`` (one per row, each in ``0 .. seq_len - 2``) says where the marker goes;
+    by default it is uniform over that range. Every step after the marker is a question
+    ("which symbol was marked?") whose answer lies ``t - position`` steps back.
+    """
+    if seq_len < 2 or vocab < 2 or batch < 1:
+        raise ValueError(f"expected batch >= 1, seq_len >= 2, vocab >= 2, got "
+                         f"{batch}, {seq_len}, {vocab}")
+    tokens = torch.randint(vocab, (batch, seq_len), generator=generator)  # (B, T)
+    if positions is None:
+        position = torch.randint(0, seq_len - 1, (batch,), generator=generator)  # (B,)
+    else:
+        position = torch.as_tensor(positions, dtype=torch.long).reshape(-1)  # (B,)
+        if position.shape != (batch,):
+            raise ValueError(f"expected {batch} positions, got shape {_shape(position)}")
+        if position.min() < 0 or position.max() > seq_len - 2:
+            raise ValueError(f"positions must lie in 0..{seq_len - 2}, got "
+                             f"{int(position.min())}..{int(position.max())}")
+    rows = torch.arange(batch)  # (B,)
+    marker = torch.zeros(batch, seq_len)  # (B, T)
+    marker[rows, position] = 1.0
+    target = tokens[rows, position]  # (B,)
+    return RecallBatch(tokens, marker, position, target)
+
+
+class RecallRNN(nn.Module):
+    r"""Embedding + marker bit → one tanh RNN layer → a linear read-out at every step.
+
+    Uses ``torch.nn.RNN`` (the same recurrence as :func:`rnn_forward`, run in C++ so the
+    notebook trains in seconds).
+    """
+
+    def __init__(self, vocab: int, d_hidden: int = 64, d_embed: int = 16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_embed)
+        self.rnn = nn.RNN(d_embed + 1, d_hidden, batch_first=True)
+        self.readout = nn.Linear(d_hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor, marker: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.embed(tokens), marker.unsqueeze(-1)], dim=-1)  # (B, T, d_e + 1)
+        h, _ = self.rnn(x)  # (B, T, d_h)
+        return self.readout(h)  # (B, T, vocab) logits at every step
+
+
+class RecallAttention(nn.Module):
+    r"""Embedding + marker → one causal self-attention layer → a linear read-out at every step.
+
+    :math:`e_t = E[\text{token}_t] + m_t u` (a learned marker vector :math:`u`), then
+    :math:`Q = e W_Q`, :math:`K = e W_K`, :math:`V = e W_V`, one head, no positional
+    information: a query finds the marked key by its content, whatever its distance.
+    """
+
+    def __init__(self, vocab: int, d_model: int = 32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.marker_vec = nn.Parameter(torch.randn(d_model))
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
+        self.readout = nn.Linear(d_model, vocab)
+
+    def forward(self, tokens: torch.Tensor, marker: torch.Tensor,
+                return_weights: bool = False):
+        e = self.embed(tokens) + marker.unsqueeze(-1) * self.marker_vec  # (B, T, d)
+        q, k, v = self.q(e), self.k(e), self.v(e)  # (B, T, d) each
+        if _course_sdpa is not None:
+            out, w = _course_sdpa(q, k, v, is_causal=True)  # (B, T, d), (B, T, T)
+        else:  # pragma: no cover
+            out, w = F.scaled_dot_product_attention(q, k, v, is_causal=True), None
+        logits = self.readout(out)  # (B, T, vocab)
+        return (logits, w) if return_weights else logits
+
+
+def recall_loss(logits: torch.Tensor, b: RecallBatch) -> torch.Tensor:
+    """Mean cross-entropy over the questions: every step after the marker."""
+    asked = b.distance >= 1  # (B, T)
+    target = b.target[:, None].expand_as(asked)  # (B, T)
+    return F.cross_entropy(logits[asked], target[asked])  # scalar
+
+
+class single_thread:
+    """``with single_thread():`` run torch on one CPU thread, then restore the setting.
+
+    Small matrices gain nothing from several threads and, on a busy machine, lose a lot to
+    thread synchronisation; one thread also makes timings steadier.
+    """
+
+    def __enter__(self):
+        self._n = torch.get_num_threads()
+        torch.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self._n)
+        return False
+
+
+def train_recall(model: nn.Module, *, steps: int = 300, batch: int = 32, seq_len: int = 32,
+                 vocab: int = 8, lr: float = 1e-2, seed: int = 0,
+                 clip: float | None = 1.0) -> list[float]:
+    """Train on fresh recall batches with Adam; returns the loss of every step.
+
+    Batches come from a generator seeded with ``seed``, so a run is reproducible.
+    ``clip`` caps the gradient norm (the standard remedy for exploding gradients).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    model.train()
+    with single_thread():
+        for _ in range(steps):
+            b = make_recall_batch(batch, seq_len, vocab, generator=gen)
+            loss = recall_loss(model(b.tokens, b.marker), b)  # scalar
+            opt.zero_grad()
+            loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def recall_accuracy_by_distance(model: nn.Module, *, seq_len: int = 32, vocab: int = 8,
+                                n: int = 256, seed: int = 1
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(distances [T-1], accuracy [T-1])`` on ``n`` fresh sequences marked at position 0,
+    so that every distance ``1 .. seq_len - 1`` is asked exactly ``n`` times."""
+    gen = torch.Generator().manual_seed(seed)
+    b = make_recall_batch(n, seq_len, vocab, positions=torch.zeros(n, dtype=torch.long),
+                          generator=gen)
+    model.eval()
+    with single_thread():
+        pred = model(b.tokens, b.marker).argmax(-1)  # (n, T)
+    correct = (pred == b.target[:, None]).float()  # (n, T)
+    return torch.arange(1, seq_len), correct[:, 1:].mean(dim=0)  # (T-1,), (T-1,)
