@@ -1,0 +1,305 @@
+"""Checks for chapter 03 (why divide by √d_k): five exercises.
+
+03.1 ``dot_product_variance``: Var(c · q·k) from given samples (deterministic);
+03.2 ``stable_softmax``: softmax(s / τ) that survives huge scores and −inf;
+03.3 ``softmax_jacobian``: diag(p) − p pᵀ, batched;
+03.4 ``attention_entropy``: entropy of attention rows with 0 log 0 = 0;
+03.5 ``multihead_scores``: per-head scores scaled by 1/√d_head (not 1/√d_model).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .core import Case, Exercise, register
+
+# --------------------------------------------------------------------------- 03.1
+
+
+def variance_reference(q: np.ndarray, k: np.ndarray, scale: float = 1.0) -> float:
+    r""":math:`\frac1N\sum_n (s_n - \bar s)^2` with :math:`s_n = c\, q_n\cdot k_n`."""
+    s = scale * (q * k).sum(axis=-1)  # (N,)
+    return float(np.var(s))
+
+
+def _variance_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("N=2000 pairs, d_k=16, scale 1",
+                 (rng.normal(size=(2000, 16)), rng.normal(size=(2000, 16))), {"scale": 1.0}),
+            Case("N=2000 pairs, d_k=64, scale 1/√64",
+                 (rng.normal(size=(2000, 64)), rng.normal(size=(2000, 64))),
+                 {"scale": 1 / 8}),
+        ]
+    signs = lambda shape: rng.choice([-1.0, 1.0], size=shape)
+    return [
+        Case("d_k=1, N=5 (one product per pair)",
+             (rng.normal(size=(5, 1)), rng.normal(size=(5, 1))), {"scale": 1.0}),
+        Case("±1 components, d_k=32, scale 0.5",
+             (signs((500, 32)), signs((500, 32))), {"scale": 0.5}),
+        Case("non-zero mean, d_k=8, scale 1/√8",
+             (rng.normal(1.0, 1.0, size=(300, 8)), rng.normal(0.5, 2.0, size=(300, 8))),
+             {"scale": 1 / math.sqrt(8)}),
+    ]
+
+
+register(Exercise(
+    id="03.1",
+    title="measure Var(q·k)",
+    points=2,
+    target="dot_product_variance",
+    cases=_variance_cases,
+    reference=variance_reference,
+    atol=1e-9,
+    rtol=1e-7,
+    mistakes={
+        "you used the unbiased estimator (divide by N − 1, torch.var's default); this "
+        "exercise asks for the 1/N variance, numpy's np.var default (ddof=0).":
+            lambda q, k, scale=1.0: float(np.var(scale * (q * k).sum(-1), ddof=1)),
+        "you computed the variance of the products q_i·k_i themselves; sum them over d_k "
+        "first (axis=-1): the score is the dot product.":
+            lambda q, k, scale=1.0: float(np.var(scale * q * k)),
+        "you multiplied the variance by the scale; scaling a score by c multiplies its "
+        "variance by c², so scale the dot products before taking the variance.":
+            lambda q, k, scale=1.0: float(scale * np.var((q * k).sum(-1))),
+        "you ignored the `scale` argument.":
+            lambda q, k, scale=1.0: float(np.var((q * k).sum(-1))),
+        "you took the variance over all N×N pairs q_n·k_m (q @ k.T); pair row n of q with "
+        "row n of k only: (q * k).sum(-1).":
+            lambda q, k, scale=1.0: float(np.var(scale * (q @ k.T))),
+    },
+    hint="s = scale * (q * k).sum(axis=-1) gives the N scores; return float(np.var(s)).",
+))
+
+# --------------------------------------------------------------------------- 03.2
+
+
+def stable_softmax_reference(scores: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    r""":math:`\mathrm{softmax}(s/\tau)` over the last axis, in the input's dtype."""
+    return torch.softmax(scores / temperature, dim=-1)  # (..., n)
+
+
+def _naive_softmax(scores, temperature=1.0):
+    e = torch.exp(scores / temperature)  # (..., n) overflows for large scores
+    return e / e.sum(-1, keepdim=True)
+
+
+def _global_max_softmax(scores, temperature=1.0):
+    z = scores / temperature
+    e = torch.exp(z - z.max())  # one max for the whole tensor
+    return e / e.sum(-1, keepdim=True)
+
+
+def _softmax_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    t = lambda a: torch.tensor(a, dtype=torch.float32)
+    if not hidden:
+        return [
+            Case("3 rows of 4 scores, τ=1", (t(rng.normal(size=(3, 4))),),
+                 {"temperature": 1.0}),
+            Case("scores of size ~1000 (q·k with d_k=1024, unscaled), τ=1",
+                 (t(rng.normal(scale=32.0, size=(4, 6)) + 1000.0),), {"temperature": 1.0}),
+            Case("τ = √64 = 8 on a (2, 3, 5) batch",
+                 (t(rng.normal(scale=8.0, size=(2, 3, 5))),), {"temperature": 8.0}),
+        ]
+    offsets = np.array([[0.0], [-2000.0], [3000.0]])
+    masked = rng.normal(size=(3, 6))
+    masked[:, 4:] = -np.inf  # two masked keys per row, never a fully masked row
+    return [
+        Case("rows offset by thousands (one max per row, not per tensor)",
+             (t(rng.normal(size=(3, 5)) + offsets),), {"temperature": 1.0}),
+        Case("−inf scores (masked keys) get weight 0", (t(masked),), {"temperature": 2.0}),
+        Case("τ=0.1 sharpens 50 scores", (t(rng.normal(size=(1, 50))),),
+             {"temperature": 0.1}),
+    ]
+
+
+register(Exercise(
+    id="03.2",
+    title="a numerically stable softmax with temperature",
+    points=1,
+    target="stable_softmax",
+    cases=_softmax_cases,
+    reference=stable_softmax_reference,
+    atol=1e-6,
+    rtol=1e-5,
+    mistakes={
+        "exp overflowed: subtract each row's maximum (after dividing by τ) before torch.exp.":
+            _naive_softmax,
+        "you subtracted one maximum for the whole tensor; use each row's own maximum "
+        "(z.amax(dim=-1, keepdim=True)), or rows far below the global max underflow to 0/0.":
+            _global_max_softmax,
+        "you multiplied the scores by τ; the temperature divides: softmax(s / τ).":
+            lambda s, temperature=1.0: torch.softmax(s * temperature, -1),
+        "you normalised over the wrong axis: the weights of one query (the last axis) sum "
+        "to 1.":
+            lambda s, temperature=1.0: torch.softmax(s / temperature, 0),
+        "you ignored the temperature.":
+            lambda s, temperature=1.0: torch.softmax(s, -1),
+    },
+    hint="z = scores / temperature; z = z - z.amax(dim=-1, keepdim=True); e = z.exp(); "
+         "return e / e.sum(dim=-1, keepdim=True).",
+))
+
+# --------------------------------------------------------------------------- 03.3
+
+
+def jacobian_reference(p: torch.Tensor) -> torch.Tensor:
+    r""":math:`J = \mathrm{diag}(p) - p p^\top` for each row of ``p [..., n]``."""
+    return torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., n, n)
+
+
+def _softmax_rows(rng: np.random.Generator, shape, scale=1.0) -> torch.Tensor:
+    return torch.softmax(torch.tensor(rng.normal(scale=scale, size=shape)), -1)
+
+
+def _jacobian_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("one row of 4 weights", (_softmax_rows(rng, (4,)),)),
+            Case("a (3, 5) batch of rows", (_softmax_rows(rng, (3, 5)),)),
+        ]
+    onehot = torch.zeros(2, 6, dtype=torch.float64)
+    onehot[0, 2] = onehot[1, 5] = 1.0
+    return [
+        Case("a (2, 3, 7) batch", (_softmax_rows(rng, (2, 3, 7)),)),
+        Case("one-hot rows: the Jacobian is all zeros", (onehot,)),
+        Case("nearly saturated rows (scores of std 30)", (_softmax_rows(rng, (4, 8), 30.0),)),
+    ]
+
+
+register(Exercise(
+    id="03.3",
+    title="the softmax Jacobian",
+    points=2,
+    target="softmax_jacobian",
+    cases=_jacobian_cases,
+    reference=jacobian_reference,
+    atol=1e-9,
+    rtol=1e-7,
+    mistakes={
+        "you left out the diagonal term: J = diag(p) − p pᵀ, not −p pᵀ.":
+            lambda p: -(p[..., :, None] * p[..., None, :]),
+        "your signs are flipped: ∂p_i/∂s_i = p_i(1 − p_i) is positive, so J = diag(p) − p pᵀ.":
+            lambda p: p[..., :, None] * p[..., None, :] - torch.diag_embed(p),
+        "you kept only the diagonal p_i(1 − p_i); the off-diagonal entries −p_i p_j matter "
+        "too (each score's change moves every weight).":
+            lambda p: torch.diag_embed(p * (1 - p)),
+        "your outer product is wrong: (p pᵀ)_ij = p_i p_j needs p[..., :, None] * "
+        "p[..., None, :] (a column times a row), not p² broadcast along a row.":
+            lambda p: torch.diag_embed(p) - (p * p)[..., :, None],
+    },
+    hint="torch.diag_embed(p) builds diag(p) for every row; the outer product is "
+         "p[..., :, None] * p[..., None, :]. The result has shape (..., n, n).",
+))
+
+# --------------------------------------------------------------------------- 03.4
+
+
+def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
+    r""":math:`H = -\sum_j w_j \ln w_j` over the last axis with :math:`0\ln 0 = 0`."""
+    logw = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))  # (..., n)
+    return -(weights * logw).sum(-1)  # (...)
+
+
+def _entropy_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        uniform = torch.full((1, 8), 1 / 8, dtype=torch.float64)
+        return [
+            Case("uniform over 8 keys: log 8", (uniform,)),
+            Case("4 attention rows over 6 keys", (_softmax_rows(rng, (4, 6)),)),
+        ]
+    causal = torch.softmax(torch.tensor(rng.normal(size=(5, 5))).masked_fill(
+        ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1)  # zeros above diag
+    return [
+        Case("causal rows with exact zeros (0 log 0 = 0)", (causal,)),
+        Case("one-hot rows: entropy 0", (torch.eye(4, dtype=torch.float64),)),
+        Case("a (2, 3, 10) batch", (_softmax_rows(rng, (2, 3, 10), 3.0),)),
+    ]
+
+
+register(Exercise(
+    id="03.4",
+    title="the entropy of attention rows",
+    points=1,
+    target="attention_entropy",
+    cases=_entropy_cases,
+    reference=entropy_reference,
+    atol=1e-9,
+    rtol=1e-7,
+    mistakes={
+        "you used log base 2 (bits); this exercise measures entropy in nats: torch.log.":
+            lambda w: -(w * torch.log2(w.clamp_min(1e-300))).sum(-1),
+        "you forgot the minus sign: entropy is −Σ w log w ≥ 0.":
+            lambda w: (w * torch.log(w.clamp_min(1e-300))).sum(-1),
+        "0 · log 0 gave NaN for the zero weights (masked keys): use torch.where(w > 0, "
+        "w.log(), 0) so that they contribute 0.":
+            lambda w: -(w * torch.log(w)).sum(-1),
+        "you summed over the wrong axis: one entropy per row, summing over the last axis.":
+            lambda w: -(w * torch.log(w.clamp_min(1e-300))).sum(0),
+    },
+    hint="H = -(w * log w).sum(-1), with the terms where w == 0 set to 0.",
+))
+
+# --------------------------------------------------------------------------- 03.5
+
+
+def multihead_reference(q: torch.Tensor, k: torch.Tensor, num_heads: int) -> torch.Tensor:
+    r"""Per-head scores :math:`Q_h K_h^\top/\sqrt{d_\text{head}}`: ``[B, H, N, N]``."""
+    b, n, d_model = q.shape
+    d_head = d_model // num_heads
+    qh = q.view(b, n, num_heads, d_head).transpose(1, 2)  # (B, H, N, d_head)
+    kh = k.view(b, n, num_heads, d_head).transpose(1, 2)  # (B, H, N, d_head)
+    return qh @ kh.transpose(-2, -1) / math.sqrt(d_head)  # (B, H, N, N)
+
+
+def _dmodel_bug(q, k, num_heads):
+    return multihead_reference(q, k, num_heads) * math.sqrt(q.shape[-1] // num_heads) \
+        / math.sqrt(q.shape[-1])
+
+
+def _view_bug(q, k, num_heads):
+    b, n, d_model = q.shape
+    d_head = d_model // num_heads
+    qh = q.reshape(b, num_heads, n, d_head)  # wrong: mixes tokens and features
+    kh = k.reshape(b, num_heads, n, d_head)
+    return qh @ kh.transpose(-2, -1) / math.sqrt(d_head)
+
+
+def _mh_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    t = lambda shape: torch.tensor(rng.normal(size=shape))
+    if not hidden:
+        return [
+            Case("B=1, N=4, d_model=8, H=2", (t((1, 4, 8)), t((1, 4, 8)), 2)),
+            Case("B=2, N=5, d_model=32, H=4", (t((2, 5, 32)), t((2, 5, 32)), 4)),
+        ]
+    return [
+        Case("one head (H=1): d_head = d_model", (t((2, 3, 6)), t((2, 3, 6)), 1)),
+        Case("B=1, N=6, d_model=64, H=8", (t((1, 6, 64)), t((1, 6, 64)), 8)),
+        Case("H = d_model (d_head = 1)", (t((1, 3, 4)), t((1, 3, 4)), 4)),
+    ]
+
+
+register(Exercise(
+    id="03.5",
+    title="multi-head scores with the right scale",
+    points=2,
+    target="multihead_scores",
+    cases=_mh_cases,
+    reference=multihead_reference,
+    atol=1e-9,
+    rtol=1e-7,
+    mistakes={
+        "you divided by √d_model: each head's dot product sums only d_head = d_model / H "
+        "terms, so divide by √d_head (your scores are √H times too small).": _dmodel_bug,
+        "you did not scale the scores at all: divide by √d_head.":
+            lambda q, k, num_heads: multihead_reference(q, k, num_heads)
+            * math.sqrt(q.shape[-1] // num_heads),
+        "you reshaped straight to (B, H, N, d_head), which mixes tokens and features; "
+        "view as (B, N, H, d_head) first, then transpose(1, 2).": _view_bug,
+    },
+    hint="d_head = d_model // H; q.view(B, N, H, d_head).transpose(1, 2) gives "
+         "(B, H, N, d_head); then q_h @ k_h.transpose(-2, -1) / sqrt(d_head).",
+))

@@ -1,0 +1,106 @@
+"""Chapter 03's exercise checks: references pass, every known mistake fails with its hint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from course_lib import scaling
+from course_lib.checks import CheckFailed, check, get_exercise
+from course_lib.checks.core import cases_for, harvest, score
+
+IDS = ["03.1", "03.2", "03.3", "03.4", "03.5"]
+
+
+def test_five_exercises_with_points():
+    exercises = [get_exercise(i) for i in IDS]
+    assert [e.target for e in exercises] == ["dot_product_variance", "stable_softmax",
+                                             "softmax_jacobian", "attention_entropy",
+                                             "multihead_scores"]
+    assert all(1 <= e.points <= 2 for e in exercises)
+    assert all(e.mistakes for e in exercises)
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_reference_passes_visible_and_hidden(exercise_id, capsys):
+    ex = get_exercise(exercise_id)
+    assert check(exercise_id, ex.reference).passed
+    assert check(exercise_id, ex.reference, hidden=True).passed
+    assert "✅" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("exercise_id,hint", [
+    (i, h) for i in IDS for h in get_exercise(i).mistakes])
+def test_each_mistake_fails_with_its_hint(exercise_id, hint):
+    ex = get_exercise(exercise_id)
+    wrong = ex.mistakes[hint]
+    failed = []
+    for hidden in (False, True):
+        try:
+            check(exercise_id, wrong, hidden=hidden, quiet=True)
+        except CheckFailed as err:
+            failed.append(str(err))
+    assert failed, f"the mistake {hint!r} passes the checks"
+    assert any(hint in msg for msg in failed)
+
+
+def test_references_agree_with_course_lib():
+    for case in cases_for("03.1") + list(cases_for("03.1", hidden=True)):
+        ex = get_exercise("03.1")
+        assert ex.reference(*case.args, **case.kwargs) == pytest.approx(
+            scaling.dot_product_variance(*case.args, **case.kwargs), rel=1e-12)
+    for case in cases_for("03.3", hidden=True):
+        torch.testing.assert_close(get_exercise("03.3").reference(*case.args),
+                                   scaling.softmax_jacobian(*case.args))
+    for case in cases_for("03.4", hidden=True):
+        torch.testing.assert_close(get_exercise("03.4").reference(*case.args),
+                                   scaling.softmax_entropy(*case.args))
+
+
+def test_multihead_reference_matches_course_lib_projection():
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    w_q, w_k = torch.randn(12, 12, dtype=torch.float64), torch.randn(12, 12, dtype=torch.float64)
+    torch.testing.assert_close(get_exercise("03.5").reference(x @ w_q, x @ w_k, 3),
+                               scaling.multihead_scores(x, w_q, w_k, 3))
+
+
+def test_naive_softmax_gets_the_overflow_explanation():
+    def stable_softmax(scores, temperature=1.0):
+        e = torch.exp(scores / temperature)
+        return e / e.sum(-1, keepdim=True)
+
+    with pytest.raises(CheckFailed, match="NaN"):
+        check("03.2", stable_softmax, quiet=True)
+
+
+def test_torch_var_user_is_told_about_ddof():
+    def dot_product_variance(q, k, scale=1.0):
+        return float(torch.var(scale * torch.from_numpy((q * k).sum(-1))))
+
+    with pytest.raises(CheckFailed, match="N − 1"):
+        check("03.1", dot_product_variance, quiet=True)
+
+
+def test_not_implemented_is_friendly(capsys):
+    def softmax_jacobian(p):
+        raise NotImplementedError("write your solution here")
+
+    report = check("03.3", softmax_jacobian)
+    assert report.not_implemented and "not implemented yet" in capsys.readouterr().out
+
+
+def test_cases_are_deterministic_per_seed():
+    a, b = cases_for("03.1", seed=5), cases_for("03.1", seed=5)
+    np.testing.assert_array_equal(a[0].args[0], b[0].args[0])
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_grader_round_trip(exercise_id, tmp_path):
+    ex = get_exercise(exercise_id)
+    harvest(exercise_id, ex.reference, seed=99, out_dir=tmp_path / "good")
+    assert score(exercise_id, 99, tmp_path / "good").status == "passed"
+    wrong = next(iter(ex.mistakes.values()))
+    harvest(exercise_id, wrong, seed=99, out_dir=tmp_path / "bad")
+    verdict = score(exercise_id, 99, tmp_path / "bad")
+    assert verdict.status == "failed" and verdict.points == 0
