@@ -1,0 +1,121 @@
+"""The chapter 06 exercises: references pass, every declared mistake is caught and named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_lib.checks import CheckFailed, check
+from course_lib.checks.core import get_exercise, harvest, score
+
+IDS = ["06.1", "06.2", "06.3", "06.4", "06.5"]
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_reference_passes_visible_and_hidden(ex_id, capsys):
+    ex = get_exercise(ex_id)
+    assert check(ex_id, ex.reference).passed
+    assert check(ex_id, ex.reference, hidden=True).passed
+    assert "all" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_every_mistake_fails_with_its_own_hint(ex_id):
+    ex = get_exercise(ex_id)
+    assert ex.mistakes, f"{ex_id} declares no mistakes"
+    for hint, wrong in ex.mistakes.items():
+        messages = []
+        for hidden in (False, True):
+            try:
+                check(ex_id, wrong, hidden=hidden, quiet=True)
+            except CheckFailed as failure:
+                messages.append(str(failure))
+        assert messages, f"{ex_id}: the mistake {hint[:50]!r}... passes the checks"
+        assert any(hint in m for m in messages), (
+            f"{ex_id}: the mistake {hint[:50]!r}... is caught but not named: {messages}")
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_placeholder_says_not_implemented(ex_id, capsys):
+    def blank(*args, **kwargs):
+        raise NotImplementedError("Exercise is not implemented yet")
+
+    report = check(ex_id, blank)
+    assert report.not_implemented
+    assert "not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_grader_round_trip(ex_id, tmp_path):
+    ex = get_exercise(ex_id)
+    harvest(ex_id, ex.reference, seed=7, out_dir=tmp_path)
+    verdict = score(ex_id, seed=7, out_dir=tmp_path)
+    assert verdict.status == "passed" and verdict.points == ex.points
+    wrong = next(iter(ex.mistakes.values()))
+    harvest(ex_id, wrong, seed=7, out_dir=tmp_path / "w")
+
+
+def test_backward_reference_matches_autograd():
+    import math
+
+    from course_lib.checks.core import cases_for
+
+    for hidden in (False, True):
+        for case in cases_for("06.4", hidden=hidden):
+            q, k, v, o, lse, do, scale = case.args
+            qa, ka, va = (t.clone().requires_grad_() for t in (q, k, v))
+            out = torch.softmax(scale * qa @ ka.transpose(-2, -1), dim=-1) @ va
+            out.backward(do)
+            got = get_exercise("06.4").reference(*case.args)
+            for g, ref in zip(got, (qa.grad, ka.grad, va.grad)):
+                torch.testing.assert_close(g, ref, atol=1e-12, rtol=1e-10)
+            assert not math.isnan(float(got[0].sum()))
+
+
+def test_online_update_reproduces_softmax_statistics():
+    import numpy as np
+
+    ex = get_exercise("06.1")
+    x = np.random.default_rng(0).normal(size=(3, 20)) * 4
+    m, l = np.full(3, -np.inf), np.zeros(3)
+    for j in range(0, 20, 6):
+        m, l = ex.reference(m, l, x[:, j:j + 6])
+    assert np.allclose(m, x.max(1)) and np.allclose(l, np.exp(x - x.max(1, keepdims=True)).sum(1))
+
+
+def test_triton_solution_passes_through_the_interpreter():
+    """A Triton kernel + wrapper like the solution's passes 06.3's visible and hidden cases."""
+    import math
+
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _kernel(Q, K, V, O, n, scale, D: tl.constexpr, BLOCK: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        dims = tl.arange(0, D)
+        q = tl.load(Q + rows[:, None] * D + dims[None, :], mask=rows[:, None] < n, other=0.0)
+        m = tl.full([BLOCK], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK], tl.float32)
+        acc = tl.zeros([BLOCK, D], tl.float32)
+        for start in range(0, n, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            kt = tl.load(K + cols[None, :] * D + dims[:, None], mask=cols[None, :] < n, other=0.0)
+            v = tl.load(V + cols[:, None] * D + dims[None, :], mask=cols[:, None] < n, other=0.0)
+            s = tl.where(cols[None, :] < n, tl.dot(q, kt) * scale, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l = alpha * l + tl.sum(p, 1)
+            acc = alpha[:, None] * acc + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * D + dims[None, :], acc / l[:, None], mask=rows[:, None] < n)
+
+    def flash_forward(q, k, v):
+        n, d = q.shape
+        o = torch.empty_like(q)
+        _kernel[(triton.cdiv(n, 16),)](q, k, v, o, n, 1 / math.sqrt(d), D=d, BLOCK=16)
+        return o
+
+    assert check("06.3", flash_forward).passed
+    assert check("06.3", flash_forward, hidden=True).passed
