@@ -53,6 +53,7 @@ def test_grader_round_trip(ex_id, tmp_path):
     assert verdict.status == "passed" and verdict.points == ex.points
     wrong = next(iter(ex.mistakes.values()))
     harvest(ex_id, wrong, seed=7, out_dir=tmp_path / "w")
+    assert score(ex_id, seed=7, out_dir=tmp_path / "w").status == "failed"
 
 
 def test_backward_reference_matches_autograd():
