@@ -1,0 +1,279 @@
+"""The course as a learner sees it: JupyterLab in headless Chromium, driven by Playwright.
+
+nbval proves that the kernels run; these tests prove that something shows up on screen.
+For each notebook: open it in the course's JupyterLab (started by tests/course_lab.py with
+the course's own settings), Run All Cells from the menu, wait for the kernel, then check
+that no cell shows an error, that the browser console stayed clean, that no dialog or
+pop-up appeared, and that the chapter's widget renders and redraws when a learner moves
+its controls. Screenshots land in test-output/browser/.
+
+Needs Chromium and the `playwright` Python package. Without them these tests skip, with a
+message saying how to enable them; in CI (COURSE_REQUIRE_BROWSER=1, set by .ci/run) a
+missing browser is a failure. The browser is Chromium from the system (Debian's
+`chromium`), so no `playwright install` download is needed; set COURSE_CHROMIUM to use
+another Chromium or Chrome binary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from course_lab import ROOT, running_lab
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SHOTS = ROOT / "test-output" / "browser"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+KERNEL_START_S = 120  # opening a notebook starts a kernel: slow on a busy 2-core machine
+RUN_ALL_S = 300  # a chapter notebook: ~25 s headless, more in a browser on 2 shared cores
+REDRAW_S = 60  # a widget callback round trip through the kernel
+
+# Console messages that are not the course's fault, each with the reason it is benign.
+BENIGN_CONSOLE = [
+    # JupyterLab logs at "error" level when a websocket closes while the page goes away.
+    (re.compile(r"WebSocket is already in CLOSING or CLOSED state"), "page teardown"),
+]
+
+
+KERNEL_IDLE_JS = """() => {
+    const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+    if (!panel || !panel.querySelector('.jp-Cell')) return false;
+    const ind = panel.querySelector('.jp-Notebook-ExecutionIndicator');
+    if (!ind || ind.dataset.status !== 'idle') return false;
+    return [...document.querySelectorAll('#jp-main-statusbar .jp-StatusBar-TextItem')]
+        .some(e => /\\|\\s*Idle\\s*$/.test(e.textContent) && !/No Kernel/.test(e.textContent));
+}"""
+
+
+# -- the browser ----------------------------------------------------------------------------
+
+def _missing(what: str) -> None:
+    how = ("To run the browser tests: install Chromium (Debian/Ubuntu: `sudo apt install "
+           "chromium`; or set COURSE_CHROMIUM=/path/to/chrome) and the test extra "
+           "(`.venv/bin/pip install playwright`, part of `pip install -e .[test]`).")
+    if os.environ.get("COURSE_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{what}, but COURSE_REQUIRE_BROWSER=1 (CI) needs the browser tests. {how}",
+                    pytrace=False)
+    pytest.skip(f"{what}. {how}")
+
+
+def find_chromium() -> str | None:
+    for candidate in (os.environ.get("COURSE_CHROMIUM"), "chromium", "chromium-browser",
+                      "google-chrome", "google-chrome-stable"):
+        if candidate and (path := shutil.which(candidate)):
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("the Python package `playwright` is not installed")
+    executable = find_chromium()
+    if executable is None:
+        _missing("no Chromium found (looked for chromium, chromium-browser, google-chrome)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def lab(browser):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SHOTS.glob("*.png"):  # screenshots of this run only
+        old.unlink()
+    # The course's settings, plus one thing only the test needs: no autosave, so the
+    # executed notebooks (with outputs) are never written back into the repository.
+    overrides = {"@jupyterlab/docmanager-extension:plugin": {"autosave": False}}
+    with running_lab(settings_overrides=overrides, log_dir=SHOTS) as server:
+        yield server
+
+
+# -- one notebook in the browser ------------------------------------------------------------
+
+class NotebookPage:
+    """A notebook opened in JupyterLab, with what the learner would see checked."""
+
+    def __init__(self, browser, lab, path: str):
+        self.path, self.lab = path, lab
+        self.name = Path(path).stem
+        self.file = ROOT / path
+        self.file_hash = hashlib.sha256(self.file.read_bytes()).hexdigest()
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.console: list[str] = []
+        self.page.on("console", self._on_console)
+        self.page.on("pageerror", lambda e: self.console.append(f"page error: {e}"))
+
+    def _on_console(self, msg) -> None:
+        if msg.type == "error":
+            self.console.append(f"console.error: {msg.text} ({msg.location.get('url', '')})")
+
+    # The open notebook's panel: everything below is looked up inside it.
+    @property
+    def panel(self):
+        return self.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").first
+
+    def shot(self, what: str, locator=None) -> Path:
+        path = SHOTS / f"{self.name}-{what}.png"
+        (locator or self.page).screenshot(path=str(path))
+        return path
+
+    def open(self) -> None:
+        self.page.goto(self.lab.url(f"lab/tree/{self.path}"))
+        self.panel.wait_for(state="visible", timeout=KERNEL_START_S * 1000)
+        self.wait_for_kernel_idle(KERNEL_START_S)
+
+    def wait_for_kernel_idle(self, timeout_s: float) -> None:
+        """Until the notebook's kernel is connected and idle.
+
+        The toolbar's execution indicator alone says "idle" before any kernel exists, so
+        the status bar ("Python 3 (ipykernel) | Idle", not "No Kernel | ...") must agree.
+        """
+        self.page.wait_for_function(KERNEL_IDLE_JS, timeout=timeout_s * 1000, polling=250)
+
+    def run_all(self) -> float:
+        """Run ▸ Run All Cells, as a learner would; wait until every cell has run (or one failed)."""
+        t0 = time.monotonic()
+        self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        self.page.wait_for_function(
+            """() => {
+                if (!(""" + KERNEL_IDLE_JS + """)()) return false;
+                const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+                const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                    .map(e => e.textContent.trim());
+                if (prompts.some(p => p.includes('*'))) return false;
+                const failed = panel.querySelector('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]');
+                return prompts.every(p => /\\[\\d+\\]/.test(p)) || failed !== null;
+            }""", timeout=RUN_ALL_S * 1000, polling=500)
+        return time.monotonic() - t0
+
+    # -- what must hold on every page --
+
+    # Text is read with textContent, not innerText: JupyterLab skips painting cells that
+    # are off screen (CSS content-visibility), and their innerText reads as empty.
+    def assert_ran_without_errors(self) -> None:
+        prompts = [t.strip() for t in self.panel.locator(".jp-CodeCell .jp-InputPrompt")
+                   .all_text_contents()]
+        not_run = [i for i, p in enumerate(prompts) if not re.search(r"\[\d+\]", p)]
+        tracebacks = [t for t in self.panel.locator(
+            '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+            .all_text_contents() if re.search(r"Traceback|Error\b", t)]
+        if tracebacks or not_run:
+            self.shot("error")
+        assert not tracebacks, f"{self.path}: a cell shows an error:\n" + "\n---\n".join(
+            t[-2000:] for t in tracebacks)
+        assert not not_run, f"{self.path}: code cells {not_run} did not run (of {len(prompts)})"
+
+    def assert_no_popups(self) -> None:
+        """No dialog, and no notification toast (news, updates, kernel choice) on first open."""
+        dialogs = self.page.locator(".jp-Dialog").all_text_contents()
+        toasts = self.page.locator(".Toastify__toast").all_text_contents()
+        if dialogs or toasts:
+            self.shot("popup")
+        assert not dialogs, f"a dialog is open: {dialogs}"
+        assert not toasts, f"a notification popped up: {toasts}"
+
+    def assert_console_clean(self) -> None:
+        errors = [m for m in self.console
+                  if not any(pattern.search(m) for pattern, _why in BENIGN_CONSOLE)]
+        assert not errors, "JavaScript errors in the browser console:\n" + "\n".join(errors)
+
+    def assert_file_untouched(self) -> None:
+        now = hashlib.sha256(self.file.read_bytes()).hexdigest()
+        assert now == self.file_hash, f"{self.path} was modified on disk by the browser test"
+
+    def close(self) -> None:
+        self.context.close()
+
+    # -- widgets --
+
+    def widget(self, css_class: str):
+        """The widget whose root carries `css_class`, after it rendered."""
+        root = self.panel.locator(f".{css_class}").first
+        root.wait_for(state="visible", timeout=REDRAW_S * 1000)
+        root.scroll_into_view_if_needed()
+        return root
+
+    def wait_for_redraw(self, drawing, before: bytes, what: str) -> bytes:
+        """Poll screenshots of `drawing` until they differ from `before`; return the new one."""
+        deadline = time.monotonic() + REDRAW_S
+        while time.monotonic() < deadline:
+            self.wait_for_kernel_idle(REDRAW_S)
+            self.page.wait_for_timeout(300)  # let the browser paint the kernel's update
+            after = drawing.screenshot()
+            if after != before:
+                return after
+        self.shot(f"no-redraw-{what}")
+        raise AssertionError(f"{self.path}: {what} did not change what is drawn "
+                             f"within {REDRAW_S} s")
+
+
+@pytest.fixture
+def notebook(browser, lab, request):
+    opened: list[NotebookPage] = []
+
+    def open_notebook(path: str) -> NotebookPage:
+        if not (ROOT / path).exists():
+            pytest.skip(f"{path} does not exist yet")
+        nb = NotebookPage(browser, lab, path)
+        opened.append(nb)
+        nb.open()
+        return nb
+
+    yield open_notebook
+    for nb in opened:
+        nb.close()
+        nb.assert_file_untouched()
+
+
+def _run_and_check(nb: NotebookPage) -> None:
+    nb.assert_no_popups()  # first open: before anything ran
+    seconds = nb.run_all()
+    print(f"{nb.path}: ran all cells in the browser in {seconds:.1f} s")
+    nb.shot("top")
+    nb.assert_ran_without_errors()
+    nb.assert_no_popups()
+
+
+def _slider_step(slider, presses: int = 1, key: str = "ArrowRight") -> None:
+    """Move an ipywidgets slider the way a keyboard user does: focus its handle, press keys."""
+    handle = slider.locator(".noUi-handle").first
+    handle.focus()
+    for _ in range(presses):
+        handle.press(key)
+
+
+# -- the notebooks ---------------------------------------------------------------------------
+
+def test_00_setup_widgets_render(notebook):
+    """The infrastructure on the smallest notebook: the slider and its label render and talk."""
+    nb = notebook("notebooks/00_setup.ipynb")
+    _run_and_check(nb)
+    slider = nb.panel.locator(".jp-OutputArea-output .widget-hslider").first
+    slider.wait_for(state="visible")
+    label = nb.panel.locator(".jp-OutputArea-output .widget-label", has_text="√d_k").first
+    assert label.text_content().strip() == "√d_k = 2.000"  # set from code in the cell
+    box = slider.locator("xpath=..")
+    nb.shot("widget-before", box)
+    _slider_step(slider)  # 4 -> 5: the kernel's callback updates the label
+    label.filter(has_text="√d_k = 2.236").wait_for(timeout=REDRAW_S * 1000)
+    nb.shot("widget-after", box)
+    nb.assert_ran_without_errors()
+    nb.assert_console_clean()
