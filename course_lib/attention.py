@@ -20,9 +20,10 @@ Conventions (the same as ``torch.nn.functional.scaled_dot_product_attention``):
   (``torch.ones(Nq, Nk).tril()``) even when ``Nq != Nk``;
 * ``scale`` defaults to :math:`1/\\sqrt{d_k}`.
 
-One deliberate difference from torch: a query row whose keys are *all* masked gets zero
-weights and a zero output, never NaN (torch's math kernel returns NaN there). Both
-functions return ``(output, weights)`` so the weights can be plotted and inspected.
+A query row whose keys are *all* masked gets zero weights and a zero output, never NaN
+(a plain softmax of an all-:math:`-\\infty` row is NaN; older PyTorch versions' SDPA returned
+NaN there, recent ones return zeros). Both functions return
+``(output, weights)`` so the weights can be plotted and inspected (:func:`plot_attention`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "numpy_causal_mask",
     "numpy_masked_softmax",
     "padding_mask",
+    "plot_attention",
     "scaled_dot_product_attention",
 ]
 
@@ -288,3 +290,44 @@ def numpy_attention(
     # o_i = sum_j w_ij v_j
     output = weights @ v  # (..., Nq, d_v)
     return output, weights
+
+
+# --------------------------------------------------------------------------- plotting
+
+
+def plot_attention(weights, q_tokens=None, k_tokens=None, *, ax=None, title=None,
+                   annotate: bool | None = None, colorbar: bool = True):
+    """Heatmap of attention weights ``[Nq, Nk]`` with token labels; returns the axes.
+
+    Rows are queries, columns keys; each row sums to 1 (or 0 when fully masked).
+    ``annotate`` writes the numbers in the cells (default: when the matrix is small).
+    """
+    import matplotlib.pyplot as plt
+
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().float().cpu().numpy()
+    weights = np.asarray(weights)
+    if weights.ndim != 2:
+        raise ValueError(f"expected weights of shape [Nq, Nk], got {weights.shape}")
+    n_q, n_k = weights.shape
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.45 * n_k + 2.0, 0.4 * n_q + 1.2))
+    im = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(n_k), k_tokens if k_tokens is not None else range(n_k),
+                  rotation=60 if k_tokens is not None else 0, ha="right" if k_tokens else "center")
+    ax.set_yticks(range(n_q), q_tokens if q_tokens is not None else range(n_q))
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.grid(False)
+    if title:
+        ax.set_title(title)
+    if annotate is None:
+        annotate = n_q * n_k <= 64
+    if annotate:
+        for i in range(n_q):
+            for j in range(n_k):
+                ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if weights[i, j] < 0.6 else "black")
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046)
+    return ax
