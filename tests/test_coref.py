@@ -84,9 +84,10 @@ def test_one_layer_is_blind_to_the_deciding_word(data):
         model = coref.make_model(train.vocab, n_layers=n_layers, seed=3)
         assert coref.one_layer_ratio_is_blind(model, test) < 1e-4
     model = coref.make_model(train.vocab, n_layers=1)
-    coref.train(model, train, steps=15)
-    # twins point the same way, so exactly one of each twin pair is right
-    assert coref.pointer_accuracy(model, test) == pytest.approx(0.5)
+    history = coref.train(model, train, steps=15)
+    # twins point the same way, so one of each twin pair is wrong; the loss cannot beat log 2
+    assert abs(coref.pointer_accuracy(model, test) - 0.5) < 0.1
+    assert history[-1][1] > 0.65
 
 
 def test_two_layers_learn_the_antecedent(data):
