@@ -181,9 +181,31 @@ def test_kernel_non_contiguous_inputs():
 
 def test_kernel_config_is_gpu_sized_on_cuda():
     cfg = flash.kernel_config(128, "cuda", interpreted=False)
-    assert cfg["fwd"] == dict(BLOCK_M=128, BLOCK_N=64)
-    assert cfg["launch"]["num_warps"] == 8
-    assert flash.kernel_config(64, "cpu", interpreted=True)["fwd"]["BLOCK_M"] <= 64
+    assert cfg["fwd"][0] == dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    for kind in ("fwd", "dkdv", "dq"):
+        assert len(cfg[kind]) > 1  # several candidates: autotuned, too-big ones discarded
+        assert all(c["BLOCK_M"] >= 16 and c["BLOCK_N"] >= 16 for c in cfg[kind])  # tl.dot
+    small = flash.kernel_config(64, "cpu", interpreted=True)
+    assert all(len(v) == 1 and v[0]["BLOCK_M"] <= 64 for v in small.values())
+
+
+def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
+    """The GPU path (several candidate configs, Triton's autotuner) with a CPU timer."""
+    import time
+
+    def cpu_bench(fn, quantiles=None):
+        t0 = time.perf_counter()
+        fn()
+        ms = 1e3 * (time.perf_counter() - t0)
+        return [ms, ms, ms]
+
+    two = {"fwd": [flash._cfg(32, 16), flash._cfg(16, 32)],
+           "dkdv": [flash._cfg(16, 32), flash._cfg(32, 16)],
+           "dq": [flash._cfg(32, 16), flash._cfg(16, 16)]}
+    monkeypatch.setattr(flash, "kernel_config", lambda *a, **k: two)
+    monkeypatch.setattr(flash, "_DO_BENCH", cpu_bench)
+    _check_kernel(1, 2, 45, 45, 32, True, None, torch.float32)
+    assert any(key[2] is cpu_bench for key in flash._autotuned)
 
 
 # --------------------------------------------------------------------------- errors

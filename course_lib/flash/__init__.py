@@ -168,29 +168,72 @@ def triton_mode() -> str:
     return "interpreter" if kernels.is_interpreted() else "compiled"
 
 
-def kernel_config(head_dim: int, device: torch.device | str, *,
-                  interpreted: bool | None = None) -> dict:
-    """Block sizes and launch settings for the forward and backward kernels.
+def _cfg(bm: int, bn: int, warps: int = 4, stages: int = 2) -> dict:
+    return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
 
-    On a GPU: 128 queries x 64 keys per forward program (a Q tile that stays in
-    registers/shared memory while K, V tiles stream past), 8 warps for d = 128, software
-    pipelining over 3 stages. In the interpreter the blocks are small so that tests on
-    tiny sequences still cross several blocks (ragged ends, the causal diagonal) and
-    finish quickly: the interpreter's cost is per element, not per program.
+
+def kernel_config(head_dim: int, device: torch.device | str, *,
+                  interpreted: bool | None = None) -> dict[str, list[dict]]:
+    """Candidate block sizes and launch settings for each kernel: ``{"fwd", "dkdv", "dq"}``.
+
+    Each entry is a list of configs ``{BLOCK_M, BLOCK_N, num_warps, num_stages}``
+    (``BLOCK_M`` counts queries, ``BLOCK_N`` keys). One candidate: launched as is. Several
+    (on a GPU): Triton's autotuner times them once per (sequence lengths, d, causal, dtype)
+    and keeps the fastest; configs that need more shared memory than the GPU has are
+    discarded, so the same list works on an H100 and on a T4.
+
+    The first GPU candidate is the classic choice: 128 queries x 64 keys per forward program
+    (a Q tile that stays on chip while K, V tiles stream past), 8 warps for d > 64, three
+    pipeline stages. In the interpreter the blocks are small so that tests on short
+    sequences still cross several blocks (ragged ends, the causal diagonal); there the cost
+    is per element, not per program.
     """
     if interpreted is None:
         interpreted = triton_mode() == "interpreter"
     if interpreted or torch.device(device).type != "cuda":
-        return {"fwd": dict(BLOCK_M=64, BLOCK_N=32),
-                "dkdv": dict(BLOCK_M=32, BLOCK_N=64),
-                "dq": dict(BLOCK_M=64, BLOCK_N=32),
-                "launch": {}, "bwd_launch": {}}
-    big = head_dim > 64
-    return {"fwd": dict(BLOCK_M=128, BLOCK_N=64 if big else 128) if head_dim <= 128 else {},
-            "dkdv": dict(BLOCK_M=32, BLOCK_N=128) if not big else dict(BLOCK_M=32, BLOCK_N=64),
-            "dq": dict(BLOCK_M=128, BLOCK_N=32) if not big else dict(BLOCK_M=64, BLOCK_N=32),
-            "launch": dict(num_warps=8 if big else 4, num_stages=3),
-            "bwd_launch": dict(num_warps=4 if not big else 8, num_stages=2)}
+        return {"fwd": [_cfg(64, 32)], "dkdv": [_cfg(32, 64)], "dq": [_cfg(64, 32)]}
+    if head_dim > 64:
+        fwd = [_cfg(128, 64, 8, 3), _cfg(128, 128, 8, 3), _cfg(128, 64, 4, 3),
+               _cfg(64, 64, 4, 3), _cfg(128, 32, 4, 2), _cfg(64, 32, 4, 1), _cfg(32, 32, 4, 1)]
+        dkdv = [_cfg(32, 64, 8, 2), _cfg(64, 64, 8, 2), _cfg(32, 128, 8, 2), _cfg(32, 64, 4, 2),
+                _cfg(16, 32, 4, 1)]
+        dq = [_cfg(64, 32, 8, 2), _cfg(64, 64, 8, 2), _cfg(128, 32, 8, 2), _cfg(64, 32, 4, 2),
+              _cfg(32, 16, 4, 1)]
+    else:
+        fwd = [_cfg(128, 128, 4, 3), _cfg(128, 64, 4, 3), _cfg(128, 128, 8, 3),
+               _cfg(64, 64, 4, 3), _cfg(64, 32, 4, 2), _cfg(32, 32, 4, 1)]
+        dkdv = [_cfg(32, 128, 4, 2), _cfg(64, 128, 8, 2), _cfg(32, 64, 4, 2), _cfg(16, 32, 4, 1)]
+        dq = [_cfg(128, 32, 4, 2), _cfg(128, 64, 8, 2), _cfg(64, 32, 4, 2), _cfg(32, 16, 4, 1)]
+    return {"fwd": fwd, "dkdv": dkdv, "dq": dq}
+
+
+_AUTOTUNE_KEY = ["N_Q", "N_K", "HEAD_DIM", "IS_CAUSAL"]
+_autotuned: dict = {}
+_DO_BENCH = None  # None: Triton's GPU timer; tests put a CPU timer here to tune in the interpreter
+
+
+def _launch(kernels, name: str, configs: list[dict], grid, *args, **meta) -> None:
+    """Launch ``kernels.<name>`` with one config, or autotune over several.
+
+    ``grid(meta)`` maps the chosen block sizes to the launch grid.
+    """
+    import triton
+
+    kernel = getattr(kernels, name)
+    if len(configs) == 1:
+        c = configs[0]
+        kernel[grid(c)](*args, **meta, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"],
+                        num_warps=c["num_warps"], num_stages=c["num_stages"])
+        return
+    key = (name, kernels.is_interpreted(), _DO_BENCH,
+           tuple(tuple(sorted(c.items())) for c in configs))
+    if key not in _autotuned:
+        tconfigs = [triton.Config({"BLOCK_M": c["BLOCK_M"], "BLOCK_N": c["BLOCK_N"]},
+                                  num_warps=c["num_warps"], num_stages=c["num_stages"])
+                    for c in configs]
+        _autotuned[key] = triton.autotune(configs=tconfigs, key=_AUTOTUNE_KEY,
+                                          do_bench=_DO_BENCH)(kernel)
+    _autotuned[key][grid](*args, **meta)
 
 
 _DTYPES_CPU = (torch.float32, torch.float16)
@@ -220,6 +263,10 @@ def _check_kernel_inputs(q, k, v, scale) -> float:
         names = ", ".join(str(t).replace("torch.", "") for t in allowed)
         raise TypeError(f"flash_attention: dtype {q.dtype} is not supported {where}; use one "
                         f"of {names}")
+    if (q.device.type == "cuda" and q.dtype == torch.bfloat16
+            and torch.cuda.get_device_capability(q.device) < (8, 0)):
+        raise TypeError("flash_attention: bfloat16 needs a GPU of compute capability 8.0 or "
+                        "newer (Ampere); use float16 on this GPU")
     if q.device.type not in ("cpu", "cuda"):
         raise ValueError(f"flash_attention runs on CUDA GPUs or on the CPU through Triton's "
                          f"interpreter, got tensors on {q.device}")
@@ -254,16 +301,13 @@ def _forward(q, k, v, is_causal: bool, scale: float):
     o = torch.empty_like(qf)  # (BH, Nq, d)
     lse = torch.empty(qf.shape[:2], dtype=torch.float32, device=q.device)  # (BH, Nq)
     cfg = kernel_config(d, q.device, interpreted=interpreted)
-    bm, bn = cfg["fwd"]["BLOCK_M"], cfg["fwd"]["BLOCK_N"]
-    grid = (triton.cdiv(n_q, bm), B * H)
-    kernels._fwd_kernel[grid](
-        qf, kf, vf, o, lse, scale * kernels.LOG2E,
-        qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
-        vf.stride(0), vf.stride(1), o.stride(0), o.stride(1),
-        n_q, n_k,
-        HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)),
-        BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=bool(is_causal), **cfg["launch"],
-    )
+    _launch(kernels, "_fwd_kernel", cfg["fwd"],
+            lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), B * H),
+            qf, kf, vf, o, lse, scale * kernels.LOG2E,
+            qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
+            vf.stride(0), vf.stride(1), o.stride(0), o.stride(1),
+            n_q, n_k,
+            HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=bool(is_causal))
     return o.view(B, H, n_q, d), lse
 
 
@@ -279,28 +323,23 @@ def _backward(do, q, k, v, o, lse, is_causal: bool, scale: float):
     block_d = max(16, triton.next_power_of_2(d))
 
     delta = torch.empty_like(lse)  # (BH, Nq) D_i = rowsum(dO * O)
-    bm = cfg["dq"]["BLOCK_M"]
-    kernels._bwd_preprocess_kernel[(triton.cdiv(n_q, bm), B * H)](
+    kernels._bwd_preprocess_kernel[(triton.cdiv(n_q, 64), B * H)](
         of, dof, delta, of.stride(0), of.stride(1), dof.stride(0), dof.stride(1), n_q,
-        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=bm,
+        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=64,
     )
     dq = torch.empty_like(qf)  # (BH, Nq, d)
     dk = torch.empty_like(kf)  # (BH, Nk, d)
     dv = torch.empty_like(vf)  # (BH, Nk, d)
+    args = (qf, kf, vf, dof, lse, delta)
     strides = (qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
                vf.stride(0), vf.stride(1), dof.stride(0), dof.stride(1))
-    c = cfg["dkdv"]
-    kernels._bwd_dkdv_kernel[(triton.cdiv(n_k, c["BLOCK_N"]), B * H)](
-        qf, kf, vf, dof, lse, delta, dk, dv, scale, scale * kernels.LOG2E, *strides,
-        n_q, n_k, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"],
-        IS_CAUSAL=bool(is_causal), **cfg["bwd_launch"],
-    )
-    c = cfg["dq"]
-    kernels._bwd_dq_kernel[(triton.cdiv(n_q, c["BLOCK_M"]), B * H)](
-        qf, kf, vf, dof, lse, delta, dq, scale, scale * kernels.LOG2E, *strides,
-        n_q, n_k, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"],
-        IS_CAUSAL=bool(is_causal), **cfg["bwd_launch"],
-    )
+    meta = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(is_causal))
+    _launch(kernels, "_bwd_dkdv_kernel", cfg["dkdv"],
+            lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), B * H),
+            *args, dk, dv, scale, scale * kernels.LOG2E, *strides, n_q, n_k, **meta)
+    _launch(kernels, "_bwd_dq_kernel", cfg["dq"],
+            lambda m: (triton.cdiv(n_q, m["BLOCK_M"]), B * H),
+            *args, dq, scale, scale * kernels.LOG2E, *strides, n_q, n_k, **meta)
     return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
 
 
