@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 mem = rec["peak_mem_mib"]
                 msg = (f"fwd {rec['fwd_tflops']:8.3g} TFLOP/s  bwd {rec['bwd_tflops']:8.3g} "
-                       f"TFLOP/s  err {rec['max_abs_err']:.1e}"
+                       + (f"TFLOP/s  err {rec['max_abs_err']:.1e}" if rec["max_abs_err"]
+                          is not None else "TFLOP/s")
                        + (f"  peak {mem:8.1f} MiB" if mem is not None else ""))
             print(f"{impl:16s} N={cfg['N']:6d} d={cfg['d']:3d} {rec['dtype']:8s} "
                   f"causal={int(cfg['is_causal'])}  {msg}", flush=True)

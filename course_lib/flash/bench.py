@@ -99,10 +99,13 @@ def bench_one(impl: str, B: int, H: int, N: int, d: int, dtype: torch.dtype, is_
         for x in (q, k, v):
             x.requires_grad_()
         out = fn(q, k, v, is_causal)  # (B, H, N, d)
-        ref = F.scaled_dot_product_attention(q.detach().float(), k.detach().float(),
-                                             v.detach().float(), is_causal=is_causal)
-        rec["max_abs_err"] = float((out.detach().float() - ref).abs().max())
-        del ref
+        rec["max_abs_err"] = None  # checked only where the float32 reference fits easily
+        if math_is_feasible(B, H, N, 4, budget_bytes=2**32):
+            ref = F.scaled_dot_product_attention(q.detach().float(), k.detach().float(),
+                                                 v.detach().float(), is_causal=is_causal)
+            rec["max_abs_err"] = float((out.detach().float() - ref).abs().max())
+            del ref
+        del out
         fwd_ms = _time_ms(lambda: fn(q, k, v, is_causal), device, repeats, warmup)
 
         def fwd_bwd():
