@@ -115,7 +115,8 @@ class AttentionExplorer:
                            layout=w.Layout(width="560px"))
         self.query = w.Dropdown(options=[], description="query")
         self.layer = w.ToggleButtons(options=[str(i + 1) for i in range(n_layers)],
-                                     value=str(n_layers), description="layer")
+                                     value=str(n_layers), description="layer",
+                                     style={"button_width": "48px"})
         self.causal = w.Checkbox(value=False, description="causal mask")
         self.scaled = w.Checkbox(value=True, description="scale by 1/√d")
         self.summary = w.HTML()
