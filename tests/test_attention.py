@@ -18,6 +18,7 @@ from course_lib.attention import (
     padding_mask,
     scaled_dot_product_attention,
 )
+from course_lib.attention import plot_attention as A_plot
 
 DT = torch.float64
 
@@ -285,3 +286,18 @@ def test_padding_mask():
     assert padding_mask(torch.tensor([2]), n_k=5).shape == (1, 1, 5)
     with pytest.raises(ValueError, match=r"\[B\]"):
         padding_mask(torch.ones(2, 2, dtype=torch.long))
+
+
+def test_plot_attention_labels_and_errors():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    w = torch.softmax(torch.randn(3, 4), -1)
+    ax = A_plot(w, ["a", "b", "c"], ["w", "x", "y", "z"], title="t")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["w", "x", "y", "z"]
+    assert ax.get_title() == "t" and len(ax.texts) == 12  # small matrix: annotated
+    plt.close("all")
+    with pytest.raises(ValueError, match=r"\[Nq, Nk\]"):
+        A_plot(torch.zeros(2, 3, 4))
