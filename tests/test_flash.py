@@ -16,6 +16,8 @@ Tolerances (kernel vs a float64 reference computed from the *same* rounded input
 * float16: P is rounded to float16 (relative 4.9e-4) before P @ V and dS before dS @ K,
   outputs are stored in float16 (half an ulp is 2.4e-4 near 0.5); errors of ~1e-3 are
   expected, so outputs get atol 4e-3 and gradients 1e-2 (their magnitudes are larger).
+* GPU, float16/bfloat16, N up to 4096: errors grow with N and with the gradients' size, so
+  the bound is relative to torch's own SDPA in the same precision (see _check_kernel).
 """
 
 from __future__ import annotations
@@ -31,8 +33,7 @@ import course_lib.flash as flash
 from course_lib.flash import flash_attention, flash_attention_reference
 
 TOL = {torch.float32: dict(out=(2e-5, 1e-4), grad=(2e-5, 1e-4)),
-       torch.float16: dict(out=(4e-3, 1e-2), grad=(1e-2, 1e-2)),
-       torch.bfloat16: dict(out=(2e-2, 2e-2), grad=(5e-2, 5e-2))}
+       torch.float16: dict(out=(4e-3, 1e-2), grad=(1e-2, 1e-2))}
 
 
 def _inputs(B, H, n_q, n_k, d, dtype, device="cpu", seed=0):
@@ -44,12 +45,12 @@ def _inputs(B, H, n_q, n_k, d, dtype, device="cpu", seed=0):
     return [x.to(device=device, dtype=dtype) for x in (q, k, v, do)]
 
 
-def _sdpa_float64(q, k, v, do, is_causal, scale):
-    """Output and gradients of torch's SDPA in float64 on the same (rounded) inputs."""
-    q64, k64, v64 = (x.detach().double().cpu().requires_grad_() for x in (q, k, v))
-    out = F.scaled_dot_product_attention(q64, k64, v64, is_causal=is_causal, scale=scale)
-    out.backward(do.double().cpu())
-    return out.detach(), q64.grad, k64.grad, v64.grad
+def _sdpa_grads(q, k, v, do, is_causal, scale, dtype=torch.float64):
+    """Output and gradients of torch's SDPA in ``dtype`` on the same (rounded) inputs."""
+    qr, kr, vr = (x.detach().to(dtype).requires_grad_() for x in (q, k, v))
+    out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=is_causal, scale=scale)
+    out.backward(do.to(dtype))
+    return [t.detach().double().cpu() for t in (out, qr.grad, kr.grad, vr.grad)]
 
 
 def _assert_close(got, expected, tol, what):
@@ -68,15 +69,25 @@ def _check_kernel(B, H, n_q, n_k, d, is_causal, scale=None, dtype=torch.float32,
     q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
     out = flash_attention(q, k, v, is_causal=is_causal, scale=scale)
     assert out.shape == (B, H, n_q, d) and out.dtype == dtype and out.device == q.device
-    ref_out, ref_dq, ref_dk, ref_dv = _sdpa_float64(q, k, v, do, is_causal, scale)
-    tol = TOL[dtype]
-    _assert_close(out, ref_out, tol["out"], "output")
+    refs = _sdpa_grads(q, k, v, do, is_causal, scale)  # float64, on q's device
     if grads:
         out.backward(do)
-        for name, got, ref in (("dQ", q.grad, ref_dq), ("dK", k.grad, ref_dk),
-                               ("dV", v.grad, ref_dv)):
-            assert got.shape == ref.shape and got.dtype == dtype
-            _assert_close(got, ref, tol["grad"], name)
+    ours = [out] + ([q.grad, k.grad, v.grad] if grads else [])
+    names = ["output", "dQ", "dK", "dV"]
+    if device == "cuda" and dtype != torch.float32:
+        # At large N the error budget is best set by torch itself: our error against float64
+        # must stay within 3x that of torch's own SDPA in the same low precision (the test
+        # used by the FlashAttention repository), plus a small absolute slack.
+        theirs = _sdpa_grads(q, k, v, do, is_causal, scale, dtype=dtype)
+        for name, got, ref, th in zip(names, ours, refs, theirs):
+            err = (got.detach().double().cpu() - ref).abs().max().item()
+            err_torch = (th - ref).abs().max().item()
+            assert err <= 3 * err_torch + 1e-3, f"{name}: error {err:.3g} vs torch {err_torch:.3g}"
+        return
+    tol = TOL[dtype]
+    for name, got, ref in zip(names, ours, refs):
+        assert got.shape == ref.shape and got.dtype == dtype
+        _assert_close(got, ref, tol["out" if name == "output" else "grad"], name)
 
 
 # --------------------------------------------------------------------------- reference
