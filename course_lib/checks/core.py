@@ -353,6 +353,14 @@ class CheckReport:
     def not_implemented(self) -> bool:
         return any(r.not_implemented for r in self.results)
 
+    def __repr__(self) -> str:
+        state = ("passed" if self.passed else
+                 "not implemented yet" if self.not_implemented else "not passed")
+        return f"<CheckReport {self.exercise.id}: {state}>"
+
+    def _ipython_display_(self) -> None:
+        """A check cell ends with check(...): its printed lines are the whole display."""
+
 
 VISIBLE_SEED = 1234
 
