@@ -176,7 +176,9 @@ def _positions(positions, n: int, lead: tuple, device) -> torch.Tensor:
         torch.broadcast_shapes(tuple(pos.shape), (*lead, n))
     except RuntimeError as err:
         raise ValueError(f"positions of shape {tuple(pos.shape)} do not broadcast against "
-                         f"x's token axes {(*lead, n)}") from err
+                         f"x's token axes {(*lead, n)} (they align from the right: for x "
+                         f"[B, H, N, d] and one row of positions per sequence, pass "
+                         f"positions[:, None, :] of shape [B, 1, N])") from err
     return pos
 
 
@@ -212,7 +214,9 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
         x: queries or keys, ``[..., N, d]`` with ``d`` even (e.g. ``[B, H, N, d_head]``).
         positions: one position per token, shape ``[N]`` or broadcastable ``[..., N]``;
             any real numbers (e.g. ``torch.arange(t0, t0 + N)`` for new tokens appended to a
-            KV cache). Defaults to ``0..N-1``.
+            KV cache). Defaults to ``0..N-1``. Leading axes align from the right, as in
+            broadcasting: for ``x [B, H, N, d]`` with one row of positions per sequence,
+            pass ``[B, 1, N]``, not ``[B, N]`` (which would pair batch entries with heads).
         base: :math:`b`; 10 000 in the RoFormer paper and Llama 2, 500 000 in Llama 3.
         interleaved: the pairing convention (see above).
         scale: position interpolation factor :math:`s` (Chen et al., 2023); 1 = none.

@@ -112,3 +112,49 @@ def test_05_4_reference_preserves_multi_head_scores():
     got = scores(convert(wq, H), convert(wk, H), False)
     assert torch.allclose(got, want, atol=1e-10)
     assert not torch.allclose(scores(wq, wk, False), want, atol=1e-3)
+
+
+def test_05_1_accepts_a_table_computed_in_float32():
+    """float32 rounding (~1e-5 at position 200) is not a mistake; hidden cases must pass too."""
+    def table32(n, d):
+        p = torch.arange(n, dtype=torch.float32)[:, None]  # (n, 1)
+        w = 10000.0 ** (-2 * torch.arange(d // 2, dtype=torch.float32) / d)  # (d/2,)
+        pe = torch.zeros(n, d)  # (n, d) float32
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(p * w), torch.cos(p * w)
+        return pe
+
+    assert check("05.1", table32, quiet=True).passed
+    assert check("05.1", table32, hidden=True, quiet=True).passed
+
+
+def _rope_float32_angles(x, positions):
+    d = x.shape[-1]
+    theta = 10000.0 ** (-2 * torch.arange(d // 2, dtype=torch.float32) / d)  # (d/2,)
+    ang = positions.to(torch.float32)[:, None] * theta  # (N, d/2) float32: the mistake
+    a, b = x[..., 0::2], x[..., 1::2]  # (..., N, d/2)
+    c, s = torch.cos(ang), torch.sin(ang)  # (N, d/2)
+    return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2)  # (..., N, d)
+
+
+def test_05_2_float32_angles_are_caught_visibly_and_explained():
+    with pytest.raises(CheckFailed, match=r"not precise enough.*float64") as info:
+        check("05.2", _rope_float32_angles, quiet=True)
+    assert "positions 5000" in str(info.value)  # a visible case, not only the grader's
+    assert "1 of 4 cases failed" in str(info.value)  # the rotation itself is right
+
+
+def test_05_2_returning_x_is_not_blamed_on_positions():
+    with pytest.raises(CheckFailed) as info:
+        check("05.2", lambda x, positions: x, quiet=True)
+    assert "ignored `positions`" not in str(info.value)
+
+
+def test_05_3_refuses_a_complex_result_with_a_clear_message():
+    from course_lib.checks.ch05 import relative_score_reference as ref
+
+    def complex_sum(q, k, delta):
+        return ref(q, k, delta).to(torch.complex128)  # right real part, still complex
+
+    with pytest.raises(CheckFailed, match=r"complex.*REAL part") as info:
+        check("05.3", complex_sum, quiet=True)
+    assert "Likely cause" not in str(info.value)  # no wrong twin claims it

@@ -316,3 +316,27 @@ def test_rope_explorer_runs_headless_and_shows_the_relative_property():
     ex.query_position.value += 1
     turn = math.remainder(ex.state["angle_q"] - a0, 2 * math.pi)
     assert turn == pytest.approx(ex.state["theta"], abs=1e-9)
+
+
+def test_per_sequence_positions_for_batched_heads():
+    """x [B, H, N, d] with one row of positions per sequence: positions [B, 1, N]."""
+    g = _gen(15)
+    x = torch.randn(2, 3, 4, 8, dtype=torch.float64, generator=g)  # (B, H, N, d)
+    pos = torch.tensor([[0, 1, 2, 3], [10, 11, 12, 13]])  # (B, N): sequence 1 is cached
+    y = apply_rope(x, pos[:, None, :])  # (B, H, N, d)
+    for b in range(2):
+        np.testing.assert_allclose(y[b].numpy(), apply_rope(x[b], pos[b]).numpy(), atol=1e-12)
+    with pytest.raises(ValueError, match=r"\[B, 1, N\]"):
+        apply_rope(x, pos)  # (B, N) aligns B with H = 3: refused, with the fix named
+
+
+def test_float32_inputs_stay_accurate_at_long_positions():
+    """Angles are computed in float64: a float32 x at position ~100k loses nothing extra."""
+    x = torch.randn(4, 64, dtype=torch.float64, generator=_gen(16))
+    pos = torch.arange(100_000, 100_004)
+    want = apply_rope(x, pos)  # float64 throughout
+    got = apply_rope(x.float(), pos)  # float32 x
+    assert got.dtype == torch.float32
+    assert (got.double() - want).abs().max() < 1e-5  # float32 angles would be off by ~1e-2
+    ang32 = pos.float()[:, None] * rope_frequencies(64).float()  # (4, 32) float32 angles
+    assert (ang32.double() - rope_angles(pos, 64)).abs().max() > 1e-3  # ...as shown here

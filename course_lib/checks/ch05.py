@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..positional import apply_rope, rope_permutation, sinusoidal_encoding
-from .core import Case, Exercise, register
+from .core import Case, Exercise, compare_values, register
 
 DT = torch.float64
 BASE = 10000.0
@@ -82,8 +82,10 @@ register(Exercise(
     target="sinusoidal_table",
     cases=_sin_cases,
     reference=sinusoidal_table_reference,
-    atol=1e-6,
-    rtol=1e-5,
+    # A table computed in float32 (torch's default) is off by up to ~1e-5 at position 200;
+    # that is rounding, not a mistake. Every wrong formula below is off by O(1).
+    atol=1e-4,
+    rtol=1e-4,
     mistakes={
         "sin and cos are swapped: even features (0, 2, 4, ...) hold sin, odd ones cos.":
             _sin_swapped,
@@ -114,11 +116,13 @@ def rope_interleaved_reference(x: torch.Tensor, positions: torch.Tensor) -> torc
 def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("one token at position 1, d = 2: a rotation by 1 radian",
-                 (torch.tensor([[1.0, 0.0]], dtype=DT), torch.tensor([1]))),
+            Case("two tokens (1, 0) at positions 1 and 2, d = 2: rotations by 1 and 2 radians",
+                 (torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DT), torch.tensor([1, 2]))),
             Case("x (5, 8) at positions 0..4", (_t(rng, 5, 8), torch.arange(5))),
             Case("x (2, 3, 6, 16) at positions 10..15 (new tokens after a KV cache of 10)",
                  (_t(rng, 2, 3, 6, 16), torch.arange(10, 16))),
+            Case("x (3, 8) at positions 5000..5002 (deep into a long context)",
+                 (_t(rng, 3, 8), torch.arange(5000, 5003))),
         ]
     return [
         Case("positions out of order with a repeat",
@@ -129,7 +133,8 @@ def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _rope_with(x, positions, theta_exp, sign=1.0, half=False, pos=None):
+def _rope_with(x, positions, theta_exp, sign=1.0, half=False, pos=None, layout="stack",
+               inplace=False):
     d = x.shape[-1]
     i = torch.arange(d // 2, dtype=DT)  # (d/2,)
     theta = BASE ** (-theta_exp(i, d))  # (d/2,)
@@ -140,11 +145,25 @@ def _rope_with(x, positions, theta_exp, sign=1.0, half=False, pos=None):
         a, b = x[..., : d // 2], x[..., d // 2:]
     else:
         a, b = x[..., 0::2], x[..., 1::2]
-    ya, yb = a * cos - b * sin, a * sin + b * cos  # (..., N, d/2)
-    if half:
-        return torch.cat((ya, yb), dim=-1)
-    return torch.stack((ya, yb), dim=-1).flatten(-2)
+    ya = a * cos - b * sin  # (..., N, d/2)
+    yb = (ya if inplace else a) * sin + b * cos  # (..., N, d/2)
+    if half or layout == "cat":
+        return torch.cat((ya, yb), dim=-1)  # (..., N, d) as [a' | b']
+    return torch.stack((ya, yb), dim=-1).flatten(-2)  # (..., N, d) as a'0 b'0 a'1 b'1 ...
 
+
+def _rope_compare(got, expected, case) -> str | None:
+    """The usual comparison, plus a clear word when the only problem is float32 angles."""
+    msg = compare_values(got, expected, _ROPE_ATOL, _ROPE_RTOL)
+    if msg is None or compare_values(got, expected, 1e-2, 0.0) is not None:
+        return msg
+    return (msg + " Your rotation is right but not precise enough: an angle p * theta "
+            "computed in float32 (about 7 significant digits) is off by about p * 1e-7 "
+            "radian, i.e. 5e-4 at position 5000. Compute theta and the angles in float64 "
+            "(positions.to(torch.float64)), as long-context code must.")
+
+
+_ROPE_ATOL, _ROPE_RTOL = 1e-6, 1e-5
 
 register(Exercise(
     id="05.2",
@@ -153,8 +172,9 @@ register(Exercise(
     target="rope_interleaved",
     cases=_rope_cases,
     reference=rope_interleaved_reference,
-    atol=1e-6,
-    rtol=1e-5,
+    atol=_ROPE_ATOL,
+    rtol=_ROPE_RTOL,
+    compare=_rope_compare,
     mistakes={
         "your rotation turns the wrong way (clockwise): the new pair is "
         "(x_a cos - x_b sin, x_a sin + x_b cos).":
@@ -168,6 +188,14 @@ register(Exercise(
         "use the positions you are given (they may start after a KV cache).":
             lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d,
                                       pos=lambda x, p: torch.arange(x.shape[-2])),
+        "your rotated pairs are right but written back in the wrong layout: "
+        "torch.cat((a', b'), -1) puts all first coordinates before all second ones. "
+        "Interleave them back: torch.stack((a', b'), dim=-1).flatten(-2).":
+            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, layout="cat"),
+        "your second coordinate used the already-rotated first one (did you overwrite "
+        "x[..., 0::2] in place before computing x[..., 1::2]?). Compute both new values "
+        "from the original a and b, into a new tensor.":
+            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, inplace=True),
     },
     hint="angles = positions[:, None] * theta[None, :] has shape (N, d/2); rotate "
          "a = x[..., 0::2], b = x[..., 1::2] and interleave the results back with "
@@ -189,9 +217,11 @@ def relative_score_reference(q: torch.Tensor, k: torch.Tensor, delta: torch.Tens
 def _rel_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("d = 2, q = k = (1, 0), delta = 0 and 1: cos 0 and cos 1",
-                 (torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DT),
-                  torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DT), torch.tensor([0, 1]))),
+            Case("d = 2, rows (q, k, delta) = ((1,0), (1,0), 0), ((1,0), (1,0), 1), "
+                 "((1,0), (0,1), 1), ((0,1), (0,1), 1); expected [1, cos 1, sin 1, cos 1]",
+                 (torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=DT),
+                  torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=DT),
+                  torch.tensor([0, 1, 1, 1]))),
             Case("4 random (q, k) pairs in d = 8, delta in -20..20",
                  (_t(rng, 4, 8), _t(rng, 4, 8), torch.from_numpy(rng.integers(-20, 21, 4)))),
         ]
@@ -203,14 +233,40 @@ def _rel_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _rel(q, k, delta, sign=1.0, conj=True, theta_exp=lambda i, d: 2 * i / d):
+def _rel(q, k, delta, sign=1.0, conj=True, theta_exp=lambda i, d: 2 * i / d, half=False):
     d = q.shape[-1]
     theta = BASE ** (-theta_exp(torch.arange(d // 2, dtype=DT), d))  # (d/2,)
-    zq = torch.complex(q[:, 0::2], q[:, 1::2])  # (B, d/2)
-    zk = torch.complex(k[:, 0::2], k[:, 1::2])  # (B, d/2)
+    if half:  # pairs (i, i + d/2)
+        zq = torch.complex(q[:, : d // 2], q[:, d // 2:])  # (B, d/2)
+        zk = torch.complex(k[:, : d // 2], k[:, d // 2:])  # (B, d/2)
+    else:  # pairs (2i, 2i+1)
+        zq = torch.complex(q[:, 0::2], q[:, 1::2])  # (B, d/2)
+        zk = torch.complex(k[:, 0::2], k[:, 1::2])  # (B, d/2)
     zk = zk.conj() if conj else zk
     rot = torch.polar(torch.ones(1, dtype=DT), sign * delta.to(DT)[:, None] * theta)  # (B, d/2)
     return (zq * zk * rot).real.sum(-1)  # (B,)
+
+
+def _unless_same(wrong):
+    """A wrong twin that refuses (raises) on inputs where it agrees with the reference.
+
+    There it cannot explain a failure; without this, a complex result whose real part is
+    right would "match" e.g. the i/d-exponent twin on a d = 2 case, where i/d = 2i/d = 0.
+    """
+    def twin(q, k, delta):
+        out = wrong(q, k, delta)  # (B,)
+        if torch.allclose(out, relative_score_reference(q, k, delta), atol=1e-9, rtol=0):
+            raise ValueError("this mistake makes no difference on this input")
+        return out
+    return twin
+
+
+def _rel_compare(got, expected, case) -> str | None:
+    """Refuse complex results (numpy would silently drop the imaginary part)."""
+    if (isinstance(got, torch.Tensor) and got.is_complex()) or np.iscomplexobj(got):
+        return (f"your result is complex (dtype {got.dtype}), but a score is a real number: "
+                "return the REAL part of the sum, (...).real, a real tensor of shape (B,).")
+    return compare_values(got, expected, 1e-6, 1e-5)
 
 
 register(Exercise(
@@ -222,16 +278,21 @@ register(Exercise(
     reference=relative_score_reference,
     atol=1e-6,
     rtol=1e-5,
+    compare=_rel_compare,
     mistakes={
         "the sign of the offset is flipped: with delta = m - n the factor is "
         "e^{+i delta theta} (equivalently, the score is q^T R_{n-m} k, rotating k by -delta)."
-        : lambda q, k, d: _rel(q, k, d, sign=-1.0),
+        : _unless_same(lambda q, k, d: _rel(q, k, d, sign=-1.0)),
         "you forgot the complex conjugate of k: the real dot product of two pairs is "
-        "Re(z_q * conj(z_k)), not Re(z_q * z_k).": lambda q, k, d: _rel(q, k, d, conj=False),
+        "Re(z_q * conj(z_k)), not Re(z_q * z_k).":
+            _unless_same(lambda q, k, d: _rel(q, k, d, conj=False)),
         "theta_i = 10000^(-2i/d) with i the pair index: your exponent is i/d.":
-            lambda q, k, d: _rel(q, k, d, theta_exp=lambda i, dd: i / dd),
+            _unless_same(lambda q, k, d: _rel(q, k, d, theta_exp=lambda i, dd: i / dd)),
         "you returned the plain dot product q.k: the rotation by delta * theta_i is missing.":
-            lambda q, k, d: (q * k).sum(-1),
+            _unless_same(lambda q, k, d: (q * k).sum(-1)),
+        "you paired features (i, i + d/2); this chapter's RoPE pairs neighbours: "
+        "z_i = x[..., 2i] + 1j * x[..., 2i+1].":
+            _unless_same(lambda q, k, d: _rel(q, k, d, half=True)),
     },
     hint="read pairs as complex numbers z = x[..., 0::2] + 1j * x[..., 1::2]; the score is "
          "the real part of sum_i z_q,i * conj(z_k,i) * exp(1j * delta * theta_i).",
