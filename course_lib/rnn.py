@@ -28,6 +28,7 @@ Besides the forward pass this module holds what chapter 01 measures:
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ except ImportError:  # pragma: no cover - only while chapter 02's module is miss
     _course_sdpa = None
 
 __all__ = [
+    "GradientExplorer",
     "RecallAttention",
     "RecallBatch",
     "RecallRNN",
@@ -309,6 +311,82 @@ def jacobian_norms_through_time(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch
     h_T = H[:, -1, :]  # (d_h, d_h) row i: copy i's final state
     (grad,) = torch.autograd.grad(h_T.diagonal().sum(), xs)  # (d_h, T, d_in) = dh_T[i]/dx_t
     return grad.pow(2).sum(dim=(0, 2)).sqrt()  # (T,) Frobenius norm over (i, input feature)
+
+
+class GradientExplorer:
+    r"""Sliders for :math:`\rho(W_{hh})` and the input size over
+    :math:`\lVert \partial h_T / \partial x_t \rVert_F` against the distance :math:`T - t`.
+
+    :math:`W_{hh} = \rho Q` with a fixed random orthogonal :math:`Q` and the inputs are
+    ``input size`` times a fixed random sequence, so moving a slider changes exactly one
+    thing. Thin over :func:`jacobian_norms_through_time`; draws a PNG with matplotlib's Agg
+    backend into an ``ipywidgets.Image`` (headless and offline). Parts carry the CSS
+    classes ``gradient-explorer`` and ``gradient-explorer-{rho,scale,summary,plot}``;
+    every redraw increments :attr:`draws`. Show it with ``display(explorer.widget)``.
+    """
+
+    def __init__(self, *, T: int = 60, d_h: int = 32, d_in: int = 8, rho: float = 1.0,
+                 input_scale: float = 1e-8, seed: int = 0):
+        import ipywidgets as w
+
+        g = torch.Generator().manual_seed(seed)
+        self.W_xh = torch.randn(d_h, d_in, generator=g, dtype=torch.float64) / math.sqrt(d_in)
+        self.Q = recurrent_matrix(d_h, 1.0, generator=g)  # (d_h, d_h) orthogonal
+        self.x = torch.randn(T, d_in, generator=g, dtype=torch.float64)  # (T, d_in)
+        self.b = torch.zeros(d_h, dtype=torch.float64)  # (d_h,)
+        self.draws = 0
+        self.rho = w.FloatSlider(value=rho, min=0.5, max=3.0, step=0.05,
+                                 description="ρ(W_hh)", continuous_update=False)
+        self.scale = w.FloatLogSlider(value=input_scale, base=10, min=-8, max=1, step=0.5,
+                                      description="input size", readout_format=".0e",
+                                      continuous_update=False)
+        self.summary = w.HTML()
+        self.plot = w.Image(format="png")
+        for part, name in ((self.rho, "rho"), (self.scale, "scale"),
+                           (self.summary, "summary"), (self.plot, "plot")):
+            part.add_class(f"gradient-explorer-{name}")
+        self.widget = w.VBox([w.HBox([self.rho, self.scale]), self.summary, self.plot])
+        self.widget.add_class("gradient-explorer")
+        self.rho.observe(lambda _change: self.redraw(), names="value")
+        self.scale.observe(lambda _change: self.redraw(), names="value")
+        self.redraw()
+
+    def norms(self) -> torch.Tensor:
+        r"""``[T]``: :math:`\lVert \partial h_T / \partial x_t \rVert_F` at the sliders' values."""
+        return jacobian_norms_through_time(self.scale.value * self.x, self.W_xh,
+                                           self.rho.value * self.Q, self.b)  # (T,)
+
+    @property
+    def ratio(self) -> float:
+        r""":math:`\lVert \partial h_T/\partial x_1 \rVert / \lVert \partial h_T/\partial x_T \rVert`."""
+        n = self.norms()  # (T,)
+        return float(n[0] / n[-1])
+
+    def redraw(self) -> None:
+        from matplotlib.figure import Figure
+
+        n = self.norms()  # (T,)
+        T = len(n)
+        dist = torch.arange(T - 1, -1, -1, dtype=torch.float64)  # (T,) T - t
+        bound = torch.linalg.matrix_norm(self.W_xh) * self.rho.value ** dist  # (T,)
+        ratio = float(n[0] / n[-1])
+        fig = Figure(figsize=(6.4, 3.0), dpi=90)
+        ax = fig.subplots()
+        ax.semilogy(dist.numpy(), n.numpy(), label="‖∂h_T/∂x_t‖ (autograd)")
+        ax.semilogy(dist.numpy(), bound.numpy(), "k:", lw=1, label="ρ^(T−t) ‖W_xh‖_F")
+        ax.set_xlabel("distance T − t")
+        ax.set_ylabel("norm (log scale)")
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        self.plot.value = buf.getvalue()
+        verdict = ("explodes" if ratio > 1e3 else "vanishes" if ratio < 1e-3
+                   else "stays within a factor 1000")
+        self.summary.value = (f"ρ = {self.rho.value:.2f}, input size {self.scale.value:.0e}: "
+                              f"‖∂h_T/∂x_1‖ / ‖∂h_T/∂x_T‖ = <b>{ratio:.3g}</b> over {T - 1} "
+                              f"steps ({verdict})")
+        self.draws += 1
 
 
 # --------------------------------------------------------------------------- the recall task

@@ -256,3 +256,19 @@ def test_short_training_separates_rnn_and_attention():
     R.train_recall(rnn, steps=120, batch=32, seq_len=16, vocab=4, lr=3e-3)
     _, acc = R.recall_accuracy_by_distance(rnn, seq_len=16, vocab=4, n=64)
     assert acc[:2].mean() > acc[10:].mean() + 0.2  # recall fades with distance
+
+
+def test_gradient_explorer_redraws_and_agrees_with_the_library():
+    ex = R.GradientExplorer(T=20, d_h=8, d_in=3)
+    assert ex.draws == 1 and ex.plot.value[:4] == b"\x89PNG"
+    assert "gradient-explorer" in ex.widget._dom_classes
+    assert "gradient-explorer-rho" in ex.rho._dom_classes
+    assert ex.ratio == pytest.approx(1.0, rel=1e-6)  # rho = 1, tiny inputs: no decay
+    ex.rho.value = 0.5  # what a drag would do
+    assert ex.draws == 2
+    assert ex.ratio == pytest.approx(0.5 ** 19, rel=1e-6)
+    assert "vanishes" in ex.summary.value
+    ex.scale.value = 1.0
+    assert ex.draws == 3
+    direct = R.jacobian_norms_through_time(ex.x, ex.W_xh, 0.5 * ex.Q, ex.b)
+    torch.testing.assert_close(ex.norms(), direct)
