@@ -134,7 +134,7 @@ def summary_table(results: list[dict]) -> str:
     """A plain-text table: one line per submission, then status counts per exercise."""
     results = sorted(results, key=lambda r: r["submission"])
     width = min(60, max([len(r["submission"]) for r in results] + [10]))
-    lines = [f"{'submission':<{width}}  {'assignment':<22} {'score':>9}  statuses"]
+    lines = [f"{'submission':<{width}}  {'assignment':<22} {'score':>9} {'time':>6}  statuses"]
     lines.append("-" * len(lines[0]) + "-" * 20)
     per_ex: dict[tuple[str, str], Counter] = {}
     for res in results:
@@ -145,8 +145,9 @@ def summary_table(results: list[dict]) -> str:
         sub = sub if len(sub) <= width else "…" + sub[-(width - 1):]
         flag = "  ⚑ review" if res.get("flags") else ""
         stat = " ".join(f"{k}:{counts[k]}" for k in ICONS if counts[k])
+        secs = f"{res['seconds']:.0f} s" if res.get("seconds") is not None else "-"
         lines.append(f"{sub:<{width}}  {(res.get('assignment') or '?'):<22} "
-                     f"{_num(got):>4}/{_num(total):<4}  {stat}{flag}")
+                     f"{_num(got):>4}/{_num(total):<4} {secs:>6}  {stat}{flag}")
         for r in res["rows"]:
             if r["exercise"]:
                 per_ex.setdefault((r["assignment"], r["exercise"]), Counter())[r["status"]] += 1
