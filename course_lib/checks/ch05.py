@@ -207,11 +207,16 @@ register(Exercise(
 
 
 def relative_score_reference(q: torch.Tensor, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    r""":math:`(R_m q)^\top (R_n k)` for :math:`m - n = \delta`, computed as
-    :math:`\mathrm{Re}\sum_i q_i\,\overline{k_i}\,e^{\mathrm{i}\delta\theta_i}` (interleaved
-    pairs as complex numbers). ``q, k [B, d]``, ``delta [B]`` → ``[B]``."""
-    qm = apply_rope(q[:, None, :], delta[:, None], base=BASE)[:, 0]  # (B, d) q at position delta
-    return (qm * k).sum(-1)  # (B,) k stays at position 0
+    r""":math:`(R_m q)^\top (R_n k)` with :math:`m - n = \delta`, computed the long way: row
+    :math:`b` puts the key at :math:`n_b = 17 + 1000 b` and the query at :math:`n_b + \delta_b`
+    and rotates both (interleaved pairs). A learner's formula sees only :math:`\delta`, so
+    matching this checks the relative property at positions it never saw.
+    ``q, k [B, d]``, ``delta [B]`` → ``[B]``."""
+    n = 17 + 1000 * torch.arange(q.shape[0])  # (B,) key positions, far from 0
+    m = n + delta.to(n.dtype)  # (B,) query positions
+    qm = apply_rope(q[:, None, :], m[:, None], base=BASE)[:, 0]  # (B, d) q at position m
+    kn = apply_rope(k[:, None, :], n[:, None], base=BASE)[:, 0]  # (B, d) k at position n
+    return (qm * kn).sum(-1)  # (B,)
 
 
 def _rel_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
