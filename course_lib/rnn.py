@@ -54,6 +54,7 @@ __all__ = [
     "dependency_graph",
     "jacobian_norms_through_time",
     "make_recall_batch",
+    "node_depths",
     "recall_accuracy_by_distance",
     "recurrent_matrix",
     "rnn_forward",
@@ -173,18 +174,15 @@ def dependency_graph(kind: str, n_tokens: int, n_layers: int = 1) -> list[list[i
     return parents
 
 
-def critical_path(parents: Sequence[Sequence[int]]) -> int:
-    r"""The number of nodes on the longest chain of a dependency graph: its sequential depth.
-
-    With unlimited parallel hardware, a node can start once all its parents are done, so the
-    whole graph takes :math:`\max_i \mathrm{depth}(i)` rounds, where
+def node_depths(parents: Sequence[Sequence[int]]) -> list[int]:
+    r"""The depth of every node: the number of nodes on the longest chain ending there,
 
     .. math::
 
         \mathrm{depth}(i) = 1 + \max_{p \in \mathrm{parents}(i)} \mathrm{depth}(p)
         \quad (\text{and } 1 \text{ for a node without parents}).
 
-    The total *work* is the number of nodes; the *depth* is what parallelism cannot shorten.
+    With unlimited parallel hardware, node ``i`` runs in round ``depth(i)``.
     ``parents[i]`` may only name nodes ``< i`` (a topological order).
     """
     depth: list[int] = []
@@ -194,7 +192,17 @@ def critical_path(parents: Sequence[Sequence[int]]) -> int:
             raise ValueError(f"node {i} lists parents {bad}: parents must be earlier nodes "
                              f"(0 <= p < {i}), so the list is in topological order")
         depth.append(1 + max((depth[p] for p in ps), default=0))
-    return max(depth, default=0)
+    return depth
+
+
+def critical_path(parents: Sequence[Sequence[int]]) -> int:
+    r"""The number of nodes on the longest chain of a dependency graph: its sequential depth,
+    :math:`\max_i \mathrm{depth}(i)` (see :func:`node_depths`), 0 for an empty graph.
+
+    The total *work* is the number of nodes; the *depth* is the number of rounds a computer
+    with unlimited processors needs, which no amount of parallelism can shorten.
+    """
+    return max(node_depths(parents), default=0)
 
 
 def autograd_depth(output: torch.Tensor) -> int:

@@ -272,3 +272,12 @@ def test_gradient_explorer_redraws_and_agrees_with_the_library():
     assert ex.draws == 3
     direct = R.jacobian_norms_through_time(ex.x, ex.W_xh, 0.5 * ex.Q, ex.b)
     torch.testing.assert_close(ex.norms(), direct)
+
+
+def test_node_depths_are_rounds_of_a_parallel_schedule():
+    assert R.node_depths([[], [0], [0], [1, 2], []]) == [1, 2, 2, 3, 1]
+    T, L = 5, 3
+    depths = R.node_depths(R.dependency_graph("rnn", T, L))
+    assert depths == [layer + t + 1 for layer in range(L) for t in range(T)]  # wavefront
+    assert R.node_depths(R.dependency_graph("attention", T, L)) == [
+        layer + 1 for layer in range(L) for _ in range(T)]
