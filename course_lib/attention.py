@@ -29,6 +29,7 @@ NaN there, recent ones return zeros). Both functions return
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -77,12 +78,26 @@ def padding_mask(lengths, n_k: int | None = None) -> torch.Tensor:
     .. math:: M_{b, j} = [\, j < \mathrm{len}_b \,]
 
     The singleton query axis lets it broadcast against scores ``[B, Nq, Nk]``; add a
-    head axis with ``mask[:, None]`` for ``[B, H, Nq, Nk]``.
+    head axis with ``mask[:, None]`` for ``[B, H, Nq, Nk]``. ``n_k`` defaults to the
+    longest length; lengths must be integers in ``[0, n_k]``.
     """
     lengths = torch.as_tensor(lengths)
     if lengths.ndim != 1:
         raise ValueError(f"expected lengths of shape [B], got {tuple(lengths.shape)}")
-    n_k = int(lengths.max()) if n_k is None else int(n_k)
+    if lengths.numel() == 0:
+        lengths = lengths.long()  # torch.as_tensor([]) is float32
+    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+        raise TypeError(f"expected integer lengths, got dtype {lengths.dtype}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
+    if n_k is None:
+        if lengths.numel() == 0:
+            raise ValueError("give n_k when lengths is empty (B = 0)")
+        n_k = int(lengths.max())
+    n_k = int(n_k)
+    if lengths.numel() and int(lengths.max()) > n_k:
+        raise ValueError(f"a length exceeds the number of keys n_k={n_k}: got lengths "
+                         f"{lengths.tolist()}")
     positions = torch.arange(n_k, device=lengths.device)  # (Nk,)
     return (positions[None, :] < lengths[:, None])[:, None, :]  # (B, 1, Nk)
 
@@ -105,6 +120,10 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
     so values *and gradients* stay finite.
     """
     if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError("expected a boolean mask (True = keep), got "
+                            f"{getattr(mask, 'dtype', type(mask).__name__)}: use mask.bool() "
+                            "for 0/1 masks")
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., Nq, Nk)
     row_max = scores.amax(dim=dim, keepdim=True)  # (..., Nq, 1)
     row_max = torch.where(torch.isfinite(row_max), row_max,
@@ -165,11 +184,31 @@ def _check_mask(mask, scores_shape: tuple, broadcast_shapes) -> None:
                          f"shape [..., Nq, Nk] = {scores_shape}") from err
 
 
-def _check_scale_dropout(scale, dropout_p) -> None:
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
-    if not 0.0 <= float(dropout_p) < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+def _as_scalar(x):
+    """A Python float from a real number or a 0-dim array/tensor; None if it is not one."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, numbers.Real):
+        return float(x)
+    if isinstance(x, np.ndarray) and x.ndim == 0 and np.issubdtype(x.dtype, np.number):
+        return float(x)
+    if isinstance(x, torch.Tensor) and x.ndim == 0 and x.dtype != torch.bool \
+            and not x.is_complex():
+        return float(x)
+    return None
+
+
+def _check_scale_dropout(scale, dropout_p) -> tuple[float | None, float]:
+    """Validate ``scale`` and ``dropout_p``; return them as Python floats."""
+    if scale is not None:
+        value = _as_scalar(scale)
+        if value is None or not math.isfinite(value):
+            raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+        scale = value
+    p = _as_scalar(dropout_p)
+    if p is None or not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    return scale, p
 
 
 # --------------------------------------------------------------------------- torch
@@ -200,7 +239,7 @@ def scaled_dot_product_attention(
             raise TypeError(f"expected {name} to be a torch.Tensor, got {type(x).__name__} "
                             "(use numpy_attention for numpy arrays)")
     scores_shape = _check_qkv(q, k, v, torch.broadcast_shapes)
-    _check_scale_dropout(scale, dropout_p)
+    scale, dropout_p = _check_scale_dropout(scale, dropout_p)
     n_q, n_k = scores_shape[-2], scores_shape[-1]
     d_k = q.shape[-1]
 
@@ -257,7 +296,7 @@ def numpy_attention(
     """
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     scores_shape = _check_qkv(q, k, v, np.broadcast_shapes)
-    _check_scale_dropout(scale, dropout_p)
+    scale, dropout_p = _check_scale_dropout(scale, dropout_p)
     n_q, n_k = scores_shape[-2], scores_shape[-1]
     d_k = q.shape[-1]
 
@@ -310,11 +349,16 @@ def plot_attention(weights, q_tokens=None, k_tokens=None, *, ax=None, title=None
     if weights.ndim != 2:
         raise ValueError(f"expected weights of shape [Nq, Nk], got {weights.shape}")
     n_q, n_k = weights.shape
+    for name, toks, n in (("q_tokens", q_tokens, n_q), ("k_tokens", k_tokens, n_k)):
+        if toks is not None and len(toks) != n:
+            raise ValueError(f"{name} has {len(toks)} labels but the weights {weights.shape} "
+                             f"have {n} {'rows' if name == 'q_tokens' else 'columns'}")
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * n_k + 2.0, 0.4 * n_q + 1.2))
     im = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap="viridis")
     ax.set_xticks(range(n_k), k_tokens if k_tokens is not None else range(n_k),
-                  rotation=60 if k_tokens is not None else 0, ha="right" if k_tokens else "center")
+                  rotation=60 if k_tokens is not None else 0,
+                  ha="right" if k_tokens is not None else "center")
     ax.set_yticks(range(n_q), q_tokens if q_tokens is not None else range(n_q))
     ax.set_xlabel("key")
     ax.set_ylabel("query")

@@ -284,8 +284,56 @@ def test_padding_mask():
     assert m[:, 0].tolist() == [[True, True, True, False], [True, False, False, False],
                                 [True, True, True, True]]
     assert padding_mask(torch.tensor([2]), n_k=5).shape == (1, 1, 5)
+    assert padding_mask(np.array([0, 2])).tolist() == [[[False, False]], [[True, True]]]
+    assert padding_mask([], n_k=3).shape == (0, 1, 3)
     with pytest.raises(ValueError, match=r"\[B\]"):
         padding_mask(torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="n_k=2"):
+        padding_mask([3, 1], n_k=2)  # a length longer than the keys: a bug upstream
+    with pytest.raises(ValueError, match=">= 0"):
+        padding_mask([-1, 2])
+    with pytest.raises(TypeError, match="integer"):
+        padding_mask([1.5, 2.0])
+    with pytest.raises(ValueError, match="n_k"):
+        padding_mask([])
+
+
+def test_masked_softmax_rejects_non_boolean_masks():
+    with pytest.raises(TypeError, match=r"boolean.*int64"):
+        masked_softmax(torch.randn(2, 3), torch.ones(2, 3, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("scale", [np.float32(0.5), np.float64(0.5), torch.tensor(0.5),
+                                   np.array(0.5)])
+def test_scale_accepts_numpy_and_tensor_scalars(scale):
+    q, k, v = _qkv((2,), 3, 4, 8, 5, seed=14)
+    out, _ = scaled_dot_product_attention(q, k, v, scale=scale)
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, scale=0.5)[0])
+    out_n, _ = numpy_attention(q.numpy(), k.numpy(), v.numpy(), scale=scale)
+    np.testing.assert_allclose(out_n, out.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [True, "0.5", float("nan"), float("inf"), torch.ones(2)])
+def test_bad_scale_is_rejected(scale):
+    q, k, v = _qkv((), 3, 3, 2, 2)
+    with pytest.raises(ValueError, match="scale"):
+        scaled_dot_product_attention(q, k, v, scale=scale)
+    with pytest.raises(ValueError, match="scale"):
+        numpy_attention(q.numpy(), k.numpy(), v.numpy(), scale=scale)
+
+
+def test_mask_with_more_batch_dims_than_q():
+    # q, k, v without batch dims, a mask [B, Nq, Nk]: the batch comes from the mask
+    q, k, v = _qkv((), 3, 5, 4, 2, seed=15)
+    mask = torch.rand(2, 3, 5, generator=torch.Generator().manual_seed(0)) > 0.3
+    mask[..., 0] = True
+    out, w = scaled_dot_product_attention(q, k, v, mask)
+    assert out.shape == (2, 3, 2) and w.shape == (2, 3, 5)
+    for b in range(2):
+        torch.testing.assert_close(out[b], F.scaled_dot_product_attention(q, k, v,
+                                                                          attn_mask=mask[b]))
+    out_n, _ = numpy_attention(q.numpy(), k.numpy(), v.numpy(), mask.numpy())
+    np.testing.assert_allclose(out_n, out.numpy(), atol=1e-12)
 
 
 def test_plot_attention_labels_and_errors():
@@ -298,6 +346,12 @@ def test_plot_attention_labels_and_errors():
     ax = A_plot(w, ["a", "b", "c"], ["w", "x", "y", "z"], title="t")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["w", "x", "y", "z"]
     assert ax.get_title() == "t" and len(ax.texts) == 12  # small matrix: annotated
+    # numpy arrays of labels work too (their truth value is ambiguous: never test it)
+    ax = A_plot(w.numpy(), np.array(["a", "b", "c"]), np.array(["w", "x", "y", "z"]))
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
     plt.close("all")
     with pytest.raises(ValueError, match=r"\[Nq, Nk\]"):
         A_plot(torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match="k_tokens has 3 labels"):
+        A_plot(w, None, ["w", "x", "y"])
+    plt.close("all")

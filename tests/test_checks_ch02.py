@@ -42,6 +42,26 @@ def test_each_mistake_fails_with_its_hint(exercise_id, hint):
     assert any(hint in msg for msg in failed)
 
 
+@pytest.mark.parametrize("exercise_id,hint", [
+    (i, h) for i in IDS for h in get_exercise(i).mistakes])
+def test_visible_cases_already_catch_each_mistake(exercise_id, hint):
+    # a learner must see every known mistake before submitting, not only in the grader
+    with pytest.raises(CheckFailed) as err:
+        check(exercise_id, get_exercise(exercise_id).mistakes[hint], quiet=True)
+    assert hint in str(err.value)
+
+
+def test_k_dot_T_fails_visibly_on_a_batch():
+    def attention(q, k, v):  # k.T reverses *all* axes: wrong for batched inputs
+        s = q @ k.T / np.sqrt(q.shape[-1])
+        w = np.exp(s - s.max(-1, keepdims=True))
+        w = w / w.sum(-1, keepdims=True)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match=r"batch of 2 sequences.*raised"):
+        check("02.1", attention, quiet=True)
+
+
 def test_naive_masked_softmax_gets_the_nan_explanation():
     with pytest.raises(CheckFailed, match="NaN"):
         check("02.4", ch02._naive_masked, quiet=True)

@@ -39,14 +39,31 @@ def _attention_wrong(scale_fn=None, axis=-1, post=False):
     return wrong
 
 
+def _attention_swapped_outputs(q, k, v):
+    out, w = numpy_attention(q, k, v)
+    return w, out
+
+
+def _attention_k_q(q, k, v):
+    w = _plain_softmax(k @ np.swapaxes(q, -1, -2) / np.sqrt(q.shape[-1]))  # (..., Nk, Nq)
+    return w @ v, w  # only runs when Nq == Nk
+
+
+def _attention_scaled_by_d_v(q, k, v):
+    w = _plain_softmax(q @ np.swapaxes(k, -1, -2) / np.sqrt(v.shape[-1]))
+    return w @ v, w
+
+
 def _attention_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     def qkv(batch, n_q, n_k, d_k, d_v):
         return (rng.normal(size=(*batch, n_q, d_k)), rng.normal(size=(*batch, n_k, d_k)),
                 rng.normal(size=(*batch, n_k, d_v)))
 
     if not hidden:
-        return [Case("one sequence: 4 tokens, d_k = 8, d_v = 8", qkv((), 4, 4, 8, 8)),
-                Case("3 queries, 5 keys, d_k = 4, d_v = 2 (Nq ≠ Nk)", qkv((), 3, 5, 4, 2))]
+        return [Case("one sequence: 4 tokens, d_k = 8, d_v = 6", qkv((), 4, 4, 8, 6)),
+                Case("3 queries, 5 keys, d_k = 4, d_v = 2 (Nq ≠ Nk)", qkv((), 3, 5, 4, 2)),
+                Case("a batch of 2 sequences: q (2, 4, 8), k (2, 4, 8), v (2, 4, 3)",
+                     qkv((2,), 4, 4, 8, 3))]
     return [Case("a batch (2, 3) of 6 queries and 7 keys, d_k = 16", qkv((2, 3), 6, 7, 16, 5)),
             Case("one query, one key", qkv((), 1, 1, 3, 3))]
 
@@ -67,6 +84,12 @@ register(Exercise(
         "keys) must sum to 1, so use axis=-1.": _attention_wrong(lambda d: d ** -0.5, axis=-2),
         "you scaled the weights after the softmax: the 1/sqrt(d_k) goes on the scores, "
         "inside the softmax.": _attention_wrong(post=True),
+        "you computed K Q^T instead of Q K^T: row i of the scores must be query i against "
+        "every key, q @ swapaxes(k, -1, -2).": _attention_k_q,
+        "you returned (weights, output): return the tuple in the order (output, weights).":
+            _attention_swapped_outputs,
+        "you divided by sqrt(d_v) (the width of v) instead of sqrt(d_k) (the width of q "
+        "and k, q.shape[-1]).": _attention_scaled_by_d_v,
     },
     hint="scores = q @ swapaxes(k, -1, -2) / sqrt(d_k); weights = softmax over the last "
          "axis; output = weights @ v; return (output, weights).",
@@ -105,6 +128,13 @@ register(Exercise(
         "you aligned the mask bottom-right; torch's is_causal (and ours) aligns it top-left: "
         "query 0 sees key 0 only, whatever n_k is.":
             lambda n_q, n_k: np.tril(np.ones((n_q, n_k), dtype=bool), k=n_k - n_q),
+        "your mask has the opposite polarity: it is True on the future keys (the ones to "
+        "hide). In our convention (and torch SDPA's) True = may attend, so negate it: "
+        "True where j ≤ i.":
+            lambda n_q, n_k: np.triu(np.ones((n_q, n_k), dtype=bool), k=1),
+        "your mask holds 0/1 numbers (np.tri and np.ones give floats); make it boolean, "
+        "e.g. np.ones(..., dtype=bool), or .astype(bool).":
+            lambda n_q, n_k: np.tri(n_q, n_k),
     },
     hint="np.tril of an all-True (n_q, n_k) boolean array.",
 ))
@@ -171,6 +201,20 @@ def _multiply_masked(scores, mask):
     return _plain_softmax(scores) * mask
 
 
+def _zero_filled(scores, mask):
+    return _plain_softmax(np.where(mask, scores, 0.0))
+
+
+def _inverted_masked(scores, mask):
+    return numpy_masked_softmax(scores, ~np.asarray(mask, dtype=bool))
+
+
+def _max_over_masked_too(scores, mask):
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True)) * mask
+    d = e.sum(axis=-1, keepdims=True)
+    return np.where(d > 0, e / np.where(d > 0, d, 1.0), 0.0)
+
+
 def _no_max_masked(scores, mask):
     with np.errstate(over="ignore", invalid="ignore"):
         e = np.where(mask, np.exp(scores), 0.0)
@@ -186,7 +230,10 @@ def _masked_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         s2 = rng.normal(size=(3, 3))
         m2 = np.array([[True, False, True], [False, False, False], [True, True, False]])
         return [Case("3 rows, some keys masked", (s, m)),
-                Case("a row with every key masked (the NaN trap)", (s2, m2))]
+                Case("a row with every key masked (the NaN trap)", (s2, m2)),
+                Case("large scores (1000, 1002, 1001, masked 4000): exp must not overflow",
+                     (np.array([[1000.0, 1002.0, 1001.0, 4000.0], [2.0, -1.0, 0.5, 1.0]]),
+                      np.array([[True, True, True, False], [True, True, False, True]])))]
     s = rng.normal(scale=3.0, size=(2, 4, 6))
     m = rng.random((2, 4, 6)) > 0.4
     m[0, 2] = False
@@ -210,8 +257,15 @@ register(Exercise(
     mistakes={
         "a fully masked row spreads its weight evenly over masked keys: that is what "
         "filling with -1e9 does. Such a row must give all zeros.": _big_negative_masked,
+        "you subtracted a max taken over *all* entries, masked ones included: one huge "
+        "masked score makes every kept exp underflow to 0. Take the max over "
+        "the kept entries only (fill the masked ones with -inf first).": _max_over_masked_too,
         "you multiplied the softmax by the mask without renormalising: the kept weights "
         "of a row must sum to 1.": _multiply_masked,
+        "you set masked scores to 0 (scores * mask?): e^0 = 1, so masked keys still get "
+        "weight. Set them to -inf, whose exp is exactly 0.": _zero_filled,
+        "your mask polarity is inverted: True = keep (may attend), False = masked. You "
+        "kept the masked entries and dropped the others.": _inverted_masked,
         "exp overflowed: subtract each row's max over the *kept* entries before np.exp.":
             _no_max_masked,
     },
@@ -264,6 +318,10 @@ register(Exercise(
         "your softmax normalises columns (axis 0); each row must sum to 1.":
             lambda x, w_q, w_k: _plain_softmax((x @ w_q) @ (x @ w_k).T / np.sqrt(w_q.shape[1]),
                                                axis=0),
+        "you returned the scaled scores: the weights are their softmax over each row.":
+            lambda x, w_q, w_k: (x @ w_q) @ (x @ w_k).T / np.sqrt(w_q.shape[1]),
+        "you forgot to divide the scores by sqrt(d_k).":
+            lambda x, w_q, w_k: _plain_softmax((x @ w_q) @ (x @ w_k).T),
     },
     hint="q = x @ w_q; k = x @ w_k; weights = softmax(q @ k.T / sqrt(d_k)) over the last axis.",
 ))
