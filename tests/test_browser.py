@@ -16,6 +16,7 @@ another Chromium or Chrome binary.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -66,11 +67,25 @@ def _missing(what: str) -> None:
     pytest.skip(f"{what}. {how}")
 
 
-def find_chromium() -> str | None:
+MAC_BROWSERS = ["/Applications/Chromium.app/Contents/MacOS/Chromium",
+                "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"]
+
+
+def find_chromium(playwright=None) -> str | None:
+    """COURSE_CHROMIUM, else a Chromium or Chrome on PATH or in /Applications, else the
+    browser `python -m playwright install chromium` downloaded, if any."""
     for candidate in (os.environ.get("COURSE_CHROMIUM"), "chromium", "chromium-browser",
                       "google-chrome", "google-chrome-stable"):
         if candidate and (path := shutil.which(candidate)):
             return path
+    for path in MAC_BROWSERS:
+        if os.path.exists(path):
+            return path
+    if playwright is not None:
+        with contextlib.suppress(Exception):
+            path = playwright.chromium.executable_path
+            if path and os.path.exists(path):
+                return path
     return None
 
 
@@ -80,10 +95,11 @@ def browser():
         from playwright.sync_api import sync_playwright
     except ImportError:
         _missing("the Python package `playwright` is not installed")
-    executable = find_chromium()
-    if executable is None:
-        _missing("no Chromium found (looked for chromium, chromium-browser, google-chrome)")
     with sync_playwright() as p:
+        executable = find_chromium(p)
+        if executable is None:
+            _missing("no Chromium found (looked for COURSE_CHROMIUM, chromium, "
+                     "chromium-browser, google-chrome)")
         b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
         try:
             yield b
@@ -133,9 +149,16 @@ class NotebookPage:
         return path
 
     def open(self) -> None:
-        self.page.goto(self.lab.url(f"lab/tree/{self.path}"))
+        # A workspace of its own: the page opens just this notebook, as on a first run
+        # (the default workspace would also restore what earlier tests had open).
+        workspace = re.sub(r"[^A-Za-z0-9]+", "-", self.name)
+        self.page.goto(self.lab.url(f"lab/workspaces/test-{workspace}/tree/{self.path}"))
         self.panel.wait_for(state="visible", timeout=KERNEL_START_S * 1000)
-        self.wait_for_kernel_idle(KERNEL_START_S)
+        # A kernel (idle) or a dialog in its way ("Select Kernel"): fail fast on the latter.
+        self.page.wait_for_function(
+            "() => document.querySelector('.jp-Dialog') !== null || (" + KERNEL_IDLE_JS + ")()",
+            timeout=KERNEL_START_S * 1000, polling=250)
+        self.assert_no_popups()
 
     def wait_for_kernel_idle(self, timeout_s: float) -> None:
         """Until the notebook's kernel is connected and idle.
@@ -146,7 +169,7 @@ class NotebookPage:
         self.page.wait_for_function(KERNEL_IDLE_JS, timeout=timeout_s * 1000, polling=250)
 
     def run_all(self) -> float:
-        """Run ▸ Run All Cells, as a learner would; wait until every cell has run (or one failed)."""
+        """Run ▸ Run All Cells, as a learner would; wait until every cell ran (or one failed)."""
         t0 = time.monotonic()
         self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
         self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
@@ -157,7 +180,8 @@ class NotebookPage:
                 const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
                     .map(e => e.textContent.trim());
                 if (prompts.some(p => p.includes('*'))) return false;
-                const failed = panel.querySelector('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]');
+                const failed = panel.querySelector(
+                    '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]');
                 return prompts.every(p => /\\[\\d+\\]/.test(p)) || failed !== null;
             }""", timeout=RUN_ALL_S * 1000, polling=500)
         return time.monotonic() - t0
@@ -202,7 +226,11 @@ class NotebookPage:
         assert not saves, f"JupyterLab saved files during the browser test: {saves}"
 
     def close(self) -> None:
+        """Close the page and shut the notebook's kernel down (it would keep its memory)."""
         self.context.close()
+        for session in self.lab.api("api/sessions"):
+            if session["path"] == self.path:
+                self.lab.api(f"api/sessions/{session['id']}", method="DELETE")
 
     # -- widgets --
 
@@ -260,6 +288,24 @@ def _slider_step(slider, presses: int = 1, key: str = "ArrowRight") -> None:
     handle.focus()
     for _ in range(presses):
         handle.press(key)
+
+
+# -- the course's JupyterLab settings ------------------------------------------------------
+
+def test_a_notebook_without_kernel_opens_without_a_dialog(notebook):
+    """A learner's own notebook that names no kernel starts the course's kernel directly,
+    instead of a "Select Kernel" dialog (autoStartDefaultKernel in the course's settings)."""
+    import nbformat
+
+    path = SHOTS / "no-kernel.ipynb"  # under test-output/, served, ignored by git
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("21 * 2")])
+    nb.metadata = {}  # no kernelspec
+    nbformat.write(nb, path)
+    page = notebook(str(path.relative_to(ROOT)))  # open() fails on any dialog
+    assert page.run_all() > 0
+    page.assert_ran_without_errors()
+    assert "42" in page.panel.locator(".jp-OutputArea-output").first.text_content()
+    page.assert_console_clean()
 
 
 # -- the notebooks ---------------------------------------------------------------------------

@@ -37,6 +37,17 @@ def test_serves_the_course_notebooks(lab):
     assert nb["content"]["metadata"]["kernelspec"]["name"] == "python3"
 
 
+def test_every_course_notebook_names_the_course_kernel():
+    """JupyterLab starts the kernel a notebook names; one that names none (or another) would
+    greet the learner with a "Select Kernel" dialog."""
+    import nbformat
+
+    for folder in ("notebooks", "solutions", "exercises"):
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            spec = nbformat.read(path, as_version=4).metadata.get("kernelspec", {})
+            assert spec.get("name") == "python3", f"{path.relative_to(ROOT)}: kernelspec {spec}"
+
+
 def test_the_token_is_required(lab):
     req = urllib.request.Request(lab.base + "api/contents/notebooks")
     with pytest.raises(urllib.error.HTTPError) as err:
