@@ -32,6 +32,7 @@ Window of Large Language Models via Positional Interpolation"); a larger ``base`
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -52,6 +53,16 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _as_int(value, name: str) -> int:
+    """An integer argument as a Python int (numpy/torch integers welcome), else a clear error."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int, got {value!r}") from None
 
 
 def _check_base(base: float) -> None:
@@ -81,7 +92,8 @@ def sinusoidal_frequencies(d_model: int, base: float = 10000.0) -> torch.Tensor:
 
     Returns a float64 tensor of shape ``[ceil(d/2)]``, from 1 down to about ``1/base``.
     """
-    if not isinstance(d_model, int) or d_model <= 0:
+    d_model = _as_int(d_model, "d_model")
+    if d_model <= 0:
         raise ValueError(f"d_model must be a positive int, got {d_model!r}")
     _check_base(base)
     i = torch.arange((d_model + 1) // 2, dtype=torch.float64)  # (ceil(d/2),)
@@ -100,7 +112,9 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0, *
     sin at even features, cos at odd ones; an odd ``d_model`` ends with a sin feature.
     Angles are computed in float64 and the table is cast to ``dtype`` at the end.
     """
-    if not isinstance(n_positions, int) or n_positions < 0:
+    n_positions = _as_int(n_positions, "n_positions")
+    d_model = _as_int(d_model, "d_model")
+    if n_positions < 0:
         raise ValueError(f"n_positions must be an int >= 0, got {n_positions!r}")
     omega = sinusoidal_frequencies(d_model, base)  # (ceil(d/2),)
     p = torch.arange(n_positions, dtype=torch.float64)  # (n,)

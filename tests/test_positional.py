@@ -340,3 +340,11 @@ def test_float32_inputs_stay_accurate_at_long_positions():
     assert (got.double() - want).abs().max() < 1e-5  # float32 angles would be off by ~1e-2
     ang32 = pos.float()[:, None] * rope_frequencies(64).float()  # (4, 32) float32 angles
     assert (ang32.double() - rope_angles(pos, 64)).abs().max() > 1e-3  # ...as shown here
+
+
+def test_sinusoidal_takes_numpy_ints_and_refuses_floats():
+    assert torch.equal(sinusoidal_encoding(np.int64(5), np.int64(8)), sinusoidal_encoding(5, 8))
+    with pytest.raises(ValueError, match="n_positions must be an int"):
+        sinusoidal_encoding(5.0, 8)
+    with pytest.raises(ValueError, match="d_model must be an int"):
+        sinusoidal_encoding(5, 8.5)
