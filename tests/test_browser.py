@@ -38,12 +38,9 @@ KERNEL_START_S = 120  # opening a notebook starts a kernel: slow on a busy 2-cor
 RUN_ALL_S = 300  # a chapter notebook: ~25 s headless, more in a browser on 2 shared cores
 REDRAW_S = 60  # a widget callback round trip through the kernel
 
-# Console messages that are not the course's fault, each with the reason it is benign.
-BENIGN_CONSOLE = [
-    # JupyterLab logs at "error" level when a websocket closes while the page goes away.
-    (re.compile(r"WebSocket is already in CLOSING or CLOSED state"), "page teardown"),
-]
-
+# Console errors that are not the course's fault: (pattern, why it is benign). None seen so
+# far with the course's settings (no news or update fetches, which would fail offline).
+BENIGN_CONSOLE: list[tuple[re.Pattern, str]] = []
 
 KERNEL_IDLE_JS = """() => {
     const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
@@ -277,7 +274,7 @@ def _run_and_check(nb: NotebookPage) -> None:
     nb.assert_no_popups()  # first open: before anything ran
     seconds = nb.run_all()
     print(f"{nb.path}: ran all cells in the browser in {seconds:.1f} s")
-    nb.shot("top")
+    nb.shot("after-run-all")
     nb.assert_ran_without_errors()
     nb.assert_no_popups()
 
@@ -306,6 +303,22 @@ def test_a_notebook_without_kernel_opens_without_a_dialog(notebook):
     page.assert_ran_without_errors()
     assert "42" in page.panel.locator(".jp-OutputArea-output").first.text_content()
     page.assert_console_clean()
+
+
+def test_the_error_check_catches_a_failing_cell(notebook):
+    """The checks above have teeth: a cell that raises is reported, with its message."""
+    import nbformat
+
+    path = SHOTS / "failing-cell.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in (
+        "x = 1", "raise ValueError('the learner sees this')", "y = 2")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, path)
+    page = notebook(str(path.relative_to(ROOT)))
+    page.run_all()  # returns once the error stopped the run
+    with pytest.raises(AssertionError, match="the learner sees this"):
+        page.assert_ran_without_errors()
 
 
 # -- the notebooks ---------------------------------------------------------------------------
