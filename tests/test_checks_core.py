@@ -53,6 +53,11 @@ def test_largest_error_and_its_index_are_reported():
     assert "Largest error 0.5 at index (1, 2)" in msg
 
 
+def test_complex_results_are_refused_not_silently_cast():
+    msg = compare_values(np.ones(3) + 1j, np.ones(3), 1e-6, 1e-6)
+    assert "complex" in msg and ".real" in msg
+
+
 def test_torch_and_numpy_compare_equal():
     assert compare_values(torch.ones(2, 3), np.ones((2, 3)), 1e-6, 1e-6) is None
     assert compare_values(torch.ones(2, 3, dtype=torch.bfloat16), np.ones((2, 3)),

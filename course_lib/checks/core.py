@@ -185,6 +185,10 @@ def compare_values(got: Any, expected: Any, atol: float, rtol: float,
         exp_a = np.asarray(expected)
         if got_a.dtype == object:
             return f"{label}expected {_describe(exp_a)}, got {_describe(got)}."
+        if np.iscomplexobj(got_a) and not np.iscomplexobj(exp_a):
+            return (f"{label}your result is complex (dtype {got_a.dtype}); expected real "
+                    "numbers. Did you forget to take `.real` (or to convert back from the "
+                    "complex form)?")
         if got_a.shape != exp_a.shape:
             return (f"{label}expected shape {tuple(exp_a.shape)}, got {tuple(got_a.shape)}."
                     + _shape_hint(tuple(got_a.shape), tuple(exp_a.shape)))
