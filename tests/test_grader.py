@@ -221,8 +221,8 @@ def _zip_bytes() -> bytes:
 ZIP_EXPECT = {"subs/export.zip/alice/00_setup.ipynb": "passed",
               "subs/export.zip/bob/00_setup.ipynb": "missing",
               "subs/export.zip/escape/00_setup.ipynb": "error"}
-SERIAL_SUBSET = ["solved.ipynb", "blank.ipynb", "naive.ipynb", "00_setup_truncated.ipynb",
-                 "duplicated_solution.ipynb", "homework.ipynb"]
+SERIAL_SUBSET = ["solved.ipynb", "naive.ipynb", "tamper_patch.ipynb", "no_solution_cell.ipynb",
+                 "00_setup_truncated.ipynb", "homework.ipynb"]
 
 
 # --------------------------------------------------------------------------- runs

@@ -88,10 +88,11 @@ class Grader:
         self.tainted: str | None = None
         self.threads = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
 
-    def _fallback(self, sub: Submission, status: str, reason: str) -> dict:
+    def _fallback(self, sub: Submission, status: str, reason: str,
+                  assignment: str | None = None) -> dict:
         from .rebuild import assignment_from_name
 
-        assignment = assignment_from_name(sub.name, self.course)
+        assignment = assignment or assignment_from_name(sub.name, self.course)
         return {"submission": sub.id, "assignment": assignment or "", "notes": [],
                 "flags": {},
                 "rows": whole_submission_rows(sub.id, assignment, self.course, status, reason)}
@@ -118,7 +119,8 @@ class Grader:
         if self.tainted:
             return self._fallback(sub, "error", "not trusted: the course's files were "
                                   f"modified while this submission was graded ({self.tainted})"
-                                  "; restore them (git checkout) and grade again")
+                                  "; restore them (git checkout) and grade again",
+                                  res.get("assignment"))
         return res
 
     def _run_worker(self, index: int, sub: Submission) -> dict:
@@ -246,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no solutions/ folder in {root}; pass --course ROOT", file=sys.stderr)
         return 2
     course = Course.load(root)
+    for name, why in course.broken.items():
+        print(f"warning: solutions/{name}.ipynb is broken; its submissions get errors: {why}",
+              file=sys.stderr)
     subs = collect(args.inputs)
     if not subs:
         print("error: no notebooks (.ipynb) found in " + ", ".join(map(str, args.inputs)),

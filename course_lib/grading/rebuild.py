@@ -61,6 +61,7 @@ class Course:
     root: Path
     notebooks: dict[str, Path] = field(default_factory=dict)
     exercises: dict[str, list[str]] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)  # assignment -> what is wrong
 
     @classmethod
     def load(cls, root: Path | None = None, check: bool = True) -> Course:
@@ -69,8 +70,12 @@ class Course:
         root = Path(root) if root else course_root()
         course = cls(root)
         for path in sorted((root / "solutions").glob("*.ipynb")):
-            nb = nbformat.read(path, as_version=NB_VERSION)
-            cells = validate(nb, str(path)) if check else exercise_cells(nb)
+            try:
+                nb = nbformat.read(path, as_version=NB_VERSION)
+                cells = validate(nb, str(path)) if check else exercise_cells(nb)
+            except Exception as err:  # one broken chapter must not stop the others
+                course.broken[path.stem] = f"{type(err).__name__}: {err}"
+                continue
             order = sorted(cells, key=lambda e: cells[e]["solution"][0])
             course.notebooks[path.stem] = path
             course.exercises[path.stem] = order
@@ -134,13 +139,14 @@ def parse_notebook(data: bytes) -> tuple[nbformat.NotebookNode, list[str]]:
 def assignment_from_name(name: str, course: Course) -> str | None:
     """Guess the assignment from a file name: exact stem, a stem inside it, or its NN."""
     stem = Path(name).stem
-    if stem in course.notebooks:
+    known = [*course.notebooks, *course.broken]
+    if stem in known:
         return stem
-    inside = [a for a in course.notebooks if a in name]
+    inside = [a for a in known if a in name]
     if inside:
         return max(inside, key=len)
     numbers = set(re.findall(r"(?<!\d)(\d\d)(?!\d)", stem))
-    hits = [a for a in course.notebooks if a[:2] in numbers]
+    hits = [a for a in known if a[:2] in numbers]
     return hits[0] if len(hits) == 1 else None
 
 
@@ -148,7 +154,7 @@ def identify(nb, name: str, course: Course) -> tuple[str | None, str]:
     """(assignment, how it was found): metadata, then file name, then exercise ids."""
     meta = nb.get("metadata", {}).get("course")
     claimed = meta.get("assignment") if isinstance(meta, dict) else None
-    if isinstance(claimed, str) and claimed in course.notebooks:
+    if isinstance(claimed, str) and (claimed in course.notebooks or claimed in course.broken):
         return claimed, "metadata"
     by_name = assignment_from_name(name, course)
     if by_name:

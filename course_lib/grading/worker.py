@@ -212,6 +212,10 @@ def grade(job: dict, send=None) -> dict:
             f"unknown assignment: neither the notebook's metadata nor its file name "
             f"{name!r} nor its exercise ids match one of this course's assignments ({known})"))
     result["assignment"] = assignment
+    if assignment in course.broken:
+        return finish(whole_submission_rows(
+            sub_id, assignment, course, "error", "the course's own copy of this assignment "
+            f"could not be read, so nothing was graded: {course.broken[assignment]}"))
     for ex_id in course.exercises[assignment]:
         get_exercise(ex_id)  # import the chapter's checks before any learner code runs
     if how != "metadata":
