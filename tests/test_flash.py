@@ -200,6 +200,86 @@ def test_kernel_config_is_gpu_sized_on_cuda():
     assert all(len(v) == 1 and v[0]["BLOCK_M"] <= 64 for v in small.values())
 
 
+def test_kernel_config_float32_on_cuda_is_one_small_config():
+    # float32 dots run in true float32 (no tensor cores): one small tile, no autotuning.
+    cfg = flash.kernel_config(128, "cuda", interpreted=False, dtype=torch.float32)
+    assert all(len(v) == 1 and v[0]["BLOCK_M"] * v[0]["BLOCK_N"] <= 64 * 64
+               for v in cfg.values())
+    assert len(flash.kernel_config(128, "cuda", interpreted=False,
+                                   dtype=torch.bfloat16)["fwd"]) > 1
+
+
+# ------------------------------------------------ what only a compiled (GPU) kernel would show
+
+
+def _kernel_source() -> str:
+    from pathlib import Path
+
+    return (Path(flash.__file__).parent / "kernels.py").read_text()
+
+
+def test_every_tl_dot_states_its_input_precision():
+    """A compiled tl.dot rounds float32 operands to TF32 by default; the interpreter never
+    does, so a forgotten ``input_precision`` passes every CPU test and loses 3 digits on a
+    GPU. Each dot must take the launcher's DOT_PRECISION, which is "ieee" for float32."""
+    import re
+
+    src = _kernel_source()
+    dots = re.findall(r"tl\.dot\((.*?)\)\s*(?:\*|#|$)", src, flags=re.M | re.S)
+    assert len(dots) == 9  # 2 forward, 4 dK/dV, 3 dQ
+    assert all("input_precision=DOT_PRECISION" in d for d in dots), dots
+    assert flash._dot_precision(torch.float32) == "ieee"
+    assert flash._dot_precision(torch.float16) != "ieee"  # ignored for 16-bit operands
+
+
+def test_batch_head_offsets_are_int64():
+    """``bh * stride_b`` overflows int32 once B*H*N*d passes 2^31 elements (e.g. B*H = 1024
+    heads of N = 16k, d = 128): silent wrong addresses on a GPU. The interpreter computes in
+    numpy and would need an 8 GiB tensor to show it, so we check the source."""
+    src = _kernel_source()
+    assert src.count("bh = tl.program_id(1).to(tl.int64)") == 4  # all four kernels
+    assert "bh = tl.program_id(1)\n" not in src
+
+
+def test_too_many_batch_heads_for_the_cuda_grid_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(flash, "_MAX_GRID_Y", 3)
+    q = torch.empty(2, 2, 8, 16, device="meta")  # B*H = 4 > 3
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
+    with pytest.raises(ValueError, match="B\\*H = 4"):
+        flash._check_kernel_inputs(q, q, q, None)
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_an_h100_without_a_gpu():
+    """Ahead-of-time compilation for sm_90 through Triton's real compiler (ptxas included):
+    catches what the interpreter accepts but the compiler rejects (dot shapes, constexpr
+    misuse, Python control flow on tensors, shared memory), and checks that the loads of
+    the main loops are software-pipelined (cp.async), which num_stages asks for."""
+    import os
+    import subprocess
+
+    script = (
+        "import json\n"
+        "from course_lib.flash import aot\n"
+        "out = [aot.compile_kernel(k, 'bfloat16', 48, True) for k in "
+        "('fwd', 'dkdv', 'dq', 'preprocess')]\n"
+        "print(json.dumps(out))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], env=env,
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0 and ("ptxas" in proc.stderr and "not found" in proc.stderr):
+        pytest.skip("this Triton wheel ships no ptxas")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    reports = json.loads(proc.stdout.strip().splitlines()[-1])
+    for r in reports:
+        assert r["shared_bytes"] <= 227 * 1024, r  # an H100's shared memory per block
+        if r["kind"] != "preprocess":
+            assert r["tensor_cores"], r
+    assert all(r["pipelined"] for r in reports if r["kind"] == "fwd"), reports
+
+
 def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
     """The GPU path (several candidate configs, Triton's autotuner) with a CPU timer."""
     import time

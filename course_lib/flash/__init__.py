@@ -173,7 +173,8 @@ def _cfg(bm: int, bn: int, warps: int = 4, stages: int = 2) -> dict:
 
 
 def kernel_config(head_dim: int, device: torch.device | str, *,
-                  interpreted: bool | None = None) -> dict[str, list[dict]]:
+                  interpreted: bool | None = None,
+                  dtype: torch.dtype | None = None) -> dict[str, list[dict]]:
     """Candidate block sizes and launch settings for each kernel: ``{"fwd", "dkdv", "dq"}``.
 
     Each entry is a list of configs ``{BLOCK_M, BLOCK_N, num_warps, num_stages}``
@@ -187,11 +188,18 @@ def kernel_config(head_dim: int, device: torch.device | str, *,
     pipeline stages. In the interpreter the blocks are small so that tests on short
     sequences still cross several blocks (ragged ends, the causal diagonal); there the cost
     is per element, not per program.
+
+    float32 on a GPU gets one small config and no autotuning: its ``tl.dot`` runs in true
+    float32 on the ordinary cores (no tensor cores), where large tiles only cost registers,
+    and compiling such a kernel takes tens of seconds per candidate.
     """
     if interpreted is None:
         interpreted = triton_mode() == "interpreter"
     if interpreted or torch.device(device).type != "cuda":
         return {"fwd": [_cfg(64, 32)], "dkdv": [_cfg(32, 64)], "dq": [_cfg(64, 32)]}
+    if dtype == torch.float32:
+        return {"fwd": [_cfg(64, 32, 4, 2)], "dkdv": [_cfg(32, 64, 4, 2)],
+                "dq": [_cfg(64, 32, 4, 2)]}
     if head_dim > 64:
         fwd = [_cfg(128, 64, 8, 3), _cfg(128, 128, 8, 3), _cfg(128, 64, 4, 3),
                _cfg(64, 64, 4, 3), _cfg(128, 32, 4, 2), _cfg(64, 32, 4, 1), _cfg(32, 32, 4, 1)]
@@ -237,6 +245,7 @@ def _launch(kernels, name: str, configs: list[dict], grid, *args, **meta) -> Non
 
 
 _DTYPES_CPU = (torch.float32, torch.float16)
+_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y: the kernels put batch x heads there
 _DTYPES_CUDA = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -267,10 +276,31 @@ def _check_kernel_inputs(q, k, v, scale) -> float:
             and torch.cuda.get_device_capability(q.device) < (8, 0)):
         raise TypeError("flash_attention: bfloat16 needs a GPU of compute capability 8.0 or "
                         "newer (Ampere); use float16 on this GPU")
+    if q.device.type == "cuda" and q.shape[0] * q.shape[1] > _MAX_GRID_Y:
+        raise ValueError(f"flash_attention: B*H = {q.shape[0] * q.shape[1]} (batch x heads) "
+                         f"exceeds the CUDA grid limit of {_MAX_GRID_Y} programs on the "
+                         f"second grid axis; split the batch into chunks")
     if q.device.type not in ("cpu", "cuda"):
         raise ValueError(f"flash_attention runs on CUDA GPUs or on the CPU through Triton's "
                          f"interpreter, got tensors on {q.device}")
     return scale
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    """``input_precision`` of every ``tl.dot``: full float32 ("ieee") for float32 inputs.
+
+    On a GPU ``tl.dot`` would otherwise round float32 operands to TF32 (a 10-bit mantissa,
+    errors ~1e-3) while the CPU interpreter multiplies in true float32: results would
+    silently depend on the machine. float16/bfloat16 operands ignore the setting.
+    """
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _on_device(x: torch.Tensor):
+    """Launch on the tensors' GPU (Triton launches on the *current* CUDA device)."""
+    import contextlib
+
+    return torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
@@ -300,14 +330,15 @@ def _forward(q, k, v, is_causal: bool, scale: float):
     qf, kf, vf = _flat(q), _flat(k), _flat(v)  # (BH, Nq, d), (BH, Nk, d), (BH, Nk, d)
     o = torch.empty_like(qf)  # (BH, Nq, d)
     lse = torch.empty(qf.shape[:2], dtype=torch.float32, device=q.device)  # (BH, Nq)
-    cfg = kernel_config(d, q.device, interpreted=interpreted)
+    cfg = kernel_config(d, q.device, interpreted=interpreted, dtype=q.dtype)
     _launch(kernels, "_fwd_kernel", cfg["fwd"],
-            lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), B * H),
+            lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), B * H),  # (query blocks, B*H)
             qf, kf, vf, o, lse, scale * kernels.LOG2E,
             qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
             vf.stride(0), vf.stride(1), o.stride(0), o.stride(1),
             n_q, n_k,
-            HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=bool(is_causal))
+            HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=bool(is_causal),
+            DOT_PRECISION=_dot_precision(q.dtype))
     return o.view(B, H, n_q, d), lse
 
 
@@ -319,7 +350,7 @@ def _backward(do, q, k, v, o, lse, is_causal: bool, scale: float):
     B, H, n_q, d = q.shape
     n_k = k.shape[-2]
     qf, kf, vf, of, dof = _flat(q), _flat(k), _flat(v), _flat(o), _flat(do)  # (BH, N, d)
-    cfg = kernel_config(d, q.device, interpreted=interpreted)
+    cfg = kernel_config(d, q.device, interpreted=interpreted, dtype=q.dtype)
     block_d = max(16, triton.next_power_of_2(d))
 
     delta = torch.empty_like(lse)  # (BH, Nq) D_i = rowsum(dO * O)
@@ -333,7 +364,8 @@ def _backward(do, q, k, v, o, lse, is_causal: bool, scale: float):
     args = (qf, kf, vf, dof, lse, delta)
     strides = (qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
                vf.stride(0), vf.stride(1), dof.stride(0), dof.stride(1))
-    meta = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(is_causal))
+    meta = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(is_causal),
+                DOT_PRECISION=_dot_precision(q.dtype))
     _launch(kernels, "_bwd_dkdv_kernel", cfg["dkdv"],
             lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), B * H),
             *args, dk, dv, scale, scale * kernels.LOG2E, *strides, n_q, n_k, **meta)
@@ -348,7 +380,8 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal, scale):
-        o, lse = _forward(q, k, v, is_causal, scale)  # (B, H, Nq, d), (BH, Nq)
+        with _on_device(q):
+            o, lse = _forward(q, k, v, is_causal, scale)  # (B, H, Nq, d), (BH, Nq)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.is_causal, ctx.scale = is_causal, scale
         return o
@@ -356,7 +389,8 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
+        with _on_device(q):
+            dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
         return dq, dk, dv, None, None
 
 
@@ -366,8 +400,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 
     ``q [B, H, Nq, d]``, ``k, v [B, H, Nk, d]`` with :math:`16 \le d \le 128`; any
     sequence lengths. Differentiable in q, k, v (the backward recomputes the attention
-    weights from the saved log-sum-exp). dtypes: float16/bfloat16 (and float32, with TF32
-    matmuls) on CUDA; float32/float16 on the CPU through Triton's interpreter.
+    weights from the saved log-sum-exp). dtypes: float16/bfloat16 on CUDA (the fast path;
+    float32 works too, in true float32 matmuls without tensor cores — for checking, not
+    speed); float32/float16 on the CPU through Triton's interpreter.
     """
     scale = _check_kernel_inputs(q, k, v, scale)
     return FlashAttentionFunction.apply(q, k, v, bool(is_causal), scale)
@@ -377,5 +412,6 @@ def flash_attention_with_lse(q, k, v, *, is_causal: bool = False,
                              scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward kernel's two outputs, ``O [B, H, Nq, d]`` and ``LSE [B, H, Nq]`` (no autograd)."""
     scale = _check_kernel_inputs(q, k, v, scale)
-    o, lse = _forward(q, k, v, bool(is_causal), scale)
+    with _on_device(q):
+        o, lse = _forward(q, k, v, bool(is_causal), scale)
     return o, lse.view(q.shape[:-1])

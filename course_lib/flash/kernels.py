@@ -14,6 +14,12 @@ computes): :math:`e^{x} = 2^{x\log_2 e}`, so scores are pre-multiplied by
 :math:`\text{scale}\cdot\log_2 e` and the log-sum-exp is converted back to natural log
 only when stored.
 
+Two details that only matter once the kernels are compiled for a GPU (the interpreter hides
+them): the offset of a (batch, head) pair, ``bh * stride_b``, is computed in int64 because
+``B*H*N*d`` can exceed :math:`2^{31}` elements; and every ``tl.dot`` gets
+``input_precision=DOT_PRECISION`` ("ieee" for float32 inputs), because a compiled ``tl.dot``
+silently rounds float32 operands to TF32 while the interpreter multiplies in float32.
+
 References: Dao et al. (2022), "FlashAttention: Fast and Memory-Efficient Exact Attention
 with IO-Awareness"; Dao (2023), "FlashAttention-2: Faster Attention with Better
 Parallelism and Work Partitioning"; the fused-attention tutorial of the Triton project.
@@ -36,6 +42,7 @@ def _fwd_kernel(
     N_Q, N_K,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     r"""One program = one block of BLOCK_M queries of one (batch, head).
 
@@ -50,7 +57,7 @@ def _fwd_kernel(
     and at the end :math:`O = A / \ell`, :math:`L = m + \log \ell`.
     """
     start_m = tl.program_id(0)  # which query block
-    bh = tl.program_id(1)  # which (batch, head)
+    bh = tl.program_id(1).to(tl.int64)  # which (batch, head); int64: B*H*N*d may pass 2^31
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query rows
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key columns within a block
     offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,) features (BLOCK_D = next power of 2 >= d)
@@ -76,7 +83,7 @@ def _fwd_kernel(
         col_ok = cols < N_K  # (BLOCK_N,)
         kt = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None],
                      mask=col_ok[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_N) K_j^T
-        s = tl.dot(q, kt) * qk_scale  # (BLOCK_M, BLOCK_N) scores, base-2 units
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N) scores, base-2 units
         valid = col_ok[None, :]  # (1, BLOCK_N) keys past the end do not exist
         if IS_CAUSAL:
             valid = valid & (cols[None, :] <= offs_m[:, None])  # (BLOCK_M, BLOCK_N)
@@ -88,7 +95,8 @@ def _fwd_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)  # (BLOCK_M,)
         v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :],
                     mask=col_ok[:, None] & mask_d[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # (BLOCK_M, BLOCK_D)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v,
+                                            input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_D)
         m_i = m_new
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # (BLOCK_M,) guard; every real row has l >= 1
@@ -108,7 +116,7 @@ def _bwd_preprocess_kernel(
 ):
     r""":math:`D_i = \sum_k dO_{ik} O_{ik}` (equal to :math:`\sum_j P_{ij} dP_{ij}`)."""
     start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh = tl.program_id(1).to(tl.int64)  # int64 offsets: B*H*N*d may exceed 2^31
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,)
     mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)  # (BLOCK_M, BLOCK_D)
@@ -128,6 +136,7 @@ def _bwd_dkdv_kernel(
     N_Q, N_K,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     r"""One program = one block of BLOCK_N keys; it loops over the query blocks that see it.
 
@@ -144,7 +153,7 @@ def _bwd_dkdv_kernel(
     dK and dV of a key block are owned by one program: no atomics.
     """
     start_n = tl.program_id(0)  # which key block
-    bh = tl.program_id(1)
+    bh = tl.program_id(1).to(tl.int64)  # int64 offsets: B*H*N*d may exceed 2^31
     offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key rows
     offs_m = tl.arange(0, BLOCK_M)  # (BLOCK_M,) query columns within a block
     offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,)
@@ -172,16 +181,16 @@ def _bwd_dkdv_kernel(
                      mask=row_ok[:, None] & mask_d[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
         lse = tl.load(LSE + bh * N_Q + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
         delta = tl.load(DELTA + bh * N_Q + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
-        st = tl.dot(k, qt) * qk_scale  # (BLOCK_N, BLOCK_M) S^T in base-2 units
+        st = tl.dot(k, qt, input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M) S^T in base-2 units
         pt = tl.exp2(st - lse[None, :] * 1.4426950408889634)  # (BLOCK_N, BLOCK_M) P^T
         valid = col_ok[:, None] & row_ok[None, :]  # (BLOCK_N, BLOCK_M)
         if IS_CAUSAL:
             valid = valid & (offs_n[:, None] <= rows[None, :])
         pt = tl.where(valid, pt, 0.0)  # (BLOCK_N, BLOCK_M)
-        dv += tl.dot(pt.to(do.dtype), do)  # (BLOCK_N, BLOCK_D)  dV += P^T dO
-        dpt = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M)  dP^T = V dO^T
+        dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_D)  dV += P^T dO
+        dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M)  dP^T = V dO^T
         dst = pt * (dpt - delta[None, :])  # (BLOCK_N, BLOCK_M)  dS^T
-        dk += tl.dot(dst.to(k.dtype), tl.trans(qt))  # (BLOCK_N, BLOCK_D)  dK += dS^T Q
+        dk += tl.dot(dst.to(k.dtype), tl.trans(qt), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_D)  dK += dS^T Q
     dk = dk * sm_scale  # (BLOCK_N, BLOCK_D)
     tl.store(DK + bh * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :],
              dk.to(DK.dtype.element_ty), mask=kv_mask)
@@ -197,6 +206,7 @@ def _bwd_dq_kernel(
     N_Q, N_K,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     r"""One program = one block of BLOCK_M queries: :math:`dQ_i = \text{scale}\sum_j dS_{ij} K_j`.
 
@@ -204,7 +214,7 @@ def _bwd_dq_kernel(
     program (FlashAttention-2's atomic-free split of the backward).
     """
     start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh = tl.program_id(1).to(tl.int64)  # int64 offsets: B*H*N*d may exceed 2^31
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,)
@@ -230,15 +240,15 @@ def _bwd_dq_kernel(
                      mask=col_ok[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_N)
         vt = tl.load(V + bh * stride_vb + cols[None, :] * stride_vn + offs_d[:, None],
                      mask=col_ok[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_N)
-        s = tl.dot(q, kt) * qk_scale  # (BLOCK_M, BLOCK_N)
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
         p = tl.exp2(s - lse2[:, None])  # (BLOCK_M, BLOCK_N)
         valid = row_ok[:, None] & col_ok[None, :]  # (BLOCK_M, BLOCK_N)
         if IS_CAUSAL:
             valid = valid & (cols[None, :] <= offs_m[:, None])
         p = tl.where(valid, p, 0.0)  # (BLOCK_M, BLOCK_N)
-        dp = tl.dot(do, vt)  # (BLOCK_M, BLOCK_N)  dP = dO V^T
+        dp = tl.dot(do, vt, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N)  dP = dO V^T
         ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)  dS = P o (dP - D)
-        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt))  # (BLOCK_M, BLOCK_D)  dQ += dS K
+        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_D)  dQ += dS K
     dq = dq * sm_scale  # (BLOCK_M, BLOCK_D)
     tl.store(DQ + bh * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=q_mask)
