@@ -106,6 +106,16 @@ core.harvest = lambda *a, **k: None
 def softmax(x):
     return x
 """
+# A named pipe where the results belong: a grader that opened it would wait forever.
+TAMPER_FIFO = """import os
+import course_lib.checks.core as core
+def _fifo(ex_id, fn, seed, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    os.mkfifo(os.path.join(out_dir, f"{ex_id}.json"))
+core.harvest = _fifo
+def softmax(x):
+    return x
+"""
 # Writes forged lines into every file descriptor of the grading process it can open.
 TAMPER_FORGE = """import glob, os
 line = b"0" * 64 + b' {"result": {"submission": "x", "assignment": "", "rows": []}}\\n'
@@ -199,6 +209,8 @@ def _variants() -> dict[str, tuple[bytes, str]]:
     v["tamper_patch.ipynb"] = (_with_solution(TAMPER_PATCH), "failed")
     v["tamper_fake_results.ipynb"] = (_with_solution(TAMPER_FAKE_RESULTS), "failed")
     v["tamper_silence.ipynb"] = (_with_solution(TAMPER_SILENCE), "error")
+    if hasattr(os, "mkfifo"):
+        v["tamper_fifo.ipynb"] = (_with_solution(TAMPER_FIFO), "error")
     if sys.platform.startswith("linux"):
         v["tamper_forge.ipynb"] = (_with_solution(TAMPER_FORGE), "failed")
     v["copy_reference.ipynb"] = (_with_solution(COPY_REFERENCE), "passed")
@@ -389,7 +401,7 @@ def test_loops_exits_and_crashes_are_reported(adversarial):
 
 def test_tampering_earns_nothing(adversarial):
     for name in ("tamper_patch.ipynb", "tamper_fake_results.ipynb", "tamper_silence.ipynb",
-                 "tamper_check_cell.ipynb", "tamper_forge.ipynb"):
+                 "tamper_check_cell.ipynb", "tamper_forge.ipynb", "tamper_fifo.ipynb"):
         if name in adversarial["variants"]:
             assert float(_row(adversarial, f"subs/{name}")["points"]) == 0, name
 

@@ -134,13 +134,17 @@ class Grader:
                "seed": self.seed, "cell_timeout": self.args.cell_timeout,
                "timeout": self.args.timeout, "output_limit": self.args.output_limit,
                "threads": self.threads, "manifest": self.manifest}
+        # The worker finds the kernel by name: only the environment's own "python3" spec
+        # (this Python's ipykernel), never one in a user's ~/.local/share/jupyter.
+        env = dict(os.environ, JUPYTER_DATA_DIR=str(work / "jupyter-data"))
+        env.pop("JUPYTER_PATH", None)
         r, w = os.pipe()
         log = open(work / "worker.log", "wb")
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "course_lib.grading.worker", str(w)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, pass_fds=(w,),
-                cwd=work, start_new_session=True)
+                cwd=work, env=env, start_new_session=True)
         except OSError as err:
             os.close(r)
             os.close(w)

@@ -72,7 +72,8 @@ class _Client(NotebookClient):
 def kernel_env(threads: int, private_dir: Path) -> dict[str, str]:
     """The kernel's environment: the grader's, with private IPython/Jupyter folders."""
     env = dict(os.environ)
-    for name in ("IPYTHONDIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_CONFIG_DIR", "MPLCONFIGDIR"):
+    for name in ("IPYTHONDIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR",
+                 "MPLCONFIGDIR"):
         d = private_dir / name.lower()
         d.mkdir(parents=True, exist_ok=True)
         env[name] = str(d)
@@ -84,6 +85,7 @@ def kernel_env(threads: int, private_dir: Path) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": str(threads),
     })
     env.pop("JPY_PARENT_PID", None)
+    env.pop("JUPYTER_PATH", None)
     return env
 
 

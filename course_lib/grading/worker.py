@@ -36,6 +36,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 STATUSES = ("passed", "failed", "error", "timeout", "missing")
+MAX_RESULT_BYTES = 256 * 2**20  # what the grader reads of one exercise's recorded outputs
 
 
 # --------------------------------------------------------------------------- integrity
@@ -122,6 +123,30 @@ def whole_submission_rows(sub_id: str, assignment: str | None, course, status: s
 # --------------------------------------------------------------------------- grading
 
 
+def results_problem(folder: Path) -> str | None:
+    """Why the recorded outputs in ``folder`` must not be read, or None.
+
+    The kernel wrote them, so they are untrusted: only regular files (no links, pipes or
+    devices, which could make the grader read forever) of a bounded total size.
+    """
+    import stat
+
+    if not folder.exists():
+        return None
+    if folder.is_symlink() or not folder.is_dir():
+        return "the results folder was replaced by something else"
+    total = 0
+    for f in folder.iterdir():
+        st = os.lstat(f)
+        if not stat.S_ISREG(st.st_mode):
+            return f"the results folder holds a non-file ({f.name})"
+        total += st.st_size
+    if total > MAX_RESULT_BYTES:
+        return (f"your function's outputs take {total / 2**20:.0f} MB, more than the "
+                f"{MAX_RESULT_BYTES / 2**20:.0f} MB the grader reads")
+    return None
+
+
 def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float, list[str]]:
     """Combine the score of the recorded outputs with what happened to the cells."""
     ex_id = ex.id
@@ -172,7 +197,7 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
 
 def grade(job: dict, send=None) -> dict:
     """Grade one submission described by ``job``; return its result (rows, notes, flags)."""
-    from course_lib.checks.core import get_exercise, score
+    from course_lib.checks.core import Verdict, get_exercise, score
 
     from .rebuild import (
         Course,
@@ -232,7 +257,12 @@ def grade(job: dict, send=None) -> dict:
         role, ex_id = plan.roles[i]
         if role != "harvest":
             return
-        verdicts[ex_id] = score(ex_id, seed, harvest_dirs[ex_id])
+        problem = results_problem(Path(harvest_dirs[ex_id]))
+        if problem:
+            ex = get_exercise(ex_id)
+            verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [problem])
+        else:
+            verdicts[ex_id] = score(ex_id, seed, harvest_dirs[ex_id])
         shutil.rmtree(harvest_dirs[ex_id], ignore_errors=True)
 
     workdir = scratch / "work"
