@@ -218,9 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", "-j", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                    help="submissions graded at once (default: half the CPU cores)")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S",
-                   help="time limit for a whole notebook in seconds (default 900)")
+                   help="time limit in seconds for a whole notebook, the course's own "
+                        "cells included (default 900)")
     p.add_argument("--cell-timeout", type=float, default=180.0, metavar="S",
-                   help="time limit for one cell in seconds (default 180)")
+                   help="time limit in seconds for a cell with learner code: a solution "
+                        "cell, or running their function on all cases (default 180)")
     p.add_argument("--output-limit", type=int, default=1_000_000, metavar="BYTES",
                    help="output above this many bytes per exercise is noted in the "
                         "feedback (outputs are never kept; default 1000000)")

@@ -101,7 +101,7 @@ def collect(inputs: list[str | Path]) -> list[Submission]:
     found: list[Submission] = []
     for raw in inputs:
         path = Path(raw)
-        label = path.name or str(path)
+        label = path.name or path.resolve().name or str(path)
         if not path.exists():
             found.append(Submission(str(raw), label, None, "no such file or folder"))
         elif path.is_dir():
