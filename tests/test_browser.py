@@ -55,9 +55,10 @@ KERNEL_IDLE_JS = """() => {
 # -- the browser ----------------------------------------------------------------------------
 
 def _missing(what: str) -> None:
-    how = ("To run the browser tests: install Chromium (Debian/Ubuntu: `sudo apt install "
-           "chromium`; or set COURSE_CHROMIUM=/path/to/chrome) and the test extra "
-           "(`.venv/bin/pip install playwright`, part of `pip install -e .[test]`).")
+    how = ("To run the browser tests: install the test extra (`make test` does; or "
+           "`.venv/bin/pip install playwright`) and Chromium (Debian/Ubuntu: `sudo apt "
+           "install chromium`; macOS: Google Chrome; or set COURSE_CHROMIUM=/path/to/chrome; "
+           "or `.venv/bin/python -m playwright install chromium`).")
     if os.environ.get("COURSE_REQUIRE_BROWSER") == "1":
         pytest.fail(f"{what}, but COURSE_REQUIRE_BROWSER=1 (CI) needs the browser tests. {how}",
                     pytrace=False)
@@ -239,14 +240,16 @@ class NotebookPage:
         return root
 
     def wait_for_redraw(self, drawing, before: bytes, what: str) -> bytes:
-        """Poll screenshots of `drawing` until they differ from `before`; return the new one."""
+        """Poll screenshots of `drawing` until they differ from `before` and are stable."""
         deadline = time.monotonic() + REDRAW_S
         while time.monotonic() < deadline:
             self.wait_for_kernel_idle(REDRAW_S)
             self.page.wait_for_timeout(300)  # let the browser paint the kernel's update
             after = drawing.screenshot()
             if after != before:
-                return after
+                self.page.wait_for_timeout(300)  # and it has finished painting:
+                if drawing.screenshot() == after:
+                    return after
         self.shot(f"no-redraw-{what}")
         raise AssertionError(f"{self.path}: {what} did not change what is drawn "
                              f"within {REDRAW_S} s")
