@@ -92,7 +92,12 @@ def main(argv):
         return subprocess.call(cmd, cwd=ROOT, env=lab_env())
     if what == "exercises":
         return subprocess.call([PY, "-m", "course_lib.grading.generate"] + rest, cwd=ROOT)
-    return subprocess.call([PY, "-m", "pytest"] + rest, cwd=ROOT, env=lab_env())
+    env = lab_env()
+    # Tests run notebooks in parallel, one kernel per core: one BLAS/OpenMP thread per
+    # kernel avoids oversubscription, which makes small matmuls many times slower.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    return subprocess.call([PY, "-m", "pytest"] + rest, cwd=ROOT, env=env)
 
 
 if __name__ == "__main__":
