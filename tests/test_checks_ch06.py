@@ -120,3 +120,27 @@ def test_triton_solution_passes_through_the_interpreter():
 
     assert check("06.3", flash_forward).passed
     assert check("06.3", flash_forward, hidden=True).passed
+
+
+def test_triton_grid_that_skips_the_ragged_block_is_diagnosed():
+    """Launching n // 16 programs leaves the last, partial query block uncomputed."""
+    ex = get_exercise("06.3")
+
+    def skip_last_block(q, k, v):
+        o = ex.reference(q, k, v).clone()  # (N, d)
+        o[q.shape[0] // 16 * 16:] = 7.0  # rows no program wrote
+        return o
+
+    with pytest.raises(CheckFailed, match=r"triton\.cdiv\(n, 16\) programs"):
+        check("06.3", skip_last_block, quiet=True)
+
+
+def test_triton_cases_live_where_kernels_run():
+    """A compiled kernel cannot read CPU memory: on a GPU the 06.3 inputs are CUDA tensors."""
+    from course_lib.checks.ch06 import _kernel_device
+    from course_lib.checks.core import cases_for
+
+    device = _kernel_device()
+    assert device == ("cuda" if torch.cuda.is_available() else "cpu")
+    for case in cases_for("06.3", hidden=True):
+        assert all(t.device.type == device for t in case.args)

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from .core import Case, Exercise, register
+from .core import Case, Exercise, compare_values, get_exercise, register
 
 # --------------------------------------------------------------------------- 06.1 online softmax
 
@@ -42,16 +42,26 @@ def _online_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             Case("a block whose scores exceed the running max (the old sum must shrink)",
                  (np.array([0.5, 1.0]), np.array([2.0, 3.0]), np.array([[3.0, 0.0, 1.0],
                                                                         [2.5, 4.0, -1.0]]))),
+            Case("scores around 1000: only differences may be exponentiated",
+                 (np.array([1000.0]), np.array([1.0]), np.array([[1001.0, 999.0, 1002.5]]))),
         ]
     return [
         Case("a block entirely below the running max (m stays)",
              (np.array([5.0, 6.0, 7.0]), np.array([1.5, 2.0, 1.0]),
               rng.normal(size=(3, 5)) - 3.0)),
-        Case("scores around 1000: only differences may be exponentiated",
-             (np.array([1000.0]), np.array([1.0]), np.array([[1001.0, 999.0, 1002.5]]))),
+        Case("scores around -1000: e^x underflows to 0 unless the max is subtracted",
+             (np.array([-1000.0, -990.0]), np.array([1.0, 2.0]),
+              np.array([[-1001.0, -999.5], [-995.0, -1003.0]]))),
         Case("8 rows, a block of 1 score", (rng.normal(size=8), rng.uniform(1, 3, size=8),
                                             rng.normal(size=(8, 1)) * 3)),
     ]
+
+
+def _online_raw_exp(m, l, x):
+    """e^x of raw scores: overflows (inf / inf = nan) near 1000, underflows near -1000."""
+    m_new = np.maximum(m, x.max(axis=-1))
+    with np.errstate(all="ignore"):
+        return m_new, (np.exp(m) * l + np.exp(x).sum(axis=-1)) / np.exp(m_new)
 
 
 def _online_no_rescale(m, l, x):
@@ -87,6 +97,9 @@ register(Exercise(
             _online_inverted_rescale,
         "your new max uses only the block: m_new = max(m, max of the block), otherwise the "
         "running max can go down.": _online_block_max_only,
+        "you exponentiated raw scores: e^1000 overflows to inf (and inf/inf is nan), e^-1000 "
+        "underflows to 0. Only exponentiate differences, x - m_new and m - m_new, which are "
+        "<= 0.": _online_raw_exp,
     },
     hint="m_new = np.maximum(m, x_block.max(axis=-1)); "
          "l_new = np.exp(m - m_new) * l + np.exp(x_block - m_new[:, None]).sum(axis=-1).",
@@ -95,7 +108,7 @@ register(Exercise(
 # --------------------------------------------------------------------------- 06.2 tiled forward
 
 
-def _tiled(Q, K, V, block_size, *, rescale=True, scaled=True, lse_log=True):
+def _tiled(Q, K, V, block_size, *, rescale=True, scaled=True, lse_log=True, rescale_l=True):
     N, d = Q.shape
     O = np.empty((N, V.shape[1]))  # (N, d_v)
     L = np.empty(N)  # (N,)
@@ -110,7 +123,7 @@ def _tiled(Q, K, V, block_size, *, rescale=True, scaled=True, lse_log=True):
             m_new = np.maximum(m, S.max(axis=1))  # (Br,)
             alpha = np.exp(m - m_new)  # (Br,)
             P = np.exp(S - m_new[:, None])  # (Br, Bc)
-            l = alpha * l + P.sum(axis=1)  # (Br,)
+            l = (alpha * l if rescale_l else l) + P.sum(axis=1)  # (Br,)
             A = (alpha[:, None] * A if rescale else A) + P @ V[j:j + block_size]  # (Br, d_v)
             m = m_new
         O[i:i + block_size] = A / l[:, None]  # (Br, d_v)
@@ -174,6 +187,14 @@ register(Exercise(
 TRITON_BLOCK = 16  # the block size the exercise asks for (the mistake twins assume it)
 
 
+def _kernel_device() -> str:
+    """Where a learner's Triton kernel can read tensors: a CUDA GPU when Triton compiles,
+    the CPU when it interprets (a compiled kernel cannot read CPU memory)."""
+    from ..flash import triton_mode
+
+    return "cuda" if triton_mode() == "compiled" else "cpu"
+
+
 def flash_forward_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     r""":math:`\mathrm{softmax}(qk^\top/\sqrt d)\,v` for ``q, k, v [N, d]`` (float32)."""
     s = (q.double() @ k.double().T) / math.sqrt(q.shape[-1])  # (N, N)
@@ -184,24 +205,63 @@ def _flash_unmasked(q, k, v):
     """Keys padded with zeros to a multiple of the block, unmasked: each adds e^{0 - m}."""
     n = k.shape[0]
     pad = -n % TRITON_BLOCK
-    k = torch.cat([k, torch.zeros(pad, k.shape[1])])  # (N + pad, d)
-    v = torch.cat([v, torch.zeros(pad, v.shape[1])])  # (N + pad, d)
+    k = torch.cat([k, k.new_zeros(pad, k.shape[1])])  # (N + pad, d)
+    v = torch.cat([v, v.new_zeros(pad, v.shape[1])])  # (N + pad, d)
     return flash_forward_reference(q, k, v)
 
 
 def _flash_no_rescale(q, k, v):
-    out = _tiled(q.double().numpy(), k.double().numpy(), v.double().numpy(), TRITON_BLOCK,
+    out = _tiled(*(t.detach().double().cpu().numpy() for t in (q, k, v)), TRITON_BLOCK,
                  rescale=False)[0]
-    return torch.from_numpy(out).float()
+    return torch.from_numpy(out).float().to(q.device)
 
 
 def _flash_unscaled(q, k, v):
     return flash_forward_reference(q * math.sqrt(q.shape[-1]), k, v)
 
 
+def _flash_mask_off_by_one(q, k, v):
+    """``cols <= n``: the zero-padded key number n (only exists if n % 16 != 0) joins in."""
+    if k.shape[0] % TRITON_BLOCK == 0:
+        return flash_forward_reference(q, k, v)
+    return flash_forward_reference(q, torch.cat([k, k.new_zeros(1, k.shape[1])]),
+                                   torch.cat([v, v.new_zeros(1, v.shape[1])]))
+
+
+def _flash_l_not_rescaled(q, k, v):
+    out = _tiled(*(t.detach().double().cpu().numpy() for t in (q, k, v)), TRITON_BLOCK,
+                 rescale_l=False)[0]
+    return torch.from_numpy(out).float().to(q.device)
+
+
+def _flash_exp2(q, k, v):
+    """``tl.exp2`` on natural-log scores: a softmax of s * ln 2 instead of s."""
+    return flash_forward_reference(q * math.log(2.0), k, v)
+
+
+def _flash_compare(got, expected, case: Case) -> str | None:
+    """The default comparison, plus a diagnosis when only the last, partial query block is
+    wrong: the grid launched n // 16 programs instead of cdiv(n, 16)."""
+    ex = get_exercise("06.3")
+    msg = compare_values(got, expected, ex.atol, ex.rtol)
+    if msg is None or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return msg
+    n = expected.shape[0]
+    full = n // TRITON_BLOCK * TRITON_BLOCK  # rows covered by whole blocks
+    g, e = got.detach().double().cpu(), expected.detach().double().cpu()  # (N, d)
+    bad_rows = (~torch.isclose(g, e, rtol=ex.rtol, atol=ex.atol)).any(dim=1).nonzero()
+    if n % TRITON_BLOCK and bad_rows.numel() and int(bad_rows.min()) >= full:
+        msg += (f"\n    Likely cause: only rows {full}..{n - 1}, the last partial block of "
+                f"queries, are wrong: no program computed them. Launch "
+                f"triton.cdiv(n, {TRITON_BLOCK}) programs, not n // {TRITON_BLOCK}.")
+    return msg
+
+
 def _flash_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    device = _kernel_device()
+
     def t(*shape, scale=1.0):
-        return torch.from_numpy(rng.normal(size=shape) * scale).float()
+        return torch.from_numpy(rng.normal(size=shape) * scale).float().to(device)
 
     if not hidden:
         return [
@@ -232,7 +292,14 @@ register(Exercise(
         "grows (it only shows once a row spans several key blocks).": _flash_no_rescale,
         "you forgot the 1/sqrt(d) scale of the scores (pass it to the kernel as a float).":
             _flash_unscaled,
+        "your mask lets in key number n, one past the end (cols <= n): the keys are "
+        "0 .. n-1, so mask with cols < n.": _flash_mask_off_by_one,
+        "your running sum l is not rescaled: like acc, it was computed relative to the old "
+        "max, so l = alpha * l + tl.sum(p, 1).": _flash_l_not_rescaled,
+        "tl.exp2(x) is 2**x, not e**x: either use tl.exp, or multiply the scores by "
+        "log2(e) = 1.4427 first (and then alpha = tl.exp2(m - m_new) too).": _flash_exp2,
     },
+    compare=_flash_compare,
     hint="one program per block of 16 queries: load q once, loop over key blocks with "
          "the online softmax, mask keys >= n with -inf, divide by l at the end; launch "
          "with grid (triton.cdiv(n, 16),).",
