@@ -154,8 +154,12 @@ def _shape(x) -> tuple:
     return tuple(int(s) for s in x.shape)
 
 
-def _check_qkv(q, k, v, broadcast_shapes) -> tuple:
-    """Validate shapes; return the scores' shape ``[..., Nq, Nk]``."""
+def _check_qkv(q, k, v) -> tuple:
+    """Validate shapes; return the scores' shape ``[..., Nq, Nk]``.
+
+    Shapes are plain tuples, so numpy's ``broadcast_shapes`` serves torch too (torch's
+    own imports sympy on first use: seconds on a slow machine).
+    """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim < 2:
             what = {"q": "[..., Nq, d_k]", "k": "[..., Nk, d_k]", "v": "[..., Nk, d_v]"}[name]
@@ -169,16 +173,17 @@ def _check_qkv(q, k, v, broadcast_shapes) -> tuple:
                          f"[..., Nk, d_k] and v [..., Nk, d_v], got k {_shape(k)} and "
                          f"v {_shape(v)}")
     try:
-        batch = tuple(broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+        batch = tuple(np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]),
+                                          tuple(v.shape[:-2])))
     except (RuntimeError, ValueError) as err:
         raise ValueError(f"the batch dimensions of q, k and v do not broadcast: got q "
                          f"{_shape(q)}, k {_shape(k)}, v {_shape(v)}") from err
     return batch + (int(q.shape[-2]), int(k.shape[-2]))
 
 
-def _check_mask(mask, scores_shape: tuple, broadcast_shapes) -> None:
+def _check_mask(mask, scores_shape: tuple) -> None:
     try:
-        broadcast_shapes(mask.shape, scores_shape)
+        np.broadcast_shapes(tuple(mask.shape), scores_shape)
     except (RuntimeError, ValueError) as err:
         raise ValueError(f"mask of shape {_shape(mask)} does not broadcast to the scores' "
                          f"shape [..., Nq, Nk] = {scores_shape}") from err
@@ -238,7 +243,7 @@ def scaled_dot_product_attention(
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"expected {name} to be a torch.Tensor, got {type(x).__name__} "
                             "(use numpy_attention for numpy arrays)")
-    scores_shape = _check_qkv(q, k, v, torch.broadcast_shapes)
+    scores_shape = _check_qkv(q, k, v)
     scale, dropout_p = _check_scale_dropout(scale, dropout_p)
     n_q, n_k = scores_shape[-2], scores_shape[-1]
     d_k = q.shape[-1]
@@ -252,7 +257,7 @@ def scaled_dot_product_attention(
     if mask is not None:
         if not isinstance(mask, torch.Tensor):
             mask = torch.as_tensor(mask, device=scores.device)
-        _check_mask(mask, scores_shape, torch.broadcast_shapes)
+        _check_mask(mask, scores_shape)
         if not (mask.dtype == torch.bool or mask.is_floating_point()):
             raise TypeError(f"expected a boolean mask (True = may attend) or a float mask to "
                             f"add, got dtype {mask.dtype}: use mask.bool() for 0/1 masks")
@@ -295,7 +300,7 @@ def numpy_attention(
     masked rows. ``rng`` drives dropout (a fresh default generator when None).
     """
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    scores_shape = _check_qkv(q, k, v, np.broadcast_shapes)
+    scores_shape = _check_qkv(q, k, v)
     scale, dropout_p = _check_scale_dropout(scale, dropout_p)
     n_q, n_k = scores_shape[-2], scores_shape[-1]
     d_k = q.shape[-1]
@@ -307,7 +312,7 @@ def numpy_attention(
     keep = None
     if mask is not None:
         mask = np.asarray(mask)
-        _check_mask(mask, scores_shape, np.broadcast_shapes)
+        _check_mask(mask, scores_shape)
         if not (mask.dtype == bool or np.issubdtype(mask.dtype, np.floating)):
             raise TypeError(f"expected a boolean mask (True = may attend) or a float mask to "
                             f"add, got dtype {mask.dtype}: use mask.astype(bool) for 0/1 masks")

@@ -36,8 +36,13 @@ __all__ = [
     "Template",
     "TEMPLATES",
     "Vocab",
+    "describe",
     "make_dataset",
+    "make_model",
+    "one_layer_ratio_is_blind",
     "pointer_accuracy",
+    "pointer_loss",
+    "pronoun_weights",
     "train",
 ]
 
