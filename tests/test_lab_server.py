@@ -87,13 +87,24 @@ def test_no_news_or_update_requests():
     assert notes["checkForUpdates"] is False
 
 
-def test_make_lab_uses_the_course_settings():
+def test_make_lab_uses_the_course_settings(tmp_path):
     """tools/bootstrap.py (behind `make lab` and `make test`) points JupyterLab at them."""
     spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "tools" / "bootstrap.py")
     bootstrap = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bootstrap)
+    dest = Path(bootstrap.seed_settings(str(tmp_path / "settings")))
+    for path in COURSE_SETTINGS.rglob("*.jupyterlab-settings"):
+        copy = dest / path.relative_to(COURSE_SETTINGS)
+        assert copy.read_text() == path.read_text(), f"{copy} was not seeded"
+    # A learner's own change survives the next `make lab`.
+    victim = next(dest.rglob("*.jupyterlab-settings"))
+    victim.write_text("{}")
+    bootstrap.seed_settings(str(dest))
+    assert victim.read_text() == "{}"
     env = bootstrap.lab_env()
-    assert Path(env["JUPYTERLAB_SETTINGS_DIR"]).resolve() == COURSE_SETTINGS.resolve()
+    assert Path(env["JUPYTERLAB_SETTINGS_DIR"]).resolve() == Path(bootstrap.LAB_SETTINGS).resolve()
+    assert not Path(env["JUPYTERLAB_SETTINGS_DIR"]).resolve().is_relative_to(
+        COURSE_SETTINGS.resolve()), "learners' changes must not land in the tracked defaults"
 
 
 def test_settings_files_are_plain_json_with_comments():

@@ -69,11 +69,32 @@ def ensure_venv():
         f.write(want + "\n")
 
 
+COURSE_SETTINGS = os.path.join(ROOT, ".jupyter", "lab", "user-settings")
+LAB_SETTINGS = os.path.join(VENV, "lab-settings")
+
+
+def seed_settings(dest=LAB_SETTINGS):
+    """Copy the course's JupyterLab defaults (no news pop-up, no kernel dialog) into dest.
+
+    JupyterLab writes a learner's own changes into its settings folder; keeping that folder
+    inside .venv leaves the tracked defaults untouched. Files already there are kept.
+    """
+    for folder, _, files in os.walk(COURSE_SETTINGS):
+        for name in files:
+            src = os.path.join(folder, name)
+            dst = os.path.join(dest, os.path.relpath(src, COURSE_SETTINGS))
+            if not os.path.exists(dst):
+                if not os.path.isdir(os.path.dirname(dst)):
+                    os.makedirs(os.path.dirname(dst))
+                with open(src, "rb") as f_in, open(dst, "wb") as f_out:
+                    f_out.write(f_in.read())
+    return dest
+
+
 def lab_env():
     env = dict(os.environ)
-    # The course's own JupyterLab settings (no news pop-up, no update checks).
-    env["JUPYTERLAB_SETTINGS_DIR"] = os.path.join(ROOT, ".jupyter", "lab", "user-settings")
-    env["JUPYTERLAB_WORKSPACES_DIR"] = os.path.join(ROOT, ".jupyter", "lab", "workspaces")
+    env["JUPYTERLAB_SETTINGS_DIR"] = seed_settings()
+    env["JUPYTERLAB_WORKSPACES_DIR"] = os.path.join(VENV, "lab-workspaces")
     return env
 
 
@@ -88,6 +109,8 @@ def main(argv):
     if what == "lab":
         cmd = [PY, "-m", "jupyter", "lab", "--notebook-dir=" + ROOT,
                os.path.join("notebooks", "00_setup.ipynb")] + rest
+        if os.name == "posix" and os.geteuid() == 0:
+            cmd.append("--allow-root")  # containers often run as root
         print("Opening JupyterLab on the course (Ctrl-C to stop) ...")
         return subprocess.call(cmd, cwd=ROOT, env=lab_env())
     if what == "exercises":
