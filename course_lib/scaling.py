@@ -33,6 +33,7 @@ __all__ = [
     "RetrievalTask",
     "SaturationStats",
     "TrainResult",
+    "adam_update",
     "dot_product_variance",
     "evaluate_retrieval",
     "gaussian_variance_stderr",
@@ -371,6 +372,31 @@ def score_gradients_at_init(scale: float | None = None, *, d_k: int = 256, d_mod
     return scores.grad.norm(dim=-1).numpy(), w.detach().amax(-1).numpy()  # (B,), (B,)
 
 
+def adam_update(param: torch.Tensor, grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+                step: int, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                eps: float = 1e-8) -> None:
+    r"""One Adam step (Kingma & Ba, 2015, "Adam: A Method for Stochastic Optimization"), in place.
+
+    .. math::
+
+        m \leftarrow \beta_1 m + (1-\beta_1) g, \qquad
+        v \leftarrow \beta_2 v + (1-\beta_2) g^2, \qquad
+        \theta \leftarrow \theta - \frac{\eta}{1-\beta_1^t}\,
+        \frac{m}{\sqrt{v}/\sqrt{1-\beta_2^t} + \epsilon}
+
+    with :math:`t` = ``step`` (counted from 1). The same arithmetic, in the same order, as
+    ``torch.optim.Adam`` with its defaults (a unit test compares them). Written out because
+    constructing any ``torch.optim`` optimizer imports ``torch._dynamo``, which costs
+    seconds on a small CPU: more than this chapter's whole training run.
+    """
+    beta1, beta2 = betas
+    with torch.no_grad():
+        m.lerp_(grad, 1 - beta1)  # (same as param) running mean of g
+        v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)  # (same as param) running mean of g²
+        denom = (v.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)  # (same as param)
+        param.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step))
+
+
 def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int = 64,
                     steps: int = 150, batch_size: int = 64, lr: float = 1e-2,
                     optimizer: str = "adam", seed: int = 0) -> TrainResult:
@@ -380,28 +406,31 @@ def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int 
     start as :math:`\mathcal{N}(0, 1/d_\text{model})`, so with unit-variance embeddings
     :math:`q` and :math:`k` have unit-variance components (the assumption of the variance
     argument). The task and the minibatches depend only on ``seed``, so runs that differ
-    only in ``scale`` see exactly the same data.
+    only in ``scale`` see exactly the same data. ``optimizer`` is ``"adam"``
+    (:func:`adam_update`, the default hyperparameters of ``torch.optim.Adam``) or
+    ``"sgd"`` (:math:`\theta \leftarrow \theta - \eta g`).
     """
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
     scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
     task, w_q, w_k = _init_retrieval(d_k, d_model, seed)
     params = [w_q, w_k]
-    if optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=lr)
-    elif optimizer == "sgd":
-        opt = torch.optim.SGD(params, lr=lr)
-    else:
-        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+    moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]  # Adam's m, v
     data_g = torch.Generator().manual_seed(seed + 2)
     losses, grad_norms = [], []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is faster than several competing
     try:
-        for _ in range(steps):
+        for step in range(1, steps + 1):
             loss, _ = retrieval_loss(task.batch(batch_size, data_g), w_q, w_k, scale)
-            opt.zero_grad()
-            loss.backward()
-            grad_norms.append(float(torch.sqrt(sum((p.grad ** 2).sum() for p in params))))
-            opt.step()
+            grads = torch.autograd.grad(loss, params)  # (d_model, d_k) each
+            grad_norms.append(float(torch.sqrt(sum((g ** 2).sum() for g in grads))))
+            for p, g, (m, v) in zip(params, grads, moments):
+                if optimizer == "adam":
+                    adam_update(p, g, m, v, step, lr=lr)
+                else:
+                    with torch.no_grad():
+                        p.add_(g, alpha=-lr)  # (d_model, d_k)
             losses.append(loss.item())
     finally:
         torch.set_num_threads(threads)

@@ -32,17 +32,14 @@ def test_reference_passes_visible_and_hidden(exercise_id, capsys):
 
 @pytest.mark.parametrize("exercise_id,hint", [
     (i, h) for i in IDS for h in get_exercise(i).mistakes])
-def test_each_mistake_fails_with_its_hint(exercise_id, hint):
-    ex = get_exercise(exercise_id)
-    wrong = ex.mistakes[hint]
-    failed = []
-    for hidden in (False, True):
-        try:
-            check(exercise_id, wrong, hidden=hidden, quiet=True)
-        except CheckFailed as err:
-            failed.append(str(err))
-    assert failed, f"the mistake {hint!r} passes the checks"
-    assert any(hint in msg for msg in failed)
+def test_each_mistake_fails_the_visible_checks_with_its_hint(exercise_id, hint):
+    # visible, not only hidden: a learner must see the hint before the grader does
+    wrong = get_exercise(exercise_id).mistakes[hint]
+    with pytest.raises(CheckFailed) as err:
+        check(exercise_id, wrong, quiet=True)
+    assert hint in str(err.value)
+    with pytest.raises(CheckFailed):
+        check(exercise_id, wrong, hidden=True, quiet=True)
 
 
 def test_references_agree_with_course_lib():
@@ -72,6 +69,44 @@ def test_naive_softmax_gets_the_overflow_explanation():
 
     with pytest.raises(CheckFailed, match="NaN"):
         check("03.2", stable_softmax, quiet=True)
+
+
+def test_softmax_without_keepdim_or_per_row_max_is_caught_before_grading():
+    def global_max(scores, temperature=1.0):
+        z = scores / temperature
+        e = torch.exp(z - z.max())
+        return e / e.sum(-1, keepdim=True)
+
+    with pytest.raises(CheckFailed, match="each row's own maximum"):
+        check("03.2", global_max, quiet=True)
+
+
+def test_softmax_in_float64_is_told_to_keep_the_dtype():
+    def stable_softmax(scores, temperature=1.0):
+        z = scores.double() / temperature
+        e = torch.exp(z - z.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True)
+
+    with pytest.raises(CheckFailed) as err:
+        check("03.2", stable_softmax, quiet=True)
+    msg = str(err.value)
+    assert "expected dtype float32, got float64" in msg and "scores.dtype" in msg
+    assert "overflowed" not in msg  # the right hint, not the first twin whose values agree
+
+
+def test_entropy_nan_from_zero_weights_is_caught_before_grading():
+    def attention_entropy(weights):
+        return -(weights * torch.log(weights)).sum(-1)
+
+    with pytest.raises(CheckFailed, match=r"NaN[\s\S]*0 · log 0"):
+        check("03.4", attention_entropy, quiet=True)
+
+
+def test_entropy_with_a_small_epsilon_is_accepted(capsys):
+    def attention_entropy(weights):
+        return -(weights * torch.log(weights.clamp_min(1e-12))).sum(-1)
+
+    assert check("03.4", attention_entropy).passed
 
 
 def test_torch_var_user_is_told_about_ddof():

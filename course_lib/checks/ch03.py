@@ -67,6 +67,12 @@ register(Exercise(
             lambda q, k, scale=1.0: float(scale * np.var((q * k).sum(-1))),
         "you ignored the `scale` argument.":
             lambda q, k, scale=1.0: float(np.var((q * k).sum(-1))),
+        "you divided by √d_k yourself; multiply by the `scale` argument instead (the caller "
+        "chooses it: 1 means unscaled).":
+            lambda q, k, scale=1.0: float(np.var((q * k).sum(-1) / math.sqrt(q.shape[-1]))),
+        "you returned the mean of s² (the second moment), not the variance: subtract the mean "
+        "score first, (s - s.mean())², or use np.var.":
+            lambda q, k, scale=1.0: float(np.mean((scale * (q * k).sum(-1)) ** 2)),
         "you took the variance over all N×N pairs q_n·k_m (q @ k.T); pair row n of q with "
         "row n of k only: (q * k).sum(-1).":
             lambda q, k, scale=1.0: float(np.var(scale * (q @ k.T))),
@@ -99,8 +105,10 @@ def _softmax_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         return [
             Case("3 rows of 4 scores, τ=1", (t(rng.normal(size=(3, 4))),),
                  {"temperature": 1.0}),
-            Case("scores of size ~1000 (q·k with d_k=1024, unscaled), τ=1",
-                 (t(rng.normal(scale=32.0, size=(4, 6)) + 1000.0),), {"temperature": 1.0}),
+            Case("unscaled scores at d_k≈1024: rows near +1000, 0, −1500 and +500, τ=1",
+                 (t(rng.normal(scale=32.0, size=(4, 6))
+                    + np.array([[1000.0], [0.0], [-1500.0], [500.0]])),),
+                 {"temperature": 1.0}),
             Case("τ = √64 = 8 on a (2, 3, 5) batch",
                  (t(rng.normal(scale=8.0, size=(2, 3, 5))),), {"temperature": 8.0}),
         ]
@@ -125,7 +133,13 @@ register(Exercise(
     reference=stable_softmax_reference,
     atol=1e-6,
     rtol=1e-5,
+    check_dtype=True,
     mistakes={
+        # first: its values equal the reference's, so other twins would match them too
+        "the weights are right but your result has another dtype than the scores (float64 "
+        "from .double() or a float64 constant?); return the input's dtype, e.g. "
+        ".to(scores.dtype): attention multiplies the weights by V in that precision.":
+            lambda s, temperature=1.0: torch.softmax(s.double() / temperature, -1),
         "exp overflowed: subtract each row's maximum (after dividing by τ) before torch.exp.":
             _naive_softmax,
         "you subtracted one maximum for the whole tensor; use each row's own maximum "
@@ -138,6 +152,10 @@ register(Exercise(
             lambda s, temperature=1.0: torch.softmax(s / temperature, 0),
         "you ignored the temperature.":
             lambda s, temperature=1.0: torch.softmax(s, -1),
+        "you divided by the sum of the whole tensor; each row (one query) sums to 1: "
+        "e / e.sum(dim=-1, keepdim=True).":
+            lambda s, temperature=1.0: (lambda e: e / e.sum())(
+                torch.exp(s / temperature - (s / temperature).amax(-1, keepdim=True))),
     },
     hint="z = scores / temperature; z = z - z.amax(dim=-1, keepdim=True); e = z.exp(); "
          "return e / e.sum(dim=-1, keepdim=True).",
@@ -153,6 +171,11 @@ def jacobian_reference(p: torch.Tensor) -> torch.Tensor:
 
 def _softmax_rows(rng: np.random.Generator, shape, scale=1.0) -> torch.Tensor:
     return torch.softmax(torch.tensor(rng.normal(scale=scale, size=shape)), -1)
+
+
+def _dot_not_outer(p):
+    pp = p @ p if p.ndim == 1 else p.transpose(-2, -1) @ p  # () or (n, n): not per row
+    return torch.diag_embed(p) - pp
 
 
 def _jacobian_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -187,6 +210,12 @@ register(Exercise(
         "you kept only the diagonal p_i(1 − p_i); the off-diagonal entries −p_i p_j matter "
         "too (each score's change moves every weight).":
             lambda p: torch.diag_embed(p * (1 - p)),
+        "you subtracted p_i² twice on the diagonal: diag(p) − p pᵀ already gives p_i − p_i² = "
+        "p_i(1 − p_i) there, so start from diag(p), not diag(p(1 − p)).":
+            lambda p: torch.diag_embed(p * (1 - p)) - p[..., :, None] * p[..., None, :],
+        "your p pᵀ is not one outer product per row: for a 1-D p, p @ p.T is the number "
+        "Σ p_i², and for a batch, p.T @ p sums over the rows. Use p[..., :, None] * "
+        "p[..., None, :], shape (..., n, n).": _dot_not_outer,
         "your outer product is wrong: (p pᵀ)_ij = p_i p_j needs p[..., :, None] * "
         "p[..., None, :] (a column times a row), not p² broadcast along a row.":
             lambda p: torch.diag_embed(p) - (p * p)[..., :, None],
@@ -205,16 +234,17 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
 
 
 def _entropy_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    causal = torch.softmax(torch.tensor(rng.normal(size=(5, 5))).masked_fill(
+        ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1)  # zeros above diag
     if not hidden:
         uniform = torch.full((1, 8), 1 / 8, dtype=torch.float64)
         return [
             Case("uniform over 8 keys: log 8", (uniform,)),
             Case("4 attention rows over 6 keys", (_softmax_rows(rng, (4, 6)),)),
+            Case("causal rows with exact zeros (0 log 0 = 0)", (causal,)),
         ]
-    causal = torch.softmax(torch.tensor(rng.normal(size=(5, 5))).masked_fill(
-        ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1)  # zeros above diag
     return [
-        Case("causal rows with exact zeros (0 log 0 = 0)", (causal,)),
+        Case("causal rows, another draw", (causal,)),
         Case("one-hot rows: entropy 0", (torch.eye(4, dtype=torch.float64),)),
         Case("a (2, 3, 10) batch", (_softmax_rows(rng, (2, 3, 10), 3.0),)),
     ]
@@ -239,6 +269,8 @@ register(Exercise(
             lambda w: -(w * torch.log(w)).sum(-1),
         "you summed over the wrong axis: one entropy per row, summing over the last axis.":
             lambda w: -(w * torch.log(w.clamp_min(1e-300))).sum(0),
+        "you averaged over the keys (mean) instead of summing: H = −Σ_j w_j log w_j.":
+            lambda w: -(w * torch.log(w.clamp_min(1e-300))).mean(-1),
     },
     hint="H = -(w * log w).sum(-1), with the terms where w == 0 set to 0.",
 ))
@@ -297,6 +329,13 @@ register(Exercise(
         "you did not scale the scores at all: divide by √d_head.":
             lambda q, k, num_heads: multihead_reference(q, k, num_heads)
             * math.sqrt(q.shape[-1] // num_heads),
+        "you divided by d_head instead of √d_head: that shrinks the scores by another "
+        "√d_head (μP does this on purpose; the exercise asks for the standard 1/√d_head).":
+            lambda q, k, num_heads: multihead_reference(q, k, num_heads)
+            / math.sqrt(q.shape[-1] // num_heads),
+        "your scores are transposed: row i is query i, so S = Q_h K_hᵀ (q_h @ k_h.transpose"
+        "(-2, -1)), not K_h Q_hᵀ.":
+            lambda q, k, num_heads: multihead_reference(q, k, num_heads).transpose(-2, -1),
         "you reshaped straight to (B, H, N, d_head), which mixes tokens and features; "
         "view as (B, N, H, d_head) first, then transpose(1, 2).": _view_bug,
     },
