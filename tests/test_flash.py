@@ -233,9 +233,9 @@ def test_every_tl_dot_states_its_input_precision():
 
 
 def test_batch_head_offsets_are_int64():
-    """``bh * stride_b`` overflows int32 once B*H*N*d passes 2^31 elements (e.g. B*H = 1024
-    heads of N = 16k, d = 128): silent wrong addresses on a GPU. The interpreter computes in
-    numpy and would need an 8 GiB tensor to show it, so we check the source."""
+    """``bh * stride_b`` overflows int32 once B*H*N*d passes 2^31 - 1 elements (B*H = 2048
+    heads of N = 16k, d = 128 make 2^32): silent wrong addresses on a GPU. The interpreter
+    computes in numpy and would need a 16 GiB tensor to show it, so we check the source."""
     src = _kernel_source()
     assert src.count("bh = tl.program_id(1).to(tl.int64)") == 4  # all four kernels
     assert "bh = tl.program_id(1)\n" not in src

@@ -83,7 +83,8 @@ def _fwd_kernel(
         col_ok = cols < N_K  # (BLOCK_N,)
         kt = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None],
                      mask=col_ok[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_N) K_j^T
-        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N) scores, base-2 units
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N) Q_i K_j^T
+        s = s * qk_scale  # (BLOCK_M, BLOCK_N) scores in base-2 units
         valid = col_ok[None, :]  # (1, BLOCK_N) keys past the end do not exist
         if IS_CAUSAL:
             valid = valid & (cols[None, :] <= offs_m[:, None])  # (BLOCK_M, BLOCK_N)
@@ -95,8 +96,8 @@ def _fwd_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)  # (BLOCK_M,)
         v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :],
                     mask=col_ok[:, None] & mask_d[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v,
-                                            input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_D)
+        pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_D)
+        acc = acc * alpha[:, None] + pv  # (BLOCK_M, BLOCK_D)
         m_i = m_new
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # (BLOCK_M,) guard; every real row has l >= 1
@@ -181,16 +182,20 @@ def _bwd_dkdv_kernel(
                      mask=row_ok[:, None] & mask_d[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
         lse = tl.load(LSE + bh * N_Q + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
         delta = tl.load(DELTA + bh * N_Q + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
-        st = tl.dot(k, qt, input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M) S^T in base-2 units
+        # (BLOCK_N, BLOCK_M): S^T in base-2 units
+        st = tl.dot(k, qt, input_precision=DOT_PRECISION) * qk_scale
         pt = tl.exp2(st - lse[None, :] * 1.4426950408889634)  # (BLOCK_N, BLOCK_M) P^T
         valid = col_ok[:, None] & row_ok[None, :]  # (BLOCK_N, BLOCK_M)
         if IS_CAUSAL:
             valid = valid & (offs_n[:, None] <= rows[None, :])
         pt = tl.where(valid, pt, 0.0)  # (BLOCK_N, BLOCK_M)
-        dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_D)  dV += P^T dO
-        dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M)  dP^T = V dO^T
+        # (BLOCK_N, BLOCK_D): dV += P^T dO
+        dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT_PRECISION)
+        # (BLOCK_N, BLOCK_M): dP^T = V dO^T
+        dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
         dst = pt * (dpt - delta[None, :])  # (BLOCK_N, BLOCK_M)  dS^T
-        dk += tl.dot(dst.to(k.dtype), tl.trans(qt), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_D)  dK += dS^T Q
+        # (BLOCK_N, BLOCK_D): dK += dS^T Q
+        dk += tl.dot(dst.to(k.dtype), tl.trans(qt), input_precision=DOT_PRECISION)
     dk = dk * sm_scale  # (BLOCK_N, BLOCK_D)
     tl.store(DK + bh * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :],
              dk.to(DK.dtype.element_ty), mask=kv_mask)
@@ -248,7 +253,8 @@ def _bwd_dq_kernel(
         p = tl.where(valid, p, 0.0)  # (BLOCK_M, BLOCK_N)
         dp = tl.dot(do, vt, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N)  dP = dO V^T
         ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)  dS = P o (dP - D)
-        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_D)  dQ += dS K
+        # (BLOCK_M, BLOCK_D): dQ += dS K
+        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT_PRECISION)
     dq = dq * sm_scale  # (BLOCK_M, BLOCK_D)
     tl.store(DQ + bh * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=q_mask)
