@@ -381,8 +381,13 @@ def mha_num_params(d_model: int, num_heads: int, num_kv_heads: int | None = None
     With :math:`H_{kv} = H` this is :math:`4d^2 + 4d`, whatever :math:`H` is.
     """
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    if num_heads < 1 or d_model % num_heads != 0:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+        raise ValueError(f"num_heads={num_heads} is not divisible by "
+                         f"num_kv_heads={num_kv_heads}")
     d_h = d_model // num_heads
-    kv = num_kv_heads * d_h
+    kv = num_kv_heads * d_h  # H_kv * d_h: the width of K and of V
     n = 2 * d_model * d_model + 2 * d_model * kv
     if bias:
         n += 2 * d_model + 2 * kv

@@ -36,6 +36,41 @@ def test_every_mistake_fails_with_its_own_hint(ex_id):
 
 
 @pytest.mark.parametrize("ex_id", IDS)
+def test_every_mistake_fails_the_visible_cases(ex_id):
+    """A learner sees the mistake in the notebook, not only in the grader's hidden cases."""
+    ex = get_exercise(ex_id)
+    for hint, wrong in ex.mistakes.items():
+        with pytest.raises(CheckFailed) as failure:
+            check(ex_id, wrong, quiet=True)
+        assert hint in str(failure.value), f"{ex_id}: visible cases do not name {hint[:50]!r}"
+
+
+def test_kv_cache_bytes_forgetting_the_batch_is_named_in_the_notebook():
+    def no_batch(config, seq_len, batch_size=1, bytes_per_value=2):
+        head_dim = config["hidden_size"] // config["num_attention_heads"]
+        return (2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim
+                * seq_len * bytes_per_value)
+
+    with pytest.raises(CheckFailed, match="you forgot the batch"):
+        check("04.6", no_batch, quiet=True)
+
+
+def test_decode_step_with_top_left_is_causal_is_named():
+    from course_lib.attention import scaled_dot_product_attention
+
+    def causal(q_new, k_new, v_new, k_cache, v_cache):
+        k = torch.cat([k_cache, k_new], dim=-2)
+        v = torch.cat([v_cache, v_new], dim=-2)
+        g = q_new.shape[1] // k.shape[1]
+        o, _ = scaled_dot_product_attention(q_new, k.repeat_interleave(g, 1),
+                                            v.repeat_interleave(g, 1), is_causal=True)
+        return o, k, v
+
+    with pytest.raises(CheckFailed, match="you passed is_causal=True"):
+        check("04.5", causal, quiet=True)
+
+
+@pytest.mark.parametrize("ex_id", IDS)
 def test_placeholder_says_not_implemented(ex_id, capsys):
     def blank(*args, **kwargs):
         raise NotImplementedError("Exercise is not implemented yet")

@@ -227,6 +227,10 @@ def test_param_count_does_not_depend_on_heads():
               for h in (1, 2, 3, 4, 6)}
     assert set(counts.values()) == {4 * D * D + 4 * D}
     assert mha_num_params(D, 4, 1, bias=False) == 2 * D * D + 2 * D * (D // 4)
+    with pytest.raises(ValueError, match="not divisible by num_heads=5"):
+        mha_num_params(D, 5)
+    with pytest.raises(ValueError, match="not divisible by num_kv_heads=3"):
+        mha_num_params(D, 4, 3)
 
 
 def test_constructor_errors_are_clear():
@@ -297,3 +301,29 @@ def test_cache_errors():
         cache.update(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
     with pytest.raises(ValueError, match=r"\[B, H_kv, n, d_head\]"):
         cache.update(torch.zeros(2, 1, 4), torch.zeros(2, 1, 4))
+
+
+# --------------------------------------------------------------------------- the calculator widget
+
+
+def test_kv_cache_calculator_follows_its_sliders():
+    pytest.importorskip("ipywidgets")
+    from course_lib.widgets.kv_cache import KVCacheCalculator
+
+    weights = 16e9
+    calc = KVCacheCalculator(num_layers=32, head_dim=128, weights_bytes=weights)
+    assert calc.cache_bytes == kv_cache_bytes(32, 8, 128, 8192) == 1024**3
+    assert calc.fits and "fits" in calc.result.value and "NOT" not in calc.result.value
+    before = calc.updates
+    calc.tokens.value, calc.heads.value = 131072, 32  # MHA at 128k: 64 GiB + 16 GB > 80 GB
+    assert calc.updates == before + 2
+    assert calc.cache_bytes == 64 * 1024**3 and not calc.fits
+    assert "64.00 GiB" in calc.result.value and "does NOT fit" in calc.result.value
+    calc.heads.value = 8
+    calc.batch.value = 3  # 3 x 16 GiB + 16 GB = 67.5 GB: fits; a 4th sequence does not
+    assert calc.fits
+    calc.batch.value = 4
+    assert not calc.fits and calc.total_bytes == 4 * 16 * 1024**3 + weights
+    assert "kv-cache-calculator" in calc.widget._dom_classes
+    with pytest.raises(ValueError, match="num_kv_heads=3 is not one of"):
+        KVCacheCalculator(num_layers=32, head_dim=128, weights_bytes=weights, num_kv_heads=3)

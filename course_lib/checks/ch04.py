@@ -136,15 +136,15 @@ register(Exercise(
 
 
 def _mha(x, W_q, W_k, W_v, W_o, num_heads, *, scale_dim=None, use_wo=True, transpose=False,
-         softmax_dim=-1):
+         softmax_dim=-1, split=split_heads, merge=merge_heads):
     t = (lambda w: w.T) if transpose else (lambda w: w)
-    q = split_heads(x @ t(W_q), num_heads)  # (B, H, N, d_h)
-    k = split_heads(x @ t(W_k), num_heads)  # (B, H, N, d_h)
-    v = split_heads(x @ t(W_v), num_heads)  # (B, H, N, d_h)
+    q = split(x @ t(W_q), num_heads)  # (B, H, N, d_h)
+    k = split(x @ t(W_k), num_heads)  # (B, H, N, d_h)
+    v = split(x @ t(W_v), num_heads)  # (B, H, N, d_h)
     d = q.shape[-1] if scale_dim is None else scale_dim
     scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (B, H, N, N)
     heads = torch.softmax(scores, dim=softmax_dim) @ v  # (B, H, N, d_h)
-    merged = merge_heads(heads)  # (B, N, D)
+    merged = merge(heads)  # (B, N, D)
     return merged @ t(W_o) if use_wo else merged  # (B, N, D)
 
 
@@ -198,6 +198,15 @@ register(Exercise(
         "you computed one big head (no split): that is attention with d_k = d_model, not "
         "multi-head attention. Split Q, K and V into heads before the scores.":
             lambda x, a, b, c, o, h: _mha(x, a, b, c, o, 1),
+        "you split the heads by reshaping straight to (B, H, N, d_head), without the "
+        "transpose: the shape is right, but each 'head' is then a slice of the tokens. "
+        "Reshape to (B, N, H, d_head), then transpose(1, 2) (exercise 04.1).":
+            lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, split=_split_no_transpose,
+                                          merge=_merge_no_transpose),
+        "the heads are split correctly but merged by a plain reshape of (B, H, N, d_head) to "
+        "(B, N, D): tokens and heads get mixed up. transpose(1, 2) before the reshape "
+        "(exercise 04.2).":
+            lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, merge=_merge_no_transpose),
     },
     hint="Q = x @ W_q, split into heads; the same for K and V; softmax(Q K^T / sqrt(d_head)) "
          "V per head; merge the heads; @ W_o.",
@@ -260,15 +269,20 @@ def decode_step_reference(q_new, k_new, v_new, k_cache, v_cache):
 
 
 def _decode_wrong(q_new, k_new, v_new, k_cache, v_cache, *, append_first=True, tile=False,
-                  only_new=False):
-    k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, H_kv, T+1, d)
-    v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, H_kv, T+1, d)
+                  only_new=False, top_left_causal=False, prepend=False):
+    if prepend:
+        k_all = torch.cat([k_new, k_cache], dim=-2)  # (B, H_kv, T+1, d) new token first
+        v_all = torch.cat([v_new, v_cache], dim=-2)  # (B, H_kv, T+1, d)
+    else:
+        k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, H_kv, T+1, d)
+        v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, H_kv, T+1, d)
     k_att, v_att = (k_all, v_all) if append_first else (k_cache, v_cache)
     if only_new:
         k_att, v_att = k_new, v_new
     g = q_new.shape[1] // k_att.shape[1]
     rep = (lambda t: t.repeat(1, g, 1, 1)) if tile else (lambda t: repeat_kv(t, g))
-    out, _ = scaled_dot_product_attention(q_new, rep(k_att), rep(v_att))  # (B, H, 1, d)
+    out, _ = scaled_dot_product_attention(q_new, rep(k_att), rep(v_att),
+                                          is_causal=top_left_causal)  # (B, H, 1, d)
     return out, k_all, v_all
 
 
@@ -309,6 +323,15 @@ register(Exercise(
         "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1): query "
         "head i reads KV head i // G.":
             lambda *a: _decode_wrong(*a, tile=True),
+        "you passed is_causal=True: its triangle is aligned top-left, so the single new query "
+        "(row 0) sees only key 0, the oldest cached token. The new token is the *last* "
+        "position, T: it may see all T+1 keys, so no mask is needed here (with several new "
+        "tokens the triangle must be shifted by the cache length T, bottom-right).":
+            lambda *a: _decode_wrong(*a, top_left_causal=True),
+        "your attention output is right but the returned caches put the new key/value "
+        "first: append at the end, cat([k_cache, k_new], dim=-2), so that position t stays "
+        "at index t.":
+            lambda *a: _decode_wrong(*a, prepend=True),
     },
     hint="k_all = cat([k_cache, k_new], dim=-2) (the same for v); repeat the KV heads for the "
          "query heads; attention of q_new over all of them; return (out, k_all, v_all).",
@@ -319,11 +342,13 @@ register(Exercise(
 
 
 def _bytes(config, seq_len, batch_size, bytes_per_value, *, kv_key="num_key_value_heads",
-           kv_factor=2, layers=True):
+           kv_factor=2, layers=True, batch=True, bits=False):
     layers_n = config["num_hidden_layers"] if layers else 1
     head_dim = config["hidden_size"] // config["num_attention_heads"]
-    return int(kv_factor * layers_n * config[kv_key] * head_dim * seq_len * batch_size
-               * bytes_per_value)
+    b = batch_size if batch else 1
+    unit = 8 if bits else 1
+    return int(kv_factor * layers_n * config[kv_key] * head_dim * seq_len * b
+               * bytes_per_value * unit)
 
 
 def kv_cache_bytes_from_config(config: dict, seq_len: int, batch_size: int = 1,
@@ -339,8 +364,8 @@ def _config(layers, d_model, heads, kv_heads):
 def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("a tiny GQA model: 3 layers, d_model=64, 8 heads, 2 KV heads, 10 tokens, fp32",
-                 (_config(3, 64, 8, 2), 10, 1, 4)),
+            Case("a tiny GQA model: 3 layers, d_model=64, 8 heads, 2 KV heads, 5 sequences of "
+                 "10 tokens, fp32", (_config(3, 64, 8, 2), 10, 5, 4)),
             Case("a Llama-3-8B-like config, one token in bf16",
                  (_config(32, 4096, 32, 8), 1, 1, 2)),
         ]
@@ -364,7 +389,8 @@ register(Exercise(
     atol=0.0,
     rtol=1e-12,
     mistakes={
-        "you counted only the keys (or only the values): the cache holds both, a factor 2.":
+        "you counted only the keys (or only the values): the cache holds both K and V, "
+        "a factor 2.":
             lambda c, n, b, p: _bytes(c, n, b, p, kv_factor=1),
         "your cache is as wide as hidden_size per layer and token, as in plain multi-head "
         "attention: with GQA only num_key_value_heads heads are cached, each of size "
@@ -372,6 +398,11 @@ register(Exercise(
             lambda c, n, b, p: _bytes(c, n, b, p, kv_key="num_attention_heads"),
         "you forgot the layers: every layer caches its own keys and values.":
             lambda c, n, b, p: _bytes(c, n, b, p, layers=False),
+        "you forgot the batch: each of the batch_size sequences has its own cache.":
+            lambda c, n, b, p: _bytes(c, n, b, p, batch=False),
+        "your answer is 8 times too large: that is bits. bytes_per_value already counts "
+        "bytes (2 for bf16/fp16, 4 for fp32).":
+            lambda c, n, b, p: _bytes(c, n, b, p, bits=True),
     },
     hint="bytes = 2 (K and V) x layers x KV heads x head_dim x tokens x batch x "
          "bytes_per_value, with head_dim = hidden_size // num_attention_heads.",

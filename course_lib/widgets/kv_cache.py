@@ -1,0 +1,110 @@
+r"""Chapter 04's KV-cache calculator: does cache plus weights fit on one accelerator?
+
+Three sliders choose the number of key/value heads :math:`H_{kv}`, the context length
+:math:`T` and the number of sequences decoded together :math:`B`; the model's other
+dimensions (layers :math:`L`, head size :math:`d_h`, weight bytes) are fixed when the
+calculator is built. The cache is
+
+.. math:: \text{bytes} = 2 \times L \times H_{kv} \times d_h \times T \times B \times
+          \text{bytes per value},
+
+computed by :func:`course_lib.multihead.kv_cache_bytes`; the widget only chooses the inputs,
+adds the weights and compares with the accelerator's memory. It runs headless (no drawing),
+so a notebook can set the sliders from code and assert on :attr:`KVCacheCalculator.cache_bytes`
+or the summary text.
+
+For browser tests, the parts carry CSS classes:
+
+==============================  ==================  ===============================
+CSS class                       widget              role
+==============================  ==================  ===============================
+``kv-cache-calculator``         VBox                the whole calculator
+``kv-cache-calculator-heads``   SelectionSlider     "KV heads"
+``kv-cache-calculator-tokens``  SelectionSlider     "tokens"
+``kv-cache-calculator-batch``   IntSlider           "sequences"
+``kv-cache-calculator-result``  HTML                cache, total and the verdict
+==============================  ==================  ===============================
+"""
+
+from __future__ import annotations
+
+from ..multihead import kv_cache_bytes
+
+__all__ = ["KVCacheCalculator"]
+
+GiB = 1024**3
+
+
+class KVCacheCalculator:
+    """Sliders over :func:`~course_lib.multihead.kv_cache_bytes` for a fixed model shape.
+
+    ``num_layers``, ``head_dim`` and ``weights_bytes`` describe the model (required: no
+    model is assumed); ``memory_bytes`` is the accelerator's memory (default 80 GB, decimal,
+    as vendors quote it). Display with
+    ``display(calculator.widget)``; every recomputation increments :attr:`updates`.
+    """
+
+    def __init__(self, *, num_layers: int, head_dim: int, weights_bytes: float,
+                 memory_bytes: float = 80e9, bytes_per_value: int = 2,
+                 kv_head_choices: tuple[int, ...] = (1, 2, 4, 8, 16, 32), num_kv_heads: int = 8,
+                 seq_len: int = 8192, max_batch: int = 64) -> None:
+        import ipywidgets as w
+
+        if num_kv_heads not in kv_head_choices:
+            raise ValueError(f"num_kv_heads={num_kv_heads} is not one of the choices "
+                             f"{kv_head_choices}")
+        lengths = [("1k", 1024), ("4k", 4096), ("8k", 8192), ("32k", 32768), ("128k", 131072)]
+        if seq_len not in dict(lengths).values():
+            raise ValueError(f"seq_len={seq_len} is not one of {[n for _, n in lengths]}")
+        if not weights_bytes >= 0 or not memory_bytes > 0:
+            raise ValueError(f"expected weights_bytes >= 0 and memory_bytes > 0, got "
+                             f"{weights_bytes!r} and {memory_bytes!r}")
+        self.num_layers, self.head_dim = int(num_layers), int(head_dim)
+        self.bytes_per_value = int(bytes_per_value)
+        self.weights_bytes, self.memory_bytes = float(weights_bytes), float(memory_bytes)
+        self.updates = 0
+
+        self.heads = w.SelectionSlider(options=list(kv_head_choices), value=num_kv_heads,
+                                       description="KV heads")
+        self.tokens = w.SelectionSlider(options=lengths, value=seq_len, description="tokens")
+        self.batch = w.IntSlider(value=1, min=1, max=int(max_batch), description="sequences")
+        self.result = w.HTML()
+        for part, name in ((self.heads, "heads"), (self.tokens, "tokens"),
+                           (self.batch, "batch"), (self.result, "result")):
+            part.add_class(f"kv-cache-calculator-{name}")
+            if name != "result":
+                part.observe(lambda _change: self.update(), names="value")
+        self.widget = w.VBox([self.heads, self.tokens, self.batch, self.result])
+        self.widget.add_class("kv-cache-calculator")
+        self.update()
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of the KV cache for the current slider values."""
+        return kv_cache_bytes(self.num_layers, int(self.heads.value), self.head_dim,
+                              int(self.tokens.value), batch_size=int(self.batch.value),
+                              bytes_per_value=self.bytes_per_value)
+
+    @property
+    def total_bytes(self) -> float:
+        """Cache plus weights."""
+        return self.cache_bytes + self.weights_bytes
+
+    @property
+    def fits(self) -> bool:
+        """Whether cache plus weights fit in ``memory_bytes``."""
+        return self.total_bytes <= self.memory_bytes
+
+    # ---------------------------------------------------------------- callback
+
+    def update(self) -> None:
+        """Recompute and rewrite the result line."""
+        verdict = "fits" if self.fits else "does NOT fit"
+        self.result.value = (
+            f"KV cache <b>{self.cache_bytes / GiB:.2f} GiB</b> + weights "
+            f"{self.weights_bytes / GiB:.1f} GiB = {self.total_bytes / GiB:.1f} GiB "
+            f"({self.total_bytes / 1e9:.1f} GB): <b>{verdict}</b> in "
+            f"{self.memory_bytes / 1e9:.0f} GB")
+        self.updates += 1
