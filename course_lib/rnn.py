@@ -24,11 +24,13 @@ Besides the forward pass this module holds what chapter 01 measures:
   chosen spectral radius;
 * **a recall task**: :func:`make_recall_batch`, two small models (:class:`RecallRNN`,
   :class:`RecallAttention`), :func:`train_recall` and :func:`recall_accuracy_by_distance`.
+
+The lecture's interactive gradient explorer is a thin widget over this module, in
+:mod:`course_lib.widgets.gradients`.
 """
 
 from __future__ import annotations
 
-import io
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -38,13 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-try:  # the course's own attention (chapter 02); torch's is the same function
-    from course_lib.attention import scaled_dot_product_attention as _course_sdpa
-except ImportError:  # pragma: no cover - only while chapter 02's module is missing
-    _course_sdpa = None
+from .attention import scaled_dot_product_attention
 
 __all__ = [
-    "GradientExplorer",
     "RecallAttention",
     "RecallBatch",
     "RecallRNN",
@@ -230,17 +228,21 @@ def autograd_depth(output: torch.Tensor) -> int:
     return memo[output.grad_fn]
 
 
-def best_time(fn: Callable[[], object], repeats: int = 3) -> float:
-    """The fastest of ``repeats`` wall-clock runs of ``fn()``, in seconds (after one warm-up).
+def best_time(fn: Callable[[], object], repeats: int = 3, *,
+              clock: Callable[[], float] = time.perf_counter) -> float:
+    """The fastest of ``repeats`` runs of ``fn()``, in seconds of ``clock`` (after one warm-up).
 
-    The minimum is the least noisy estimate on a shared machine: noise only adds time.
+    The default clock is wall time (``time.perf_counter``). The minimum is the least noisy
+    estimate on a shared machine: other programs can only add time, never remove it.
     """
+    if repeats < 1:
+        raise ValueError(f"expected repeats >= 1, got {repeats}")
     fn()
     best = math.inf
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best
 
 
@@ -249,7 +251,7 @@ def best_time(fn: Callable[[], object], repeats: int = 3) -> float:
 
 def spectral_radius(W: torch.Tensor) -> float:
     r"""The spectral radius :math:`\rho(W) = \max_i |\lambda_i(W)|` of a square matrix."""
-    if W.dim() != 2 or W.shape[0] != W.shape[1]:
+    if not isinstance(W, torch.Tensor) or W.dim() != 2 or W.shape[0] != W.shape[1]:
         raise ValueError(f"expected a square matrix [d, d], got {_shape(W)}")
     return float(torch.linalg.eigvals(W).abs().max())
 
@@ -299,8 +301,11 @@ def jacobian_norms_through_time(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch
         \frac{\partial h_T}{\partial x_t} = D_T W_{hh} D_{T-1} W_{hh} \cdots D_{t+1} W_{hh}
         \, D_t W_{xh},
 
-    a product of :math:`T - t` factors :math:`D_k W_{hh}`, so its size behaves roughly like
-    :math:`\rho(W_{hh})^{T-t}` while the tanh stays unsaturated (:math:`D_k \approx I`).
+    a product of :math:`T - t` factors :math:`D_k W_{hh}`. Since :math:`\lVert D_k \rVert_2 \le 1`,
+    its norm is at most :math:`\sigma_{\max}(W_{hh})^{T-t} \lVert W_{xh} \rVert_F` at any input
+    size; while the tanh stays unsaturated (:math:`D_k \approx I`) it is
+    :math:`W_{hh}^{T-t} W_{xh}`, whose size follows :math:`\rho(W_{hh})^{T-t}` for large
+    :math:`T - t` (exactly, for :math:`W_{hh} = \rho Q` with :math:`Q` orthogonal).
 
     The Jacobian is :math:`d_h \times d_{in}` per step. Row :math:`i` is the gradient of
     :math:`h_T[i]`; all :math:`d_h` rows come from one backward pass by running :math:`d_h`
@@ -308,93 +313,20 @@ def jacobian_norms_through_time(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(f"expected x of shape [T, d_in] (one sequence), got {_shape(x)}")
+    _check_rnn_inputs(x[None], W_xh, W_hh, b_h, None)
     T, d_in = x.shape
-    d_h = W_hh.shape[0] if W_hh.dim() == 2 else -1
-    xs = x.detach().unsqueeze(0).expand(max(d_h, 1), T, d_in).clone()  # (d_h, T, d_in)
-    xs.requires_grad_(True)
-    h0s = None if h0 is None else h0.detach().reshape(1, -1).expand(max(d_h, 1), -1)  # (d_h, d_h)
-    H = rnn_forward(xs, W_xh.detach(), W_hh.detach(), b_h.detach(), h0s)  # (d_h, T, d_h)
+    d_h = W_hh.shape[0]
+    if h0 is not None and (not isinstance(h0, torch.Tensor) or tuple(h0.shape) != (d_h,)):
+        raise ValueError(f"expected h0 of shape [d_h] = [{d_h}] (one sequence), got {_shape(h0)}")
     if T == 0:
         return x.new_zeros(0)  # (0,)
+    xs = x.detach().unsqueeze(0).expand(d_h, T, d_in).clone()  # (d_h, T, d_in)
+    xs.requires_grad_(True)
+    h0s = None if h0 is None else h0.detach().expand(d_h, d_h)  # (d_h, d_h) one row per copy
+    H = rnn_forward(xs, W_xh.detach(), W_hh.detach(), b_h.detach(), h0s)  # (d_h, T, d_h)
     h_T = H[:, -1, :]  # (d_h, d_h) row i: copy i's final state
     (grad,) = torch.autograd.grad(h_T.diagonal().sum(), xs)  # (d_h, T, d_in) = dh_T[i]/dx_t
     return grad.pow(2).sum(dim=(0, 2)).sqrt()  # (T,) Frobenius norm over (i, input feature)
-
-
-class GradientExplorer:
-    r"""Sliders for :math:`\rho(W_{hh})` and the input size over
-    :math:`\lVert \partial h_T / \partial x_t \rVert_F` against the distance :math:`T - t`.
-
-    :math:`W_{hh} = \rho Q` with a fixed random orthogonal :math:`Q` and the inputs are
-    ``input size`` times a fixed random sequence, so moving a slider changes exactly one
-    thing. Thin over :func:`jacobian_norms_through_time`; draws a PNG with matplotlib's Agg
-    backend into an ``ipywidgets.Image`` (headless and offline). Parts carry the CSS
-    classes ``gradient-explorer`` and ``gradient-explorer-{rho,scale,summary,plot}``;
-    every redraw increments :attr:`draws`. Show it with ``display(explorer.widget)``.
-    """
-
-    def __init__(self, *, T: int = 60, d_h: int = 32, d_in: int = 8, rho: float = 1.0,
-                 input_scale: float = 1e-8, seed: int = 0):
-        import ipywidgets as w
-
-        g = torch.Generator().manual_seed(seed)
-        self.W_xh = torch.randn(d_h, d_in, generator=g, dtype=torch.float64) / math.sqrt(d_in)
-        self.Q = recurrent_matrix(d_h, 1.0, generator=g)  # (d_h, d_h) orthogonal
-        self.x = torch.randn(T, d_in, generator=g, dtype=torch.float64)  # (T, d_in)
-        self.b = torch.zeros(d_h, dtype=torch.float64)  # (d_h,)
-        self.draws = 0
-        self.rho = w.FloatSlider(value=rho, min=0.5, max=3.0, step=0.05,
-                                 description="ρ(W_hh)", continuous_update=False)
-        self.scale = w.FloatLogSlider(value=input_scale, base=10, min=-8, max=1, step=0.5,
-                                      description="input size", readout_format=".0e",
-                                      continuous_update=False)
-        self.summary = w.HTML()
-        self.plot = w.Image(format="png")
-        for part, name in ((self.rho, "rho"), (self.scale, "scale"),
-                           (self.summary, "summary"), (self.plot, "plot")):
-            part.add_class(f"gradient-explorer-{name}")
-        self.widget = w.VBox([w.HBox([self.rho, self.scale]), self.summary, self.plot])
-        self.widget.add_class("gradient-explorer")
-        self.rho.observe(lambda _change: self.redraw(), names="value")
-        self.scale.observe(lambda _change: self.redraw(), names="value")
-        self.redraw()
-
-    def norms(self) -> torch.Tensor:
-        r"""``[T]``: :math:`\lVert \partial h_T / \partial x_t \rVert_F` at the sliders' values."""
-        return jacobian_norms_through_time(self.scale.value * self.x, self.W_xh,
-                                           self.rho.value * self.Q, self.b)  # (T,)
-
-    @property
-    def ratio(self) -> float:
-        r""":math:`\lVert \partial h_T/\partial x_1 \rVert / \lVert \partial h_T/\partial x_T \rVert`."""
-        n = self.norms()  # (T,)
-        return float(n[0] / n[-1])
-
-    def redraw(self) -> None:
-        from matplotlib.figure import Figure
-
-        n = self.norms()  # (T,)
-        T = len(n)
-        dist = torch.arange(T - 1, -1, -1, dtype=torch.float64)  # (T,) T - t
-        bound = torch.linalg.matrix_norm(self.W_xh) * self.rho.value ** dist  # (T,)
-        ratio = float(n[0] / n[-1])
-        fig = Figure(figsize=(6.4, 3.0), dpi=90)
-        ax = fig.subplots()
-        ax.semilogy(dist.numpy(), n.numpy(), label="‖∂h_T/∂x_t‖ (autograd)")
-        ax.semilogy(dist.numpy(), bound.numpy(), "k:", lw=1, label="ρ^(T−t) ‖W_xh‖_F")
-        ax.set_xlabel("distance T − t")
-        ax.set_ylabel("norm (log scale)")
-        ax.legend(loc="best", fontsize=8)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        self.plot.value = buf.getvalue()
-        verdict = ("explodes" if ratio > 1e3 else "vanishes" if ratio < 1e-3
-                   else "stays within a factor 1000")
-        self.summary.value = (f"ρ = {self.rho.value:.2f}, input size {self.scale.value:.0e}: "
-                              f"‖∂h_T/∂x_1‖ / ‖∂h_T/∂x_T‖ = <b>{ratio:.3g}</b> over {T - 1} "
-                              f"steps ({verdict})")
-        self.draws += 1
 
 
 # --------------------------------------------------------------------------- the recall task
@@ -490,10 +422,7 @@ class RecallAttention(nn.Module):
                 return_weights: bool = False):
         e = self.embed(tokens) + marker.unsqueeze(-1) * self.marker_vec  # (B, T, d)
         q, k, v = self.q(e), self.k(e), self.v(e)  # (B, T, d) each
-        if _course_sdpa is not None:
-            out, w = _course_sdpa(q, k, v, is_causal=True)  # (B, T, d), (B, T, T)
-        else:  # pragma: no cover
-            out, w = F.scaled_dot_product_attention(q, k, v, is_causal=True), None
+        out, w = scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, T, d), (B, T, T)
         logits = self.readout(out)  # (B, T, vocab)
         return (logits, w) if return_weights else logits
 

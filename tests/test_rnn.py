@@ -123,9 +123,13 @@ def test_autograd_depth_grows_with_length_for_rnn_only():
     assert R.autograd_depth(torch.randn(3)) == 0  # no graph
 
 
-def test_best_time_returns_the_minimum_positive_time():
-    t = R.best_time(lambda: sum(range(1000)), repeats=2)
-    assert 0 < t < 1
+def test_best_time_warms_up_then_returns_the_fastest_run():
+    ticks = iter([0.0, 5.0, 10.0, 12.0, 20.0, 23.0])  # runs of 5, 2 and 3 "seconds"
+    calls = []
+    t = R.best_time(lambda: calls.append(1), repeats=3, clock=lambda: next(ticks))
+    assert t == 2.0 and len(calls) == 4  # one warm-up, three timed runs
+    with pytest.raises(ValueError, match="repeats >= 1"):
+        R.best_time(lambda: None, repeats=0)
 
 
 # --------------------------------------------------------------------------- spectral radius, Jacobians
@@ -171,6 +175,10 @@ def test_jacobian_norms_match_autograd_functional_jacobian():
     torch.testing.assert_close(got, expected)
     with pytest.raises(ValueError, match=r"\[T, d_in\]"):
         R.jacobian_norms_through_time(x[None], W_xh, W_hh, b)
+    with pytest.raises(ValueError, match=r"h0 of shape \[d_h\] = \[4\].*\(1, 4\)"):
+        R.jacobian_norms_through_time(x, W_xh, W_hh, b, h0[None])
+    with pytest.raises(ValueError, match=r"W_xh of shape \[d_h, d_in\] = \[4, 3\]"):
+        R.jacobian_norms_through_time(x, W_xh.T, W_hh, b)
 
 
 def test_jacobian_norms_are_powers_of_rho_in_the_linear_regime():
@@ -230,10 +238,9 @@ def test_recall_models_shapes(cls):
 def test_attention_model_returns_causal_weights():
     b = R.make_recall_batch(2, 6, 5)
     _, w = R.RecallAttention(5)(b.tokens, b.marker, return_weights=True)
-    if w is not None:
-        assert w.shape == (2, 6, 6)
-        assert torch.all(w.triu(1) == 0)
-        torch.testing.assert_close(w.sum(-1), torch.ones(2, 6))
+    assert w.shape == (2, 6, 6)
+    assert torch.all(w.triu(1) == 0)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 6))
 
 
 def test_single_thread_restores_the_thread_count():
@@ -259,7 +266,10 @@ def test_short_training_separates_rnn_and_attention():
 
 
 def test_gradient_explorer_redraws_and_agrees_with_the_library():
-    ex = R.GradientExplorer(T=20, d_h=8, d_in=3)
+    pytest.importorskip("ipywidgets")
+    from course_lib.widgets.gradients import GradientExplorer, verdict
+
+    ex = GradientExplorer(T=20, d_h=8, d_in=3)
     assert ex.draws == 1 and ex.plot.value[:4] == b"\x89PNG"
     assert "gradient-explorer" in ex.widget._dom_classes
     assert "gradient-explorer-rho" in ex.rho._dom_classes
@@ -268,10 +278,16 @@ def test_gradient_explorer_redraws_and_agrees_with_the_library():
     assert ex.draws == 2
     assert ex.ratio == pytest.approx(0.5 ** 19, rel=1e-6)
     assert "vanishes" in ex.summary.value
+    png = ex.plot.value
     ex.scale.value = 1.0
-    assert ex.draws == 3
+    assert ex.draws == 3 and ex.plot.value != png
     direct = R.jacobian_norms_through_time(ex.x, ex.W_xh, 0.5 * ex.Q, ex.b)
-    torch.testing.assert_close(ex.norms(), direct)
+    torch.testing.assert_close(ex.norms, direct)
+    torch.testing.assert_close(ex.compute(), direct)
+    assert [verdict(r) for r in (2e3, 5e-4, 1.0)] == [
+        "explodes", "vanishes", "stays within a factor 1000"]
+    with pytest.raises(ValueError, match="T >= 2"):
+        GradientExplorer(T=1)
 
 
 def test_node_depths_are_rounds_of_a_parallel_schedule():
