@@ -297,6 +297,11 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
     monkeypatch.setattr(flash, "_DO_BENCH", cpu_bench)
     _check_kernel(1, 2, 45, 45, 32, True, None, torch.float32)
     assert any(key[2] is cpu_bench for key in flash._autotuned)
+    from course_lib.flash import bench
+
+    chosen = bench.autotuned_configs()  # recorded in the benchmark's JSON on a GPU
+    assert {"fwd_kernel", "bwd_dkdv_kernel", "bwd_dq_kernel"} <= set(chosen)
+    assert all("BLOCK_M" in c for c in chosen.values())
 
 
 # --------------------------------------------------------------------------- errors

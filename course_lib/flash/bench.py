@@ -117,6 +117,8 @@ def bench_one(impl: str, B: int, H: int, N: int, d: int, dtype: torch.dtype, is_
         rec.update(fwd_ms=fwd_ms, bwd_ms=bwd_ms,
                    fwd_tflops=attention_flops(B, H, N, d, is_causal, "fwd") / fwd_ms * 1e-9,
                    bwd_tflops=attention_flops(B, H, N, d, is_causal, "bwd") / bwd_ms * 1e-9)
+        if impl == "flash_attention":
+            rec["configs"] = autotuned_configs()  # what the autotuner chose at this size
         if device == "cuda":
             q.grad = k.grad = v.grad = None
             torch.cuda.synchronize()
@@ -135,6 +137,14 @@ def bench_one(impl: str, B: int, H: int, N: int, d: int, dtype: torch.dtype, is_
         if device == "cuda":
             torch.cuda.empty_cache()
     return rec
+
+
+def autotuned_configs() -> dict[str, str]:
+    """The block sizes / warps / stages that Triton's autotuner last chose, per kernel."""
+    from . import _autotuned
+
+    return {key[0].strip("_"): str(tuner.best_config) for key, tuner in _autotuned.items()
+            if getattr(tuner, "best_config", None) is not None}
 
 
 def metadata(dry_run: bool) -> dict:
@@ -247,6 +257,6 @@ def math_is_feasible(B: int, H: int, N: int, dtype_bytes: int = 2,
     return 4 * B * H * N * N * max(dtype_bytes, 4) <= budget_bytes
 
 
-__all__ = ["attention_flops", "bench_one", "gpu_grid", "load_recorded", "make_impl",
+__all__ = ["attention_flops", "autotuned_configs", "bench_one", "gpu_grid", "load_recorded", "make_impl",
            "math_is_feasible", "metadata", "plot_results", "sdpa_backends", "speedups",
            "write_results", "RESULTS_DIR"]
