@@ -87,6 +87,20 @@ class Grader:
         self.lock = threading.Lock()
         self.tainted: str | None = None
         self.threads = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+        self.live: dict[int, list[int]] = {}  # worker pid -> its kernels' pids
+        self.stopping = False
+
+    def kill_all(self) -> None:
+        """Stop every running worker and kernel (on Ctrl-C)."""
+        with self.lock:
+            self.stopping = True
+            groups = [g for pid, ks in self.live.items() for g in (pid, *ks)]
+        for g in groups:
+            if g != os.getpgrp():
+                try:
+                    os.killpg(g, 9)
+                except OSError:
+                    pass
 
     def _fallback(self, sub: Submission, status: str, reason: str,
                   assignment: str | None = None) -> dict:
@@ -109,6 +123,8 @@ class Grader:
     def grade(self, index: int, sub: Submission) -> dict:
         if sub.data is None:
             return self._fallback(sub, "error", sub.problem)
+        if self.stopping:
+            return self._fallback(sub, "error", "not graded: grading was interrupted")
         if self.tainted:
             return self._fallback(sub, "error", "not graded: the course's files were modified "
                                   f"during this grading run ({self.tainted})")
@@ -151,9 +167,12 @@ class Grader:
             log.close()
             return self._fallback(sub, "error", f"could not start a grading process: {err}")
         os.close(w)
+        with self.lock:
+            self.live[proc.pid] = kernels = []
+            if self.stopping:
+                proc.kill()
         watchdog = threading.Timer(self.args.timeout + 300, proc.kill)
         watchdog.start()
-        kernels: list[int] = []
         result = fatal = None
         forged = 0
         try:
@@ -171,7 +190,8 @@ class Grader:
                             proc.kill()
                         continue
                     if "kernel_pid" in payload:
-                        kernels.append(int(payload["kernel_pid"]))
+                        with self.lock:
+                            kernels.append(int(payload["kernel_pid"]))
                     elif "result" in payload:
                         result = payload["result"]
                     elif "fatal" in payload:
@@ -182,6 +202,8 @@ class Grader:
         finally:
             watchdog.cancel()
             log.close()
+            with self.lock:
+                self.live.pop(proc.pid, None)
             for pid in kernels:  # a kernel orphaned by a killed worker must not linger
                 if pid != os.getpgrp():
                     try:
@@ -274,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         grader = Grader(root, course, seed, args, scratch)
         progress = Progress(len(subs), quiet=args.quiet)
         results = []
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        pool = ThreadPoolExecutor(max_workers=args.jobs)
+        try:
             futures = {pool.submit(grader.grade, i, s): s for i, s in enumerate(subs)}
             for fut in as_completed(futures):
                 sub = futures[fut]
@@ -284,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
                     res = grader._fallback(sub, "error", f"internal grader error: {err}")
                 results.append(res)
                 progress.step(sub.id)
+        except KeyboardInterrupt:
+            grader.kill_all()
+            pool.shutdown(wait=True, cancel_futures=True)
+            print("\ninterrupted: nothing was written", file=sys.stderr)
+            return 130
+        pool.shutdown(wait=True)
     finally:
         if not args.keep_work:
             shutil.rmtree(scratch, ignore_errors=True)
