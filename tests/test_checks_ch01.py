@@ -75,3 +75,34 @@ def test_a_crashing_function_is_reported_not_raised():
 
     with pytest.raises(CheckFailed, match="IndexError"):
         check("01.4", critical_path)
+
+
+def test_the_visible_check_names_off_by_one_mistakes():
+    import torch
+
+    def rnn_forward(x, W_xh, W_hh, b_h, h0=None):  # keeps h0 as the first "state"
+        H = R.rnn_forward(x, W_xh, W_hh, b_h, h0)
+        first = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0
+        return torch.cat([first[:, None], H], dim=1)
+
+    with pytest.raises(CheckFailed, match=r"T \+ 1 states, starting with h0"):
+        check("01.1", rnn_forward)
+
+    def jacobian_norms_through_time(x, W_xh, W_hh, b_h):  # differentiates h_{T-1}
+        J = torch.autograd.functional.jacobian(
+            lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -2], x)
+        return J.pow(2).sum(dim=(0, 2)).sqrt()
+
+    with pytest.raises(CheckFailed, match=r"differentiated h_\{T-1\}"):
+        check("01.3", jacobian_norms_through_time)
+
+
+def test_the_visible_check_includes_the_empty_graph():
+    def critical_path(parents):  # forgets that max() of nothing fails
+        depth = []
+        for ps in parents:
+            depth.append(1 + max((depth[p] for p in ps), default=0))
+        return max(depth)
+
+    with pytest.raises(CheckFailed, match="empty graph.*ValueError"):
+        check("01.4", critical_path)

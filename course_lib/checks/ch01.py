@@ -76,6 +76,20 @@ def _no_recurrence(x, W_xh, W_hh, b_h, h0=None):
     return torch.tanh(x @ W_xh.T + b_h)  # (B, T, d_h)
 
 
+def _no_bias(x, W_xh, W_hh, b_h, h0=None):
+    return R.rnn_forward(x, W_xh, W_hh, torch.zeros_like(b_h), h0)  # (B, T, d_h)
+
+
+def _h0_included(x, W_xh, W_hh, b_h, h0=None):
+    H = R.rnn_forward(x, W_xh, W_hh, b_h, h0)  # (B, T, d_h)
+    first = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0  # (B, d_h)
+    return torch.cat([first[:, None], H], dim=1)  # (B, T + 1, d_h): h_0 .. h_T
+
+
+def _skipped_first_input(x, W_xh, W_hh, b_h, h0=None):
+    return R.rnn_forward(x[:, 1:], W_xh, W_hh, b_h, h0)  # (B, T - 1, d_h): range(1, T)
+
+
 register(Exercise(
     id="01.1",
     title="the RNN forward loop",
@@ -97,10 +111,16 @@ register(Exercise(
         "new state after computing it, so position t holds h_t.": _shifted_states,
         "your h_t does not depend on h_{t-1}: the recurrence term h_{t-1} W_hhᵀ is missing, "
         "or h is never updated inside the loop.": _no_recurrence,
+        "you left out the bias: add b_h inside the tanh at every step.": _no_bias,
+        "you returned T + 1 states, starting with h0. h0 is the state before the first "
+        "input; return h_1 .. h_T only (append each new state after computing it).":
+            _h0_included,
+        "you returned T - 1 states and skipped the first input: loop over every t in "
+        "range(T) (x[:, 0] is x_1, the first input).": _skipped_first_input,
     },
-    hint="start from h = h0 (zeros of shape [B, d_h] if None); for t in range(T): "
-         "h = torch.tanh(x[:, t] @ W_xh.T + h @ W_hh.T + b_h); collect every h and "
-         "torch.stack(..., dim=1).",
+    hint="start from h = h0 (or x.new_zeros(B, d_h) if h0 is None); for each t in "
+         "range(T), compute the new h from x[:, t] and the previous h with the formula of "
+         "the statement, keep it, and stack all T states along dim 1.",
 ))
 
 
@@ -146,6 +166,14 @@ def _by_max_entry(W, rho):
     return W * (rho / W.abs().max())
 
 
+def _by_eigvalsh(W, rho):
+    return W * (rho / torch.linalg.eigvalsh(W).abs().max())
+
+
+def _rho_forgotten(W, rho):
+    return W / R.spectral_radius(W)
+
+
 register(Exercise(
     id="01.2",
     title="rescale to a spectral radius",
@@ -165,6 +193,11 @@ register(Exercise(
         ".abs() (eigenvalues can be negative or complex).": _by_real_part,
         "you divided by the largest entry of W; the spectral radius is the largest "
         "|eigenvalue|.": _by_max_entry,
+        "you used torch.linalg.eigvalsh, which assumes a symmetric matrix and reads only one "
+        "triangle of W. For a general W use torch.linalg.eigvals (complex eigenvalues).":
+            _by_eigvalsh,
+        "your result has spectral radius 1, not rho: you divided by rho(W) but did not "
+        "multiply by rho.": _rho_forgotten,
     },
     hint="rho(W) = max_i |lambda_i(W)| = torch.linalg.eigvals(W).abs().max(); return "
          "W * (rho / rho(W)).",
@@ -213,6 +246,16 @@ def _spectral_norm(x, W_xh, W_hh, b_h):
     return torch.linalg.matrix_norm(J.permute(1, 0, 2), ord=2)  # (T,)
 
 
+def _previous_state(x, W_xh, W_hh, b_h):
+    J = torch.autograd.functional.jacobian(
+        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -2], x)  # (d_h, T, d_in)
+    return J.pow(2).sum(dim=(0, 2)).sqrt()  # (T,) of h_{T-1}: last entry 0
+
+
+def _squared_norm(x, W_xh, W_hh, b_h):
+    return R.jacobian_norms_through_time(x, W_xh, W_hh, b_h).pow(2)  # (T,)
+
+
 def _local_jacobian(x, W_xh, W_hh, b_h):
     J = torch.autograd.functional.jacobian(
         lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0], x)  # (T, d_h, T, d_in)
@@ -239,10 +282,15 @@ register(Exercise(
         "asks for the Frobenius norm, sqrt of the sum of squared entries.": _spectral_norm,
         "you measured ∂h_t/∂x_t (each state against its own input); the question is how much "
         "the LAST state h_T depends on each x_t.": _local_jacobian,
+        "you differentiated h_{T-1}, the state one step before the last (an off-by-one, "
+        "e.g. H[0, -2]). The last state is H[0, -1]; only it depends on the last input "
+        "x_T, so your last entry is 0.": _previous_state,
+        "you returned the squared Frobenius norm: take the square root of the sum of "
+        "squares.": _squared_norm,
     },
-    hint="J = torch.autograd.functional.jacobian(lambda xx: R.rnn_forward(xx[None], W_xh, "
-         "W_hh, b_h)[0, -1], x) has shape (d_h, T, d_in); the answer is "
-         "J.pow(2).sum(dim=(0, 2)).sqrt().",
+    hint="the Jacobian of h_T (shape (d_h,)) with respect to x (shape (T, d_in)) has shape "
+         "(d_h, T, d_in); for each t, square its entries, sum over the d_h and d_in axes "
+         "and take the square root.",
 ))
 
 
@@ -257,6 +305,7 @@ def _path_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
             Case("a chain of 5 nodes (an RNN over 5 tokens)", (R.dependency_graph("rnn", 5),)),
+            Case("an empty graph (no nodes: depth 0)", ([],)),
             Case("a diamond [[], [0], [0], [1, 2]]", ([[], [0], [0], [1, 2]],)),
             Case("a chain of 3, then an independent node: [[], [0], [1], []]",
                  ([[], [0], [1], []],)),
@@ -264,7 +313,6 @@ def _path_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             Case("3 attention layers over 6 tokens", (R.dependency_graph("attention", 6, 3),)),
         ]
     return [
-        Case("an empty graph", ([],)),
         Case("the slowest parent is not the first: [[], [0], [], [2, 1]]",
              ([[], [0], [], [2, 1]],)),
         Case("a chain of 4 joined three times by a shortcut from a free node",
