@@ -214,8 +214,9 @@ def compare_values(got: Any, expected: Any, atol: float, rtol: float,
             idx = tuple(int(i) for i in np.argwhere(nan_got & ~nan_exp)[0])
             return (f"{label}your result contains NaN ({int((nan_got & ~nan_exp).sum())} "
                     f"entries, first at index {idx}) where the expected values are finite. "
-                    "NaN usually comes from inf - inf or 0/0, e.g. a softmax over a row "
-                    "whose entries are all -inf.")
+                    "NaN usually comes from inf - inf, inf / inf or 0/0: a softmax over a "
+                    "row whose entries are all -inf, or exp() overflowing to inf on large "
+                    "inputs (subtract the row's max first).")
         inf_got = np.isinf(got_f) & ~np.isinf(exp_f)
         if inf_got.any():
             idx = tuple(int(i) for i in np.argwhere(inf_got)[0])
@@ -326,8 +327,10 @@ def run_case(ex: Exercise, fn: Callable, case: Case) -> tuple[Any, CaseResult | 
         if _is_not_implemented(err):
             return None, CaseResult(case.name, False, "not implemented yet",
                                     not_implemented=True)
-        return None, CaseResult(case.name, False,
-                                "your function raised " + _student_traceback(err))
+        msg = "your function raised " + _student_traceback(err)
+        if ex.hint:
+            msg += f"\n    Hint: {ex.hint}"
+        return None, CaseResult(case.name, False, msg)
 
 
 def _cases(ex: Exercise, hidden: bool, seed: int) -> list[Case]:
