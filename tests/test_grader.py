@@ -207,6 +207,9 @@ def _variants() -> dict[str, tuple[bytes, str]]:
         "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n" + CORRECT), "error")
     v["huge_output.ipynb"] = (_with_solution(CORRECT.replace(
         "    e = np.exp(z)\n", "    e = np.exp(z)\n    print('x' * 2_000_000)\n")), "passed")
+    # calloc'd, so harmless even without the cap; with --memory-limit it fails at once
+    v["memory_hog.ipynb"] = (_with_solution("def softmax(x):\n    block = bytearray(8 * 2**30)\n"
+                                            "    return x\n"), "failed")
     # --- tampering
     v["tamper_patch.ipynb"] = (_with_solution(TAMPER_PATCH), "failed")
     v["tamper_fake_results.ipynb"] = (_with_solution(TAMPER_FAKE_RESULTS), "failed")
@@ -293,7 +296,7 @@ def adversarial(tmp_path_factory):
     (subs / ".ipynb_checkpoints" / "solved-checkpoint.ipynb").write_bytes(b"{}")
     before = _hashes(subs)
     run = _grade([subs], base / "out", "--jobs", "2", "--cell-timeout", str(CELL_TIMEOUT),
-                 "--timeout", "120")
+                 "--timeout", "120", "--memory-limit", "4")
     run.update(variants=variants, before=before, after=_hashes(subs), subs=subs, base=base)
     return run
 
@@ -397,6 +400,10 @@ def test_loops_exits_and_crashes_are_reported(adversarial):
     assert "crashed" in _feedback(adversarial, "subs/os_exit_in_function.ipynb")
     assert "crashed" in _feedback(adversarial, "subs/kill_self_at_top.ipynb")
     assert "printed" in _feedback(adversarial, "subs/huge_output.ipynb")
+    assert "MemoryError" in _feedback(adversarial, "subs/memory_hog.ipynb")
+    log = (adversarial["out"] / "grading.log").read_text(encoding="utf-8")
+    n = len(adversarial["variants"]) + len(ZIP_EXPECT)
+    assert log.count(" start ") == log.count(" done ") == n
     # a huge output is never stored in what the grader writes
     assert os.path.getsize(feedback_path(adversarial["out"], "subs/huge_output.ipynb")) < 20_000
 

@@ -80,8 +80,9 @@ class Progress:
 class Grader:
     """Runs one worker process per submission and collects their signed results."""
 
-    def __init__(self, root: Path, course, seed: int, args, scratch: Path):
+    def __init__(self, root: Path, course, seed: int, args, scratch: Path, out_dir: Path):
         self.root, self.course, self.seed, self.args = root, course, seed, args
+        self.out_dir = out_dir
         self.scratch = scratch
         self.manifest = manifest(root) if args.integrity else None
         self.lock = threading.Lock()
@@ -120,7 +121,24 @@ class Grader:
                 if self.tainted is None:
                     self.tainted = ", ".join(changed[:5])
 
+    def journal(self, text: str) -> None:
+        """One line in DIR/grading.log, written at once: after a crash of the whole run (a
+        kernel that killed every process of the user, say), it tells which submissions
+        were being graded."""
+        with self.lock:
+            with open(self.out_dir / "grading.log", "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+
     def grade(self, index: int, sub: Submission) -> dict:
+        self.journal(f"start {sub.id}")
+        res = self._grade(index, sub)
+        counts = {}
+        for r in res["rows"]:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        self.journal(f"done  {sub.id} " + " ".join(f"{k}:{v}" for k, v in sorted(counts.items())))
+        return res
+
+    def _grade(self, index: int, sub: Submission) -> dict:
         if sub.data is None:
             return self._fallback(sub, "error", sub.problem)
         if self.stopping:
@@ -149,7 +167,9 @@ class Grader:
                "name": sub.name, "notebook": str(nb_copy), "scratch": str(work),
                "seed": self.seed, "cell_timeout": self.args.cell_timeout,
                "timeout": self.args.timeout, "output_limit": self.args.output_limit,
-               "threads": self.threads, "manifest": self.manifest}
+               "threads": self.threads, "manifest": self.manifest,
+               "memory_limit": int(self.args.memory_limit * 2**30) if self.args.memory_limit
+               else None}
         # The worker finds the kernel by name: only the environment's own "python3" spec
         # (this Python's ipykernel), never one in a user's ~/.local/share/jupyter.
         env = dict(os.environ, JUPYTER_DATA_DIR=str(work / "jupyter-data"))
@@ -248,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-limit", type=int, default=1_000_000, metavar="BYTES",
                    help="output above this many bytes per exercise is noted in the "
                         "feedback (outputs are never kept; default 1000000)")
+    p.add_argument("--memory-limit", type=float, default=None, metavar="GB",
+                   help="cap each kernel's address space (Linux/macOS rlimit); an allocation "
+                        "past it fails in the learner's code (default: no cap; PyTorch needs "
+                        "about 3 GB)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the hidden cases (default: a secret one kept in "
                         f"DIR/{SEED_FILE}, so re-runs into DIR agree)")
@@ -293,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"course-grade: {len(subs)} submission(s), {args.jobs} at a time, cell timeout "
               f"{args.cell_timeout:g} s, notebook timeout {args.timeout:g} s", file=sys.stderr)
     try:
-        grader = Grader(root, course, seed, args, scratch)
+        grader = Grader(root, course, seed, args, scratch, out_dir)
+        grader.journal(f"grading {len(subs)} submission(s), jobs={args.jobs}")
         progress = Progress(len(subs), quiet=args.quiet)
         results = []
         pool = ThreadPoolExecutor(max_workers=args.jobs)

@@ -42,6 +42,8 @@ SUSPICIOUS: list[tuple[str, str]] = [
      "inspects or patches the interpreter"),
     (r"\bos\.(_exit|kill|killpg|fork|system|exec\w*)\b|\bsubprocess\b|\bsignal\.|\bsys\.exit\b",
      "manipulates processes"),
+    (r"(?<![.\w])(exec|eval|compile|__import__)\s*\(", "runs code built at run time"),
+    (r"solutions/|\.ipynb\b|\.grader-seed", "reads notebooks or grader files"),
 ]
 
 

@@ -89,6 +89,12 @@ def kernel_env(threads: int, private_dir: Path) -> dict[str, str]:
     return env
 
 
+def _limit_memory(limit: int) -> None:  # runs in the kernel's process before it starts
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def _kill_group(pid: int | None) -> None:
     if not pid:
         return
@@ -104,6 +110,7 @@ def _kill_group(pid: int | None) -> None:
 
 def execute(nb, roles: list[tuple[str, str | None]], workdir: Path, *, cell_timeout: float,
             total_timeout: float, env: dict[str, str], max_restarts: int = 3,
+            memory_limit: int | None = None,
             on_kernel: Callable[[int], None] | None = None,
             on_cell: Callable[[int, CellOutcome], None] | None = None) -> list[CellOutcome]:
     """Run ``nb``'s code cells in order; return one CellOutcome per cell.
@@ -111,7 +118,12 @@ def execute(nb, roles: list[tuple[str, str | None]], workdir: Path, *, cell_time
     ``roles[i][0]`` is "course", "solution" or "harvest"; harvest cells are never replayed
     after a restart. ``on_kernel(pid)`` is called for every kernel started (so a parent
     can kill it if this process dies); ``on_cell(i, outcome)`` after every cell.
+    ``memory_limit`` (bytes) caps the kernel's address space: a learner's allocation past it
+    raises MemoryError in their code instead of exhausting the machine.
     """
+    extra: dict = {}
+    if memory_limit:
+        extra["preexec_fn"] = lambda: _limit_memory(memory_limit)
     n = len(nb.cells)
     deadline = time.monotonic() + total_timeout
     outcomes: list[CellOutcome | None] = [None] * n
@@ -138,7 +150,7 @@ def execute(nb, roles: list[tuple[str, str | None]], workdir: Path, *, cell_time
         try:
             client.km = client.create_kernel_manager()
             client.start_new_kernel(cwd=str(workdir), env=env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+                                    stderr=subprocess.DEVNULL, **extra)
             proc = getattr(getattr(client.km, "provisioner", None), "process", None)
             pid = getattr(proc, "pid", None)
             if pid and on_kernel:

@@ -273,6 +273,7 @@ def grade(job: dict, send=None) -> dict:
     else:
         outcomes = execute(plan.nb, plan.roles, workdir, cell_timeout=float(job["cell_timeout"]),
                            total_timeout=float(job["timeout"]), env=env,
+                           memory_limit=job.get("memory_limit"),
                            on_kernel=(lambda pid: send({"kernel_pid": pid})) if send else None,
                            on_cell=on_cell)
     limit = int(job.get("output_limit", 0))
