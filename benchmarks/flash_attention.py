@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="subset of: flash_attention sdpa_flash sdpa_efficient sdpa_math "
                              "sdpa_cudnn")
     args = parser.parse_args(argv)
+    if args.dry_run:  # CPU tensors: the interpreter, even on a machine with a GPU
+        import os
+
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     env.setup(quiet=True, plots=False)
 
     import torch

@@ -32,6 +32,10 @@ import torch.nn.functional as F
 import course_lib.flash as flash
 from course_lib.flash import flash_attention, flash_attention_reference
 
+# Where the small "CPU" cases run: the CPU through the interpreter, or, when Triton compiles
+# (a CUDA machine), the GPU — a compiled kernel cannot read CPU tensors.
+DEVICE = "cpu" if flash.triton_mode() == "interpreter" else "cuda"
+
 TOL = {torch.float32: dict(out=(2e-5, 1e-4), grad=(2e-5, 1e-4)),
        torch.float16: dict(out=(4e-3, 1e-2), grad=(1e-2, 1e-2))}
 
@@ -64,7 +68,7 @@ def _assert_close(got, expected, tol, what):
 
 
 def _check_kernel(B, H, n_q, n_k, d, is_causal, scale=None, dtype=torch.float32,
-                  device="cpu", grads=True):
+                  device=DEVICE, grads=True):
     q, k, v, do = _inputs(B, H, n_q, n_k, d, dtype, device)
     q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
     out = flash_attention(q, k, v, is_causal=is_causal, scale=scale)
@@ -167,10 +171,11 @@ def test_kernel_matches_sdpa_float16(n, is_causal):
 
 
 def test_kernel_lse_and_causality():
-    q, k, v, _ = _inputs(1, 2, 100, 100, 32, torch.float32)
+    q, k, v, _ = _inputs(1, 2, 100, 100, 32, torch.float32, DEVICE)
     out, lse = flash.flash_attention_with_lse(q, k, v, is_causal=True)
     scores = q @ k.transpose(-2, -1) / math.sqrt(32)  # (B, H, N, N)
-    scores = scores.masked_fill(~torch.ones(100, 100, dtype=torch.bool).tril(), -math.inf)
+    future = ~torch.ones(100, 100, dtype=torch.bool, device=DEVICE).tril()  # (N, N)
+    scores = scores.masked_fill(future, -math.inf)  # (B, H, N, N)
     torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1), atol=1e-5, rtol=1e-5)
     # Changing the future must not change the past: rows < 50 ignore keys >= 50.
     k2, v2 = k.clone(), v.clone()
@@ -184,7 +189,7 @@ def test_kernel_lse_and_causality():
 def test_kernel_non_contiguous_inputs():
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 17, 2, 32, generator=g) for _ in range(3))  # (B, N, H, d)
-    q, k, v = (x.transpose(1, 2) for x in (q, k, v))  # (B, H, N, d), not contiguous
+    q, k, v = (x.to(DEVICE).transpose(1, 2) for x in (q, k, v))  # (B, H, N, d), strided
     assert not q.is_contiguous()
     ref = F.scaled_dot_product_attention(q, k, v)
     torch.testing.assert_close(flash_attention(q, k, v), ref, atol=2e-5, rtol=1e-4)
