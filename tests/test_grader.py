@@ -208,7 +208,7 @@ def _variants() -> dict[str, tuple[bytes, str]]:
     v["huge_output.ipynb"] = (_with_solution(CORRECT.replace(
         "    e = np.exp(z)\n", "    e = np.exp(z)\n    print('x' * 2_000_000)\n")), "passed")
     # calloc'd, so harmless even without the cap; with --memory-limit it fails at once
-    v["memory_hog.ipynb"] = (_with_solution("def softmax(x):\n    block = bytearray(8 * 2**30)\n"
+    v["memory_hog.ipynb"] = (_with_solution("def softmax(x):\n    block = bytes(8 * 2**30)\n"
                                             "    return x\n"), "failed")
     # --- tampering
     v["tamper_patch.ipynb"] = (_with_solution(TAMPER_PATCH), "failed")
