@@ -327,3 +327,24 @@ def test_kv_cache_calculator_follows_its_sliders():
     assert "kv-cache-calculator" in calc.widget._dom_classes
     with pytest.raises(ValueError, match="num_kv_heads=3 is not one of"):
         KVCacheCalculator(num_layers=32, head_dim=128, weights_bytes=weights, num_kv_heads=3)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_cached_chunks_with_a_padding_mask_equal_full(kind):
+    """The cache path ANDs its shifted triangle with the caller's mask (bool or additive)."""
+    torch.manual_seed(6)
+    mha = MultiHeadAttention(D, H, num_kv_heads=2).to(DT).eval()
+    x = torch.randn(2, 8, D, dtype=DT)
+    keep = torch.ones(2, 8, dtype=torch.bool)
+    keep[0, 2] = keep[1, 5] = False  # (B, Nk) keys nobody may see
+    if kind == "bool":
+        m = keep[:, None, :]  # (B, 1, Nk)
+    else:
+        m = torch.zeros(2, 1, 8, dtype=DT).masked_fill(~keep[:, None, :], float("-inf"))
+    full, w_full = mha(x, mask=m, is_causal=True)
+    cache = KVCache()
+    parts = [mha(x[:, a:b], cache=cache, mask=m[..., :b], is_causal=True)
+             for a, b in ((0, 3), (3, 6), (6, 8))]
+    _close(torch.cat([o for o, _ in parts], dim=1), full)
+    _close(parts[-1][1], w_full[:, :, 6:8])
+    assert torch.all(parts[-1][1][1, :, :, 5] == 0)  # the masked key stays masked
