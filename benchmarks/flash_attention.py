@@ -4,6 +4,7 @@ On a CUDA GPU (the real run)::
 
     python benchmarks/flash_attention.py                 # full grid, N = 512 .. 16k
     python benchmarks/flash_attention.py --quick         # N in {1024, 4096} only
+    python benchmarks/flash_attention.py --quick --no-autotune   # no candidate sweep
 
 measures forward and backward TFLOP/s and peak memory of ``flash_attention`` and of torch's
 SDPA with the flash, memory-efficient, math and (when present) cuDNN backends, for
@@ -36,14 +37,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="GPU: N in {1024, 4096} only")
     parser.add_argument("--out", type=Path, default=None, help="output JSON path")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--no-autotune", action="store_true",
+                        help="flash_attention: first candidate config only (skips compiling "
+                             "and timing every candidate; faster start, maybe slower kernels)")
     parser.add_argument("--impls", nargs="*", default=None,
                         help="subset of: flash_attention sdpa_flash sdpa_efficient sdpa_math "
                              "sdpa_cudnn")
     args = parser.parse_args(argv)
-    if args.dry_run:  # CPU tensors: the interpreter, even on a machine with a GPU
-        import os
+    import os
 
+    if args.dry_run:  # CPU tensors: the interpreter, even on a machine with a GPU
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    if args.no_autotune:
+        os.environ["COURSE_FLASH_AUTOTUNE"] = "0"
     env.setup(quiet=True, plots=False)
 
     import torch
@@ -72,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = bench.metadata(dry_run=args.dry_run)
     meta["command"] = " ".join(["benchmarks/flash_attention.py"] + (argv or sys.argv[1:]))
     meta["flop_convention"] = "fwd 4*B*H*N^2*d (x0.5 causal); bwd 2.5x fwd"
+    meta["autotune"] = not args.no_autotune
     results = []
     for cfg in grid:
         for impl in impls:

@@ -18,12 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_dry_run_writes_json(tmp_path):
     out = tmp_path / "flash_attention_dry.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "flash_attention.py"),
-                           "--dry-run", "--out", str(out)],
+                           "--dry-run", "--no-autotune", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
     meta = data["meta"]
     assert meta["dry_run"] is True and meta["versions"]["torch"] and meta["date"]
+    assert meta["autotune"] is False and "2.5x" in meta["flop_convention"]
     impls = {r["impl"] for r in data["results"]}
     assert impls == {"flash_attention", "sdpa_math"}
     for r in data["results"]:

@@ -205,6 +205,13 @@ def test_kernel_config_is_gpu_sized_on_cuda():
     assert all(len(v) == 1 and v[0]["BLOCK_M"] <= 64 for v in small.values())
 
 
+def test_autotuning_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("COURSE_FLASH_AUTOTUNE", "0")
+    cfg = flash.kernel_config(128, "cuda", interpreted=False, dtype=torch.bfloat16)
+    assert all(len(v) == 1 for v in cfg.values())
+    assert cfg["fwd"][0] == dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+
+
 def test_kernel_config_float32_on_cuda_is_one_small_config():
     # float32 dots run in true float32 (no tensor cores): one small tile, no autotuning.
     cfg = flash.kernel_config(128, "cuda", interpreted=False, dtype=torch.float32)

@@ -187,7 +187,8 @@ def kernel_config(head_dim: int, device: torch.device | str, *,
     (a Q tile that stays on chip while K, V tiles stream past), 8 warps for d > 64, three
     pipeline stages. In the interpreter the blocks are small so that tests on short
     sequences still cross several blocks (ragged ends, the causal diagonal); there the cost
-    is per element, not per program.
+    is per element, not per program. ``COURSE_FLASH_AUTOTUNE=0`` in the environment keeps
+    only the first GPU candidate (no autotuning: each candidate costs a compilation).
 
     float32 on a GPU gets one small config and no autotuning: its ``tl.dot`` runs in true
     float32 on the ordinary cores (no tensor cores), where large tiles only cost registers,
@@ -200,6 +201,14 @@ def kernel_config(head_dim: int, device: torch.device | str, *,
     if dtype == torch.float32:
         return {"fwd": [_cfg(64, 32, 4, 2)], "dkdv": [_cfg(32, 64, 4, 2)],
                 "dq": [_cfg(64, 32, 4, 2)]}
+    cands = _gpu_candidates(head_dim)
+    if os.environ.get("COURSE_FLASH_AUTOTUNE", "1") == "0":  # first candidate only: no tuning
+        return {kind: configs[:1] for kind, configs in cands.items()}
+    return cands
+
+
+def _gpu_candidates(head_dim: int) -> dict[str, list[dict]]:
+    """The autotuner's candidates on a GPU, the classic choice first."""
     if head_dim > 64:
         fwd = [_cfg(128, 64, 8, 3), _cfg(128, 128, 8, 3), _cfg(128, 64, 4, 3),
                _cfg(64, 64, 4, 3), _cfg(128, 32, 4, 2), _cfg(64, 32, 4, 1), _cfg(32, 32, 4, 1)]
