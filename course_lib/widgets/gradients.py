@@ -59,7 +59,8 @@ def _render_png(dist: torch.Tensor, norms: torch.Tensor, bound: torch.Tensor,
     fig = Figure(figsize=(6.4, 3.0), dpi=80)
     ax = fig.subplots()
     ax.semilogy(dist.numpy(), norms.numpy(), label="‖∂h_T/∂x_t‖_F (autograd)")
-    ax.semilogy(dist.numpy(), bound.numpy(), "k:", lw=1, label="ρ^(T−t) ‖W_xh‖_F (linear regime)")
+    ax.semilogy(dist.numpy(), bound.numpy(), "k:", lw=1,
+                label="ρ^(T−t) ‖W_xh‖_F (linear regime; upper bound)")
     ax.set_xlabel("distance T − t")
     ax.set_ylabel("norm (log scale)")
     ax.set_title(title, fontsize=10)
