@@ -397,6 +397,7 @@ def test_loops_exits_and_crashes_are_reported(adversarial):
     assert "solution cell itself did not finish" in _feedback(adversarial,
                                                               "subs/loop_at_top.ipynb")
     assert "SystemExit" in _feedback(adversarial, "subs/sys_exit_at_top.ipynb")
+    assert "sys.exit()" in _feedback(adversarial, "subs/sys_exit_in_function.ipynb")
     assert "crashed" in _feedback(adversarial, "subs/os_exit_in_function.ipynb")
     assert "crashed" in _feedback(adversarial, "subs/kill_self_at_top.ipynb")
     assert "printed" in _feedback(adversarial, "subs/huge_output.ipynb")

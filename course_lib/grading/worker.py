@@ -186,6 +186,9 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
             "not implemented" in f for f in v.feedback):
         return "error", 0, [f"your solution cell raised {errored[-1].message}"] + v.feedback
     if v.status == "error" and h is not None and h.status == "error":
+        if h.message.startswith(("SystemExit", "KeyboardInterrupt")):
+            return "error", 0, [f"your function stopped the program ({h.message}): it must "
+                                "return its result, not call sys.exit() or exit()"]
         return "error", 0, [f"the check of this exercise could not run: {h.message}"] + \
             v.feedback
     if v.status == "missing" and v.feedback[:1] == ["not implemented"]:
