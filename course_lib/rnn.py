@@ -94,6 +94,12 @@ def _check_rnn_inputs(x, W_xh, W_hh, b_h, h0) -> None:
         if tuple(h0.shape) != (x.shape[0], d_h):
             raise ValueError(f"expected h0 of shape [B, d_h] = [{x.shape[0]}, {d_h}], "
                              f"got {_shape(h0)}")
+    named = (("W_xh", W_xh), ("W_hh", W_hh), ("b_h", b_h)) + ((("h0", h0),) if h0 is not None
+                                                              else ())
+    for name, t in named:
+        if t.dtype != x.dtype:
+            raise TypeError(f"expected {name} to have x's dtype {x.dtype}, got {t.dtype} "
+                            f"(convert with .to(x.dtype))")
 
 
 def rnn_forward(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: torch.Tensor,

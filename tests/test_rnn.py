@@ -67,6 +67,9 @@ def test_rnn_forward_shape_errors_name_the_shapes(x, W_xh, W_hh, b_h, h0, msg):
 def test_rnn_forward_rejects_non_tensors():
     with pytest.raises(TypeError, match="x to be a torch.Tensor"):
         R.rnn_forward([[[1.0]]], torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1))
+    with pytest.raises(TypeError, match="W_hh to have x's dtype torch.float64, got torch.float32"):
+        R.rnn_forward(torch.zeros(1, 2, 1, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64),
+                      torch.zeros(1, 1), torch.zeros(1, dtype=torch.float64))
 
 
 def test_rnn_weights_from_torch_rejects_stacked_rnn():
