@@ -73,7 +73,7 @@ def _shape(t) -> str:
 
 
 def _check_rnn_inputs(x, W_xh, W_hh, b_h, h0) -> None:
-    """Clear errors naming the expected and the actual shapes."""
+    """Clear errors naming the expected and the actual shapes (and dtypes)."""
     for name, t in (("x", x), ("W_xh", W_xh), ("W_hh", W_hh), ("b_h", b_h)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"expected {name} to be a torch.Tensor, got {type(t).__name__}")
@@ -94,9 +94,9 @@ def _check_rnn_inputs(x, W_xh, W_hh, b_h, h0) -> None:
         if tuple(h0.shape) != (x.shape[0], d_h):
             raise ValueError(f"expected h0 of shape [B, d_h] = [{x.shape[0]}, {d_h}], "
                              f"got {_shape(h0)}")
-    named = (("W_xh", W_xh), ("W_hh", W_hh), ("b_h", b_h)) + ((("h0", h0),) if h0 is not None
-                                                              else ())
-    for name, t in named:
+    for name, t in (("W_xh", W_xh), ("W_hh", W_hh), ("b_h", b_h), ("h0", h0)):
+        if t is None:
+            continue
         if t.dtype != x.dtype:
             raise TypeError(f"expected {name} to have x's dtype {x.dtype}, got {t.dtype} "
                             f"(convert with .to(x.dtype))")
