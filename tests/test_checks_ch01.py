@@ -106,3 +106,23 @@ def test_the_visible_check_includes_the_empty_graph():
 
     with pytest.raises(CheckFailed, match="empty graph.*ValueError"):
         check("01.4", critical_path)
+
+
+def test_the_cheap_01_3_twins_equal_their_definitions():
+    """Some wrong twins use closed forms for speed; they must still be the mistake they name."""
+    import torch
+
+    from course_lib.checks import ch01
+
+    g = torch.Generator().manual_seed(0)
+    T, d_in, d_h = 7, 3, 4
+    x, W_xh, b = (torch.randn(*s, generator=g, dtype=torch.float64) for s in
+                  ((T, d_in), (d_h, d_in), (d_h,)))
+    W_hh = torch.randn(d_h, d_h, generator=g, dtype=torch.float64) / 2
+    J = torch.autograd.functional.jacobian(
+        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b)[0], x)  # (T, d_h, T, d_in)
+    t = torch.arange(T)
+    torch.testing.assert_close(ch01._local_jacobian(x, W_xh, W_hh, b),
+                               J[t, :, t].pow(2).sum(dim=(1, 2)).sqrt())  # dh_t/dx_t
+    torch.testing.assert_close(ch01._previous_state(x, W_xh, W_hh, b),
+                               J[-2].pow(2).sum(dim=(0, 2)).sqrt())  # dh_{T-1}/dx_t

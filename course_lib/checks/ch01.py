@@ -242,14 +242,14 @@ def _sum_gradient(x, W_xh, W_hh, b_h):
 
 def _spectral_norm(x, W_xh, W_hh, b_h):
     J = torch.autograd.functional.jacobian(
-        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -1], x)  # (d_h, T, d_in)
+        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -1], x,
+        vectorize=True)  # (d_h, T, d_in)
     return torch.linalg.matrix_norm(J.permute(1, 0, 2), ord=2)  # (T,)
 
 
 def _previous_state(x, W_xh, W_hh, b_h):
-    J = torch.autograd.functional.jacobian(
-        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -2], x)  # (d_h, T, d_in)
-    return J.pow(2).sum(dim=(0, 2)).sqrt()  # (T,) of h_{T-1}: last entry 0
+    n = R.jacobian_norms_through_time(x[:-1], W_xh, W_hh, b_h)  # (T-1,) dh_{T-1}/dx_t
+    return torch.cat([n, n.new_zeros(1)])  # (T,): h_{T-1} does not depend on x_T
 
 
 def _squared_norm(x, W_xh, W_hh, b_h):
@@ -257,10 +257,9 @@ def _squared_norm(x, W_xh, W_hh, b_h):
 
 
 def _local_jacobian(x, W_xh, W_hh, b_h):
-    J = torch.autograd.functional.jacobian(
-        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0], x)  # (T, d_h, T, d_in)
-    idx = torch.arange(x.shape[0])  # (T,)
-    return J[idx, :, idx].pow(2).sum(dim=(1, 2)).sqrt()  # (T,) dh_t/dx_t
+    H = R.rnn_forward(x[None], W_xh, W_hh, b_h)[0]  # (T, d_h)
+    # dh_t/dx_t = D_t W_xh with D_t = diag(1 - h_t^2): row i is scaled by D_t[i]
+    return ((1 - H**2).pow(2) @ W_xh.pow(2).sum(dim=1)).sqrt()  # (T,)
 
 
 register(Exercise(
