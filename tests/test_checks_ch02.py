@@ -69,7 +69,7 @@ def test_naive_masked_softmax_gets_the_nan_explanation():
 
 def test_not_implemented_is_friendly(capsys):
     def attention(q, k, v):
-        raise NotImplementedError("write your solution here")
+        raise NotImplementedError("Exercise 02.1 is not implemented yet: replace this line")
 
     report = check("02.1", attention)
     assert report.not_implemented and "not implemented yet" in capsys.readouterr().out

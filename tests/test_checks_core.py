@@ -97,6 +97,14 @@ def test_not_started_prints_a_friendly_note_not_a_traceback(capsys):
     assert "not implemented yet" in capsys.readouterr().out
 
 
+def test_a_real_not_implemented_error_is_a_bug_not_a_blank():
+    def softmax(x):
+        raise NotImplementedError("max_all not implemented for 'ComplexFloat'")
+
+    with pytest.raises(CheckFailed, match="ComplexFloat"):
+        check("00.1", softmax)
+
+
 def test_an_exception_in_learner_code_is_reported_with_its_line():
     def softmax(x):
         return x.nonexistent_method()
@@ -190,8 +198,48 @@ def test_missing_and_not_implemented_and_never_ran(tmp_path):
     assert score("00.1", seed=3, out_dir=tmp_path / "a").status == "missing"
 
     def softmax(x):
-        raise NotImplementedError
+        raise NotImplementedError("Exercise 00.1 is not implemented yet: replace this line")
 
     harvest("00.1", softmax, seed=3, out_dir=tmp_path / "b")
     assert score("00.1", seed=3, out_dir=tmp_path / "b").status == "missing"
     assert score("00.1", seed=3, out_dir=tmp_path / "c").status == "error"
+
+
+def test_hidden_checks_fail_a_blank_exercise_for_autograders():
+    def softmax(x):
+        raise NotImplementedError("Exercise 00.1 is not implemented yet: replace this line")
+
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check("00.1", softmax, hidden=True)
+
+
+def test_a_nan_producing_twin_does_not_name_the_wrong_mistake():
+    def naive(x):  # overflows on the hidden case with scores near 1000
+        return np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True)
+
+    with pytest.raises(CheckFailed) as info, np.errstate(over="ignore", invalid="ignore"):
+        check("00.1", naive, hidden=True)
+    assert "wrong axis" not in str(info.value)
+    assert "exp overflowed" in str(info.value)
+
+
+def test_sys_exit_in_learner_code_fails_the_case_only(tmp_path):
+    import sys
+
+    def softmax(x):
+        sys.exit(3)
+
+    with pytest.raises(CheckFailed, match=r"sys.exit\(3\)"):
+        check("00.1", softmax)
+    harvest("00.1", softmax, seed=4, out_dir=tmp_path)
+    assert score("00.1", seed=4, out_dir=tmp_path).status == "failed"
+
+
+def test_a_planted_fifo_is_refused_not_read(tmp_path):
+    import os
+
+    harvest("00.1", softmax_ok, seed=8, out_dir=tmp_path)
+    (tmp_path / "00.1.npz").unlink()
+    os.mkfifo(tmp_path / "00.1.npz")
+    verdict = score("00.1", seed=8, out_dir=tmp_path)
+    assert verdict.status == "error" and "not a regular file" in verdict.feedback[0]

@@ -38,6 +38,9 @@ register(Exercise(
     atol=1e-8,
     rtol=1e-6,
     mistakes={
+        "exp overflowed to inf (inf / inf = NaN): subtract each row's max before np.exp; "
+        "it cancels in the ratio.":
+            lambda x: np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True),
         "you normalised over the wrong axis (axis 0 instead of the last axis -1).":
             lambda x: np.exp(x) / np.exp(x).sum(axis=0, keepdims=True),
         "you normalised over every element at once: pass axis=-1, keepdims=True to sum.":

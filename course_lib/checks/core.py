@@ -270,9 +270,14 @@ class CaseResult:
     not_implemented: bool = False
 
 
+# The placeholders of generated exercise notebooks raise NotImplementedError with this text
+# (course_lib/grading/generate.py writes them). Any other NotImplementedError is a real
+# error in the learner's code: torch raises one for, e.g., max() of a complex tensor.
+PLACEHOLDER_MARK = "is not implemented yet"
+
+
 def _is_not_implemented(err: BaseException) -> bool:
-    # The placeholders of generated exercise notebooks raise NotImplementedError.
-    return isinstance(err, NotImplementedError)
+    return isinstance(err, NotImplementedError) and PLACEHOLDER_MARK in str(err)
 
 
 def _student_traceback(err: BaseException, limit: int = 3) -> str:
@@ -291,15 +296,38 @@ def _copy_args(case: Case) -> Case:
     return Case(case.name, copy.deepcopy(case.args), copy.deepcopy(case.kwargs))
 
 
-def _diagnose(ex: Exercise, case: Case, got: Any) -> str:
+def _has_new_nonfinite(wrong: Any, expected: Any) -> bool:
+    """True when ``wrong`` is NaN/inf somewhere ``expected`` is finite (or shapes differ)."""
+    wrong, expected = _to_numpy(wrong), _to_numpy(expected)
+    if isinstance(expected, (tuple, list)) and isinstance(wrong, (tuple, list)):
+        return any(_has_new_nonfinite(w, e) for w, e in zip(wrong, expected))
+    try:
+        w = np.asarray(wrong, dtype=np.float64)
+        e = np.asarray(expected, dtype=np.float64)
+        return bool((~np.isfinite(w) & np.isfinite(np.broadcast_to(e, w.shape))).any())
+    except (TypeError, ValueError):
+        return False
+
+
+def _diagnose(ex: Exercise, case: Case, got: Any, expected: Any) -> str:
+    """Name the declared mistake whose output the learner's output matches, if any.
+
+    Twins whose output is finite where the reference is finite are tried first: a twin
+    that overflows to NaN "matches" every other NaN-producing mistake too, so it is only
+    named when no finite twin matches (declare the overflow mistake before such twins).
+    """
+    outputs = []
     for hint, wrong in ex.mistakes.items():
         c = _copy_args(case)
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
-                wrong_out = wrong(*c.args, **c.kwargs)
+                outputs.append((hint, wrong(*c.args, **c.kwargs)))
         except Exception:
             continue
+    finite = [(h, o) for h, o in outputs if not _has_new_nonfinite(o, expected)]
+    nonfinite = [(h, o) for h, o in outputs if _has_new_nonfinite(o, expected)]
+    for hint, wrong_out in finite + nonfinite:
         if _matches(got, wrong_out, ex.atol, ex.rtol):
             return f"\n    Likely cause: {hint}"
     return f"\n    Hint: {ex.hint}" if ex.hint else ""
@@ -315,7 +343,7 @@ def evaluate_case(ex: Exercise, case: Case, got: Any) -> CaseResult:
         msg = compare_values(got, expected, ex.atol, ex.rtol, ex.check_dtype)
     if msg is None:
         return CaseResult(case.name, True)
-    return CaseResult(case.name, False, msg + _diagnose(ex, case, got))
+    return CaseResult(case.name, False, msg + _diagnose(ex, case, got, expected))
 
 
 def run_case(ex: Exercise, fn: Callable, case: Case) -> tuple[Any, CaseResult | None]:
@@ -323,6 +351,9 @@ def run_case(ex: Exercise, fn: Callable, case: Case) -> tuple[Any, CaseResult | 
     c = _copy_args(case)
     try:
         return fn(*c.args, **c.kwargs), None
+    except SystemExit as err:  # sys.exit() inside the function fails this case only
+        return None, CaseResult(case.name, False,
+                                f"your function called sys.exit({err.code!r})")
     except Exception as err:  # learner code may raise anything
         if _is_not_implemented(err):
             return None, CaseResult(case.name, False, "not implemented yet",
@@ -393,6 +424,10 @@ def check(exercise_id: str, fn: Callable | None, *, hidden: bool = False,
         if failure.not_implemented:
             break
     report = CheckReport(ex, results)
+    if report.not_implemented and hidden:
+        # Hidden tests run only under a grader (nbgrader's autograder, say): there a blank
+        # exercise must fail, not print a friendly note.
+        raise CheckFailed(f"✗ {head}: not implemented yet.")
     if report.not_implemented:
         print(f"⏳ {head}: not implemented yet. Replace the `raise NotImplementedError(...)` "
               f"line in `{ex.target}` with your code, run that cell, then run this check "
@@ -494,6 +529,25 @@ class Verdict:
     feedback: list[str]
 
 
+MAX_RESULT_BYTES = 256 * 2**20
+
+
+def _result_file_problem(path: Path) -> str | None:
+    """A result file must be a plain file of sane size (a planted FIFO would hang us)."""
+    import os
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path.name} is not a regular file: results were tampered with"
+    if st.st_size > MAX_RESULT_BYTES:
+        return f"{path.name} is {st.st_size} bytes, over the {MAX_RESULT_BYTES} byte limit"
+    return None
+
+
 def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
     """Run in the grader's own process: recompute references and judge the recorded outputs."""
     ex = get_exercise(exercise_id)
@@ -503,6 +557,10 @@ def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
         return Verdict(ex.id, 0, ex.points, "error",
                        ["the check for this exercise never ran (an earlier cell failed, the "
                         "kernel died or the time limit was reached)"])
+    for path in (jpath, npath):
+        problem = _result_file_problem(path)
+        if problem:
+            return Verdict(ex.id, 0, ex.points, "error", [problem])
     try:
         record = json.loads(jpath.read_text())
         arrays = np.load(npath, allow_pickle=False) if npath.exists() else {}

@@ -44,9 +44,11 @@ class ExerciseFormatError(ValueError):
 
 
 def placeholder(exercise_id: str, indent: str) -> list[str]:
+    from course_lib.checks.core import PLACEHOLDER_MARK
+
     return [
         f"{indent}# Exercise {exercise_id}: your code goes here (delete the line below).",
-        f"{indent}raise NotImplementedError(\"Exercise {exercise_id} is not implemented yet: "
+        f"{indent}raise NotImplementedError(\"Exercise {exercise_id} {PLACEHOLDER_MARK}: "
         "replace this line with your code.\")",
     ]
 
