@@ -198,7 +198,7 @@ def _variants() -> dict[str, tuple[bytes, str]]:
     v["loop_at_top.ipynb"] = (_with_solution("import time\nwhile True:\n    time.sleep(0.1)\n"
                                              + CORRECT), "timeout")
     v["sys_exit_in_function.ipynb"] = (_with_solution("import sys\ndef softmax(x):\n"
-                                                      "    sys.exit(3)\n"), "error")
+                                                      "    sys.exit(3)\n"), "failed")
     v["sys_exit_at_top.ipynb"] = (_with_solution("import sys\nsys.exit(0)\n" + CORRECT),
                                   "error")
     v["os_exit_in_function.ipynb"] = (_with_solution("import os\ndef softmax(x):\n"
@@ -397,7 +397,8 @@ def test_loops_exits_and_crashes_are_reported(adversarial):
     assert "solution cell itself did not finish" in _feedback(adversarial,
                                                               "subs/loop_at_top.ipynb")
     assert "SystemExit" in _feedback(adversarial, "subs/sys_exit_at_top.ipynb")
-    assert "sys.exit()" in _feedback(adversarial, "subs/sys_exit_in_function.ipynb")
+    assert "your function called sys.exit(3)" in _feedback(
+        adversarial, "subs/sys_exit_in_function.ipynb")
     assert "crashed" in _feedback(adversarial, "subs/os_exit_in_function.ipynb")
     assert "crashed" in _feedback(adversarial, "subs/kill_self_at_top.ipynb")
     assert "printed" in _feedback(adversarial, "subs/huge_output.ipynb")
