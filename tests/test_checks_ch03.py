@@ -8,7 +8,7 @@ import torch
 
 from course_lib import scaling
 from course_lib.checks import CheckFailed, check, get_exercise
-from course_lib.checks.core import cases_for, harvest, score
+from course_lib.checks.core import cases_for
 
 IDS = ["03.1", "03.2", "03.3", "03.4", "03.5"]
 
@@ -20,26 +20,6 @@ def test_five_exercises_with_points():
                                              "multihead_scores"]
     assert all(1 <= e.points <= 2 for e in exercises)
     assert all(e.mistakes for e in exercises)
-
-
-@pytest.mark.parametrize("exercise_id", IDS)
-def test_reference_passes_visible_and_hidden(exercise_id, capsys):
-    ex = get_exercise(exercise_id)
-    assert check(exercise_id, ex.reference).passed
-    assert check(exercise_id, ex.reference, hidden=True).passed
-    assert "✅" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("exercise_id,hint", [
-    (i, h) for i in IDS for h in get_exercise(i).mistakes])
-def test_each_mistake_fails_the_visible_checks_with_its_hint(exercise_id, hint):
-    # visible, not only hidden: a learner must see the hint before the grader does
-    wrong = get_exercise(exercise_id).mistakes[hint]
-    with pytest.raises(CheckFailed) as err:
-        check(exercise_id, wrong, quiet=True)
-    assert hint in str(err.value)
-    with pytest.raises(CheckFailed):
-        check(exercise_id, wrong, hidden=True, quiet=True)
 
 
 def test_references_agree_with_course_lib():
@@ -117,25 +97,8 @@ def test_torch_var_user_is_told_about_ddof():
         check("03.1", dot_product_variance, quiet=True)
 
 
-def test_not_implemented_is_friendly(capsys):
-    def softmax_jacobian(p):
-        raise NotImplementedError("Exercise 03.3 is not implemented yet: replace this line")
-
-    report = check("03.3", softmax_jacobian)
-    assert report.not_implemented and "not implemented yet" in capsys.readouterr().out
-
-
 def test_cases_are_deterministic_per_seed():
     a, b = cases_for("03.1", seed=5), cases_for("03.1", seed=5)
     np.testing.assert_array_equal(a[0].args[0], b[0].args[0])
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
-def test_grader_round_trip(exercise_id, tmp_path):
-    ex = get_exercise(exercise_id)
-    harvest(exercise_id, ex.reference, seed=99, out_dir=tmp_path / "good")
-    assert score(exercise_id, 99, tmp_path / "good").status == "passed"
-    wrong = next(iter(ex.mistakes.values()))
-    harvest(exercise_id, wrong, seed=99, out_dir=tmp_path / "bad")
-    verdict = score(exercise_id, 99, tmp_path / "bad")
-    assert verdict.status == "failed" and verdict.points == 0

@@ -306,6 +306,11 @@ def _path_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             Case("a chain of 5 nodes (an RNN over 5 tokens)", (R.dependency_graph("rnn", 5),)),
             Case("an empty graph (no nodes: depth 0)", ([],)),
             Case("a diamond [[], [0], [0], [1, 2]]", ([[], [0], [0], [1, 2]],)),
+            Case("a join whose slowest parent comes second: "
+                 "[[], [], [1], [2], [0, 3], [4], [5]]",
+                 ([[], [], [1], [2], [0, 3], [4], [5]],)),
+            Case("a join whose fastest parent comes second: [[], [0], [1], [], [2, 3], [4]]",
+                 ([[], [0], [1], [], [2, 3], [4]],)),
             Case("a chain of 3, then an independent node: [[], [0], [1], []]",
                  ([[], [0], [1], []],)),
             Case("3 RNN layers over 6 tokens", (R.dependency_graph("rnn", 6, 3),)),

@@ -44,6 +44,9 @@ def _online_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                                                                         [2.5, 4.0, -1.0]]))),
             Case("scores around 1000: only differences may be exponentiated",
                  (np.array([1000.0]), np.array([1.0]), np.array([[1001.0, 999.0, 1002.5]]))),
+            Case("a block below the running max: the max must not go down",
+                 (np.array([4.0, 2.0]), np.array([1.5, 2.5]),
+                  np.array([[1.0, -0.5, 0.25], [0.0, 1.5, -2.0]]))),
         ]
     return [
         Case("a block entirely below the running max (m stays)",
@@ -386,7 +389,9 @@ def causal_tiles_reference(n: int, block_m: int, block_n: int) -> int:
 def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [Case("n = 256, block_m = 64, block_n = 64", (256, 64, 64)),
-                Case("n = 1000, block_m = 128, block_n = 64", (1000, 128, 64))]
+                Case("n = 1000, block_m = 128, block_n = 64", (1000, 128, 64)),
+                Case("n = 300, block_m = 128, block_n = 32: a ragged last query block",
+                     (300, 128, 32))]
     return [Case("n = 1", (1, 128, 64)),
             Case("n = 4096, block_m = 128, block_n = 32", (4096, 128, 32)),
             Case("n = 300, block_m = 32, block_n = 128", (300, 32, 128))]
