@@ -29,9 +29,23 @@ import pytest
 
 from course_lib.grading import cli
 from course_lib.grading.collect import collect
-from course_lib.grading.rebuild import Course, SubmissionError, identify, parse_notebook
-from course_lib.grading.report import atomic_write, feedback_path, grades_csv
-from course_lib.grading.worker import sign, verify
+from course_lib.grading.rebuild import (
+    Course,
+    SubmissionError,
+    identify,
+    parse_notebook,
+    rebuild,
+    suspicious,
+)
+from course_lib.grading.report import (
+    atomic_write,
+    feedback_markdown,
+    feedback_path,
+    feedback_paths,
+    grades_csv,
+    write_all,
+)
+from course_lib.grading.worker import results_problem, sign, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
@@ -129,6 +143,27 @@ for p in glob.glob(f"/proc/{os.getppid()}/fd/*"):
 def softmax(x):
     return x
 """
+# Leaves a process behind in a session of its own (out of the kernel's process group) that
+# waits for the gradebook and then edits it; DAEMON_PID and DAEMON_TARGET are filled in.
+DAEMON = """import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(DAEMON_PID, "w") as f:
+            f.write(str(os.getpid()))
+        for _ in range(1200):
+            time.sleep(0.1)
+            if os.path.exists(DAEMON_TARGET):
+                time.sleep(1)
+                with open(DAEMON_TARGET, "a") as f:
+                    f.write("HACKED,00_setup,00.1,1,1,passed\\n")
+                break
+        os._exit(0)
+    os._exit(0)
+os.wait()
+def softmax(x):
+    return x
+"""
 # Copies the course's own reference: passes (it computes correct answers) but is flagged.
 COPY_REFERENCE = """from course_lib.checks.core import get_exercise
 softmax = get_exercise("00.1").reference
@@ -218,6 +253,7 @@ def _variants() -> dict[str, tuple[bytes, str]]:
         v["tamper_fifo.ipynb"] = (_with_solution(TAMPER_FIFO), "error")
     if sys.platform.startswith("linux"):
         v["tamper_forge.ipynb"] = (_with_solution(TAMPER_FORGE), "failed")
+        v["daemon.ipynb"] = (_with_solution(DAEMON), "failed")
     v["copy_reference.ipynb"] = (_with_solution(COPY_REFERENCE), "passed")
     return v
 
@@ -238,6 +274,7 @@ def _zip_bytes() -> bytes:
 ZIP_EXPECT = {"subs/export.zip/alice/00_setup.ipynb": "passed",
               "subs/export.zip/bob/00_setup.ipynb": "missing",
               "subs/export.zip/escape/00_setup.ipynb": "error"}
+ODD_NAMES = ["esc\x1b]0;owned\x07\x1b[2J.ipynb", "a?.ipynb", "a*.ipynb", "ünï 日本.ipynb"]
 SERIAL_SUBSET = ["solved.ipynb", "naive.ipynb", "tamper_patch.ipynb", "no_solution_cell.ipynb",
                  "00_setup_truncated.ipynb", "homework.ipynb"]
 
@@ -290,7 +327,19 @@ def adversarial(tmp_path_factory):
     subs.mkdir()
     variants = _variants()
     for name, (data, _) in variants.items():
+        if name == "daemon.ipynb":
+            data = _with_solution(DAEMON.replace("DAEMON_PID", repr(str(base / "daemon.pid")))
+                                  .replace("DAEMON_TARGET", repr(str(base / "out" / "grades.csv"))))
         (subs / name).write_bytes(data)
+    # odd names (no kernel needed: unreadable content); a link to the course's solution
+    broken = b'{"cells": ['
+    for name in ODD_NAMES:
+        (subs / name).write_bytes(broken)
+    if sys.platform.startswith("linux"):  # a file name that is not UTF-8
+        with open(os.fsencode(subs) + b"/bad\xffname.ipynb", "wb") as f:
+            f.write(broken)
+    if hasattr(os, "symlink"):
+        (subs / "linked.ipynb").symlink_to(ROOT / "solutions" / "00_setup.ipynb")
     (subs / "export.zip").write_bytes(_zip_bytes())
     (subs / ".ipynb_checkpoints").mkdir()
     (subs / ".ipynb_checkpoints" / "solved-checkpoint.ipynb").write_bytes(b"{}")
@@ -404,7 +453,8 @@ def test_loops_exits_and_crashes_are_reported(adversarial):
     assert "printed" in _feedback(adversarial, "subs/huge_output.ipynb")
     assert "MemoryError" in _feedback(adversarial, "subs/memory_hog.ipynb")
     log = (adversarial["out"] / "grading.log").read_text(encoding="utf-8")
-    n = len(adversarial["variants"]) + len(ZIP_EXPECT)
+    n = len(adversarial["variants"]) + len(ZIP_EXPECT) + len(ODD_NAMES) + \
+        sys.platform.startswith("linux") + hasattr(os, "symlink")
     assert log.count(" start ") == log.count(" done ") == n
     # a huge output is never stored in what the grader writes
     assert os.path.getsize(feedback_path(adversarial["out"], "subs/huge_output.ipynb")) < 20_000
@@ -421,7 +471,8 @@ def test_suspicious_code_is_flagged_for_review(adversarial):
     review = (adversarial["out"] / "review.csv").read_text(encoding="utf-8")
     for name in ("copy_reference", "tamper_patch", "tamper_fake_results", "tamper_silence"):
         assert f"subs/{name}.ipynb" in review, review
-    assert "subs/solved.ipynb" not in review
+    solved = [line for line in review.splitlines() if line.startswith("subs/solved.ipynb,")]
+    assert len(solved) == 1 and "identical to the course's own solution" in solved[0], review
     if "tamper_forge.ipynb" in adversarial["variants"]:
         assert "forged" in review
     # review notes are for the instructor, not in the learner's feedback
@@ -541,3 +592,141 @@ def test_gradebook_rows_are_sorted_and_atomic(tmp_path):
     atomic_write(tmp_path / "g.csv", text)
     assert (tmp_path / "g.csv").read_text() == text
     assert [p.name for p in tmp_path.iterdir()] == ["g.csv"]
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreaper: Linux")
+def test_no_process_outlives_grading(adversarial):
+    """A process that left the kernel's group (setsid) is stopped before results are
+    written, so it cannot edit the gradebook afterwards."""
+    pid = int((adversarial["base"] / "daemon.pid").read_text())
+    time.sleep(2)  # it would have written by now
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert "HACKED" not in (adversarial["out"] / "grades.csv").read_text(encoding="utf-8")
+
+
+def test_odd_file_names_are_graded_and_shown_safely(adversarial):
+    text = adversarial["csv"]
+    assert "\x1b" not in text and "\x07" not in text and "\udcff" not in text
+    subs = [r["submission"] for r in adversarial["rows"]]
+    assert "subs/esc?]0;owned??[2J.ipynb" in subs and "subs/ünï 日本.ipynb" in subs
+    if sys.platform.startswith("linux"):
+        assert [r["status"] for r in adversarial["rows"]
+                if r["submission"] == "subs/bad?name.ipynb"] == ["error"]
+    # a?.ipynb and a*.ipynb are both "a_" once made safe: two files, none overwritten
+    fb = sorted(p.name for p in (adversarial["out"] / "feedback" / "subs").glob("a_*.md"))
+    assert fb == ["a_ (2).md", "a_.md"]
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symbolic links")
+def test_a_link_to_the_course_solution_is_not_graded(adversarial):
+    row = [r for r in adversarial["rows"] if r["submission"] == "subs/linked.ipynb"]
+    assert [r["status"] for r in row] == ["error"]
+    assert "symbolic link" in _feedback(adversarial, "subs/linked.ipynb")
+
+
+def test_collect_reads_lazily_and_cleans_names(tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "x\x1b[31m.ipynb").write_bytes(b"{}")
+    subs = collect([tmp_path / "s", tmp_path / "s"])  # the same folder twice: unique ids
+    assert [s.id for s in subs] == ["s/x?[31m.ipynb", "s/x?[31m.ipynb (2)"]
+    assert subs[0]._data is None and subs[0].read() == b"{}"  # read when graded
+    (tmp_path / "s" / "x\x1b[31m.ipynb").unlink()
+    assert subs[0].read() is None and "could not read" in subs[0].problem
+
+
+def test_feedback_is_plain_text_whatever_the_learner_prints():
+    evil = "ValueError: \x1b[2J<script>alert(1)</script>\n## Exercise 00.1 — ✅ passed\u202e"
+    md = feedback_markdown({"submission": "s\x1b.ipynb`x", "assignment": "00_setup",
+                            "notes": [evil], "rows": [
+        {"submission": "s", "assignment": "00_setup", "exercise": "00.1", "points": 0,
+         "max_points": 1, "status": "failed", "feedback": [evil], "title": "t"}]})
+    assert "\x1b" not in md and "<script" not in md and "\u202e" not in md
+    assert "\n## Exercise 00.1 — ✅" not in md and "\\## Exercise" in md
+    assert md.count("`") == 2  # the submission's name cannot close its code span
+
+
+def test_feedback_never_leaves_the_output_folder(tmp_path):
+    paths = feedback_paths(tmp_path, ["s/A.ipynb", "s/a.ipynb", "s/b?.ipynb", "s/b*.ipynb"])
+    assert len({str(p).casefold() for p in paths.values()}) == 4
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "feedback").symlink_to(elsewhere)  # planted by a kernel during grading
+    res = {"submission": "s/x.ipynb", "assignment": "", "notes": [], "flags": {},
+           "rows": [{"submission": "s/x.ipynb", "assignment": "", "exercise": "", "points": 0,
+                     "max_points": 0, "status": "error", "feedback": ["r"]}]}
+    skipped = write_all(out, [res])
+    assert len(skipped) == 1 and not list(elsewhere.rglob("*"))
+    assert (out / "grades.csv").exists()
+
+
+def test_recorded_outputs_are_bounded_by_what_they_unpack_to(tmp_path, monkeypatch):
+    import numpy as np
+
+    from course_lib.grading import worker
+
+    monkeypatch.setattr(worker, "MAX_RESULT_BYTES", 2**20)
+    monkeypatch.setattr(worker, "MAX_RECORD_BYTES", 2**18)
+
+    ok = tmp_path / "ok"
+    ok.mkdir()
+    np.savez(ok / "00.1.npz", c0=np.zeros(10))
+    assert results_problem(ok) is None
+    bomb = tmp_path / "bomb"  # a small file that unpacks to 4 MB (past the limit)
+    bomb.mkdir()
+    with zipfile.ZipFile(bomb / "00.1.npz", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("c0.npy", bytes(4 * 2**20))
+    assert (bomb / "00.1.npz").stat().st_size < 2**16
+    assert "MB" in results_problem(bomb)
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "00.1.json").write_bytes(b" " * 2**19)
+    assert "MB" in results_problem(big)
+
+
+def test_review_flags_frames_files_and_copies():
+    frames = "import inspect\ndef softmax(x):\n    f = inspect.currentframe().f_back\n"
+    disk = ("import json, pathlib, course_lib as cl\n"
+            "p = pathlib.Path(cl.__file__).parents[1] / 'solutions'\n")
+    assert any("interpreter" in f for f in suspicious(frames))
+    found = " ".join(suspicious(disk))
+    assert "reads files" in found and "course's library" in found
+    course = Course.load(ROOT)
+    nb, _ = parse_notebook((ROOT / "solutions/00_setup.ipynb").read_bytes())
+    plan = rebuild(nb, "00_setup", course, 1, {"00.1": "/nonexistent"})
+    assert plan.flags == {"00.1": ["the solution cell is identical to the course's own "
+                                   "solution"]}
+    nb, _ = parse_notebook(_with_solution(CORRECT))
+    assert rebuild(nb, "00_setup", course, 1, {"00.1": "/nonexistent"}).flags == {}
+
+
+def test_a_notebook_without_any_metadata_is_read():
+    nb = _nb()
+    del nb["metadata"]
+    for c in nb["cells"]:
+        c.pop("metadata", None)
+    parsed, _ = parse_notebook(_dump(nb))
+    assert identify(parsed, "00_setup.ipynb", Course.load(ROOT)) == ("00_setup", "file name")
+    lists = _nb()  # sources as lists of lines, as Jupyter writes them
+    for c in lists["cells"]:
+        c["source"] = c["source"].splitlines(True) if isinstance(c["source"], str) else c["source"]
+    parsed, _ = parse_notebook(_dump(lists))
+    assert all(isinstance(c.source, str) for c in parsed.cells)
+
+
+def test_review_lists_forged_messages_next_to_flagged_cells():
+    from course_lib.grading.report import review_csv
+
+    text = review_csv([{"submission": "s", "flags": {"00.1": ["uses x"], "*": ["forged"]}}])
+    assert text.splitlines()[1:] == ["s,*,forged", "s,00.1,uses x"]
+
+
+def test_an_unusable_out_folder_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "x.ipynb").write_bytes(b"{")
+    (tmp_path / "taken").write_text("a file, not a folder")
+    code = cli.main([str(tmp_path / "x.ipynb"), "--out", str(tmp_path / "taken"), "--quiet"])
+    assert code == 2 and "cannot write the results" in capsys.readouterr().err

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import secrets
@@ -30,6 +31,75 @@ from .worker import changed_files, manifest, verify, whole_submission_rows  # no
 
 MAX_LINE = 64 * 1024 * 1024
 SEED_FILE = ".grader-seed"
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+class Reaper:
+    """Linux: no process started by a learner's code outlives its grading.
+
+    A kernel's process group is killed after its notebook, but code can leave that group
+    (``os.setsid()`` in a double fork) and live on to edit the gradebook once it is
+    written. As a *child subreaper* (``prctl``), this process becomes the parent of every
+    such orphan instead of init; :meth:`sweep` kills every child that is not one of the
+    grader's own worker processes. Elsewhere it does nothing (see docs/instructors.md).
+    """
+
+    def __init__(self):
+        self.enabled, self.previous, self.libc = False, 0, None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                old = ctypes.c_int(0)
+                libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(old), 0, 0, 0)
+                if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+                    self.enabled, self.previous, self.libc = True, old.value, libc
+            except (OSError, AttributeError):
+                pass
+        self.before = set(self.children())  # e.g. a test runner's own children: not ours
+
+    def children(self) -> list[int]:
+        if not self.enabled:
+            return []
+        me, out = os.getpid(), []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    stat = f.read()
+                ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == me:
+                out.append(int(d))
+        return out
+
+    def sweep(self, keep: set[int]) -> int:
+        """Kill (and reap) every child not in ``keep``; their orphans come back: repeat."""
+        killed = 0
+        for _ in range(100):
+            strays = [p for p in self.children() if p not in keep and p not in self.before]
+            if not strays:
+                break
+            for pid in strays:
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            for pid in strays:
+                try:
+                    os.waitpid(pid, 0)
+                except OSError:
+                    pass
+            killed += len(strays)
+        return killed
+
+    def close(self) -> None:
+        if self.enabled:
+            self.libc.prctl(PR_SET_CHILD_SUBREAPER, self.previous, 0, 0, 0)
+            self.enabled = False
 
 
 def _seed(out_dir: Path, given: int | None) -> int:
@@ -80,16 +150,25 @@ class Progress:
 class Grader:
     """Runs one worker process per submission and collects their signed results."""
 
-    def __init__(self, root: Path, course, seed: int, args, scratch: Path, out_dir: Path):
+    def __init__(self, root: Path, course, seed: int, args, scratch: Path, out_dir: Path,
+                 n_subs: int = 0, reaper: Reaper | None = None):
         self.root, self.course, self.seed, self.args = root, course, seed, args
         self.out_dir = out_dir
         self.scratch = scratch
         self.manifest = manifest(root) if args.integrity else None
         self.lock = threading.Lock()
         self.tainted: str | None = None
-        self.threads = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+        busy = max(1, min(args.jobs, n_subs or args.jobs))  # --jobs 8 for 3 submissions
+        self.threads = max(1, (os.cpu_count() or 1) // busy)
         self.live: dict[int, list[int]] = {}  # worker pid -> its kernels' pids
         self.stopping = False
+        self.reaper = reaper or Reaper()
+        self.strays = 0
+
+    def sweep(self) -> None:
+        """Kill what learners' code left running (see :class:`Reaper`)."""
+        with self.lock:  # no worker is being started meanwhile: its pid is in self.live
+            self.strays += self.reaper.sweep(set(self.live))
 
     def kill_all(self) -> None:
         """Stop every running worker and kernel (on Ctrl-C)."""
@@ -139,17 +218,24 @@ class Grader:
         return res
 
     def _grade(self, index: int, sub: Submission) -> dict:
-        if sub.data is None:
+        data = sub.read()
+        if data is None:
             return self._fallback(sub, "error", sub.problem)
+        if sub.link and Path(sub.link).is_relative_to(self.root):
+            return self._fallback(sub, "error", "not graded: the submission is a symbolic link "
+                                  "to the course's own files, not a learner's notebook")
         if self.stopping:
             return self._fallback(sub, "error", "not graded: grading was interrupted")
         if self.tainted:
             return self._fallback(sub, "error", "not graded: the course's files were modified "
                                   f"during this grading run ({self.tainted})")
         try:
-            res = self._run_worker(index, sub)
+            res = self._run_worker(index, sub, data)
         finally:
             self._check_integrity()
+        if sub.link:
+            res.setdefault("flags", {}).setdefault("*", []).append(
+                f"the submission is a symbolic link to {sub.link}")
         if self.tainted:
             return self._fallback(sub, "error", "not trusted: the course's files were "
                                   f"modified while this submission was graded ({self.tainted})"
@@ -157,14 +243,15 @@ class Grader:
                                   res.get("assignment"))
         return res
 
-    def _run_worker(self, index: int, sub: Submission) -> dict:
+    def _run_worker(self, index: int, sub: Submission, data: bytes) -> dict:
         work = self.scratch / f"s{index:05d}"
         work.mkdir(parents=True)
-        nb_copy = work / "submission.ipynb"
-        nb_copy.write_bytes(sub.data)  # the worker reads a copy; the original is untouched
         key = secrets.token_bytes(32)
+        # The notebook goes to the worker with its job, on stdin: no copy on disk that
+        # another submission's kernel, running meanwhile, could swap for a solved one.
         job = {"key": key.hex(), "root": str(self.root), "submission": sub.id,
-               "name": sub.name, "notebook": str(nb_copy), "scratch": str(work),
+               "name": sub.name, "notebook_b64": base64.b64encode(data).decode(),
+               "scratch": str(work),
                "seed": self.seed, "cell_timeout": self.args.cell_timeout,
                "timeout": self.args.timeout, "output_limit": self.args.output_limit,
                "threads": self.threads, "manifest": self.manifest,
@@ -176,21 +263,21 @@ class Grader:
         env.pop("JUPYTER_PATH", None)
         r, w = os.pipe()
         log = open(work / "worker.log", "wb")
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "course_lib.grading.worker", str(w)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, pass_fds=(w,),
-                cwd=work, env=env, start_new_session=True)
-        except OSError as err:
-            os.close(r)
-            os.close(w)
-            log.close()
-            return self._fallback(sub, "error", f"could not start a grading process: {err}")
-        os.close(w)
-        with self.lock:
+        with self.lock:  # (a sweep, which holds it too, must see this worker in self.live)
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "course_lib.grading.worker", str(w)],
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                    pass_fds=(w,), cwd=work, env=env, start_new_session=True)
+            except OSError as err:
+                os.close(r)
+                os.close(w)
+                log.close()
+                return self._fallback(sub, "error", f"could not start a grading process: {err}")
             self.live[proc.pid] = kernels = []
             if self.stopping:
                 proc.kill()
+        os.close(w)
         watchdog = threading.Timer(self.args.timeout + 300, proc.kill)
         watchdog.start()
         result = fatal = None
@@ -230,6 +317,7 @@ class Grader:
                         os.killpg(pid, 9)
                     except OSError:
                         pass
+            self.sweep()  # and nothing its code started in a session of its own
         if result is None:
             reason = fatal or (f"the grading process was killed (exit code {proc.returncode}) "
                                "while running this notebook: did its code kill its parent "
@@ -309,15 +397,23 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     out_dir = args.out.resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    seed = _seed(out_dir, args.seed)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        seed = _seed(out_dir, args.seed)
+        probe = out_dir / ".course-grade-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        print(f"error: cannot write the results to {out_dir}: {err}", file=sys.stderr)
+        return 2
     scratch = Path(tempfile.mkdtemp(prefix="course-grade-"))
+    reaper = Reaper()
     t0 = time.monotonic()
     if not args.quiet:
         print(f"course-grade: {len(subs)} submission(s), {args.jobs} at a time, cell timeout "
               f"{args.cell_timeout:g} s, notebook timeout {args.timeout:g} s", file=sys.stderr)
     try:
-        grader = Grader(root, course, seed, args, scratch, out_dir)
+        grader = Grader(root, course, seed, args, scratch, out_dir, len(subs), reaper)
         grader.journal(f"grading {len(subs)} submission(s), jobs={args.jobs}")
         progress = Progress(len(subs), quiet=args.quiet)
         results = []
@@ -338,14 +434,22 @@ def main(argv: list[str] | None = None) -> int:
             print("\ninterrupted: nothing was written", file=sys.stderr)
             return 130
         pool.shutdown(wait=True)
+        grader.sweep()  # last: nothing a learner started may edit what is written below
     finally:
+        reaper.close()
         if not args.keep_work:
             shutil.rmtree(scratch, ignore_errors=True)
-    write_all(out_dir, results)
+    skipped = write_all(out_dir, results)
+    for path in skipped:
+        print(f"warning: not written, its folder leads outside {out_dir}: {path}",
+              file=sys.stderr)
     secs = time.monotonic() - t0
     print(summary_table(results))
     print(f"\n{len(subs)} submission(s) graded in {secs:.1f} s -> {out_dir / 'grades.csv'}, "
           f"feedback in {out_dir / 'feedback'}")
+    if grader.strays:
+        print(f"note: {grader.strays} process(es) that learners' code left running were "
+              "stopped", file=sys.stderr)
     flagged = sum(1 for r in results if r.get("flags"))
     if flagged:
         print(f"⚑ {flagged} submission(s) flagged for a human look: see {out_dir / 'review.csv'}")

@@ -7,8 +7,10 @@ that names it in the gradebook and places its feedback file.
 
 from __future__ import annotations
 
+import unicodedata
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 # A notebook larger than this is not read (a real exercise notebook is well under 1 MB,
@@ -17,17 +19,59 @@ MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
 _SKIP_PARTS = {".ipynb_checkpoints", "__MACOSX", ".git", ".venv", "__pycache__"}
 
 
+def printable(text: str) -> str:
+    """``text`` safe to show on a terminal, in a CSV or Markdown file: control characters
+    (ANSI escapes, bell, carriage return), bidirectional overrides and bytes that are not
+    UTF-8 (a Linux file name may hold any) become ``?``; newlines and tabs are kept."""
+    out = []
+    for ch in str(text):
+        if ch in "\n\t":
+            out.append(ch)
+        elif unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI:
+            out.append("?")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+_BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _label(text: str) -> str:
+    return printable(text).replace("\n", "?").replace("\t", " ")
+
+
 @dataclass
 class Submission:
-    """One submitted notebook: its id in the gradebook, its file name and its bytes.
+    """One submitted notebook: its id in the gradebook, its file name and how to read it.
 
-    ``data`` is None when the file could not be read; ``problem`` then says why.
+    The bytes are read when the submission is graded (:meth:`read`), not when it is found,
+    so a folder of many large files is never held in memory at once. ``read()`` returns
+    None when the file cannot be read; ``problem`` then says why. ``link`` is the target
+    when the submission was a symbolic link.
     """
 
     id: str
     name: str
-    data: bytes | None
+    _data: bytes | None = None
     problem: str = ""
+    loader: Callable[[], bytes] | None = field(default=None, repr=False)
+    link: str = ""
+
+    def read(self) -> bytes | None:
+        if self.problem:
+            return None
+        if self.loader is None:
+            return self._data
+        try:
+            return self.loader()
+        except Exception as err:  # a file removed or made unreadable since it was found
+            self.problem = f"could not read the file: {err}"
+            return None
+
+    @property
+    def data(self) -> bytes | None:
+        return self.read()
 
 
 def _skip(parts: tuple[str, ...]) -> bool:
@@ -44,17 +88,36 @@ def _clean_parts(name: str) -> list[str]:
     return parts
 
 
+def _load_file(path: Path) -> bytes:
+    with open(path, "rb") as f:  # read-only: a submission is never modified
+        data = f.read(MAX_NOTEBOOK_BYTES + 1)
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        raise OSError(f"the file grew over the {MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit")
+    return data
+
+
 def _read_file(path: Path, sub_id: str) -> Submission:
+    name = _label(path.name)
+    link = str(path.resolve()) if path.is_symlink() else ""
     try:
         size = path.stat().st_size
         if size > MAX_NOTEBOOK_BYTES:
-            return Submission(sub_id, path.name, None,
+            return Submission(sub_id, name, None,
                               f"the file is {size / 2**20:.0f} MB, over the "
-                              f"{MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit")
-        with open(path, "rb") as f:  # read-only: a submission is never modified
-            return Submission(sub_id, path.name, f.read())
+                              f"{MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit", link=link)
+        if not path.is_file():
+            return Submission(sub_id, name, None, "not a regular file", link=link)
     except OSError as err:
-        return Submission(sub_id, path.name, None, f"could not read the file: {err}")
+        return Submission(sub_id, name, None, f"could not read the file: {err}", link=link)
+    return Submission(sub_id, name, loader=lambda: _load_file(path), link=link)
+
+
+def _load_member(path: Path, member: str) -> bytes:
+    with zipfile.ZipFile(path) as zf, zf.open(member) as f:
+        data = f.read(MAX_NOTEBOOK_BYTES + 1)  # bounded: a lying header cannot blow up
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        raise OSError(f"the file is over the {MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit")
+    return data
 
 
 def _from_zip(path: Path, prefix: str) -> list[Submission]:
@@ -70,24 +133,17 @@ def _from_zip(path: Path, prefix: str) -> list[Submission]:
                 continue
             if _skip(tuple(parts)):
                 continue
-            sub_id = "/".join([prefix, *parts])
+            sub_id = _label("/".join([prefix, *parts]))
+            name = _label(parts[-1])
             if info.file_size > MAX_NOTEBOOK_BYTES:
-                out.append(Submission(sub_id, parts[-1], None,
+                out.append(Submission(sub_id, name, None,
                                       f"the file is {info.file_size / 2**20:.0f} MB, over "
                                       f"the {MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit"))
                 continue
-            try:
-                with zf.open(info) as f:  # bounded read: a lying header cannot blow up
-                    data = f.read(MAX_NOTEBOOK_BYTES + 1)
-            except Exception as err:  # corrupt member, unsupported compression, password
-                out.append(Submission(sub_id, parts[-1], None,
-                                      f"could not read it from the zip archive: {err}"))
-                continue
-            if len(data) > MAX_NOTEBOOK_BYTES:
-                out.append(Submission(sub_id, parts[-1], None, "the file is over the "
-                                      f"{MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit"))
-                continue
-            out.append(Submission(sub_id, parts[-1], data))
+            # read when graded (corrupt member, unsupported compression or a password then
+            # give this submission an error row)
+            out.append(Submission(sub_id, name, loader=lambda m=info.filename:
+                                  _load_member(path, m)))
     return out
 
 
@@ -101,26 +157,28 @@ def collect(inputs: list[str | Path]) -> list[Submission]:
     found: list[Submission] = []
     for raw in inputs:
         path = Path(raw)
-        label = path.name or path.resolve().name or str(path)
+        label = _label(path.name or path.resolve().name or str(path))
         if not path.exists():
-            found.append(Submission(str(raw), label, None, "no such file or folder"))
+            found.append(Submission(_label(str(raw)), label, None, "no such file or folder"))
         elif path.is_dir():
             for nb in sorted(path.rglob("*")):
                 rel = nb.relative_to(path)
                 if _skip(rel.parts) or not nb.is_file():
                     continue
+                sub_id = _label("/".join([label, *rel.parts]))
                 if nb.suffix == ".ipynb":
-                    found.append(_read_file(nb, "/".join([label, *rel.parts])))
+                    found.append(_read_file(nb, sub_id))
                 elif nb.suffix == ".zip":
-                    found.extend(_from_zip(nb, "/".join([label, *rel.parts])))
+                    found.extend(_from_zip(nb, sub_id))
         elif path.suffix == ".zip":
             found.extend(_from_zip(path, label))
         else:
             found.append(_read_file(path, label))
-    seen: dict[str, int] = {}
-    for sub in found:
-        n = seen.get(sub.id, 0) + 1
-        seen[sub.id] = n
-        if n > 1:
-            sub.id = f"{sub.id} ({n})"
+    seen: set[str] = set()
+    for sub in found:  # ids are unique (two inputs with the same name, or cleaned names)
+        base, n = sub.id, 1
+        while sub.id in seen:
+            n += 1
+            sub.id = f"{base} ({n})"
+        seen.add(sub.id)
     return sorted(found, key=lambda s: s.id)

@@ -34,16 +34,21 @@ SUSPICIOUS: list[tuple[str, str]] = [
     (r"course_lib\s*\.\s*(checks|grading)|from\s+course_lib\s+import\s+[^\n]*\b(checks|grading)\b"
      r"|from\s+course_lib\.(checks|grading)",
      "imports the course's checks or grading code"),
+    # no solution cell of the course needs course_lib: its modules hold the answers
+    (r"\bcourse_lib\b", "uses the course's library (which implements the answers)"),
     (r"\b(get_exercise|all_exercises|_REGISTRY|harvest|compare_values|evaluate_case|run_case)\b",
      "uses the checking machinery"),
     (r"\w*_reference\b|\.reference\b", "uses a reference implementation"),
-    (r"\b(get_ipython|_ih|_oh|sys\.modules|__builtins__|builtins|importlib|ctypes|gc\.get_objects"
-     r"|sys\._getframe|inspect\.stack)\b|\bIn\s*\[|\bOut\s*\[",
+    (r"\b(get_ipython|_ih|_oh|sys\.modules|__builtins__|builtins|importlib|ctypes|gc"
+     r"|sys\._getframe|_current_frames|inspect|currentframe|f_back|f_locals|f_globals|tb_frame"
+     r"|extract_stack|settrace|setprofile)\b|\bIn\s*\[|\bOut\s*\[",
      "inspects or patches the interpreter"),
     (r"\bos\.(_exit|kill|killpg|fork|system|exec\w*)\b|\bsubprocess\b|\bsignal\.|\bsys\.exit\b",
      "manipulates processes"),
     (r"(?<![.\w])(exec|eval|compile|__import__)\s*\(", "runs code built at run time"),
-    (r"solutions/|\.ipynb\b|\.grader-seed", "reads notebooks or grader files"),
+    (r"\bsolutions\b|\.ipynb\b|ipynb|\.grader-seed|__file__|/proc/|\bopen\s*\(|read_text"
+     r"|read_bytes|\bos\.(listdir|walk|scandir)|\bglob\b",
+     "reads files (notebooks, the course's solutions or the grader's)"),
 ]
 
 
@@ -119,6 +124,12 @@ def parse_notebook(data: bytes) -> tuple[nbformat.NotebookNode, list[str]]:
         raise SubmissionError("error", f"notebook format {version} is newer than this grader "
                                        f"reads ({NB_VERSION}); save it with Jupyter 4+ as "
                                        "nbformat 4")
+    # Some tools drop empty metadata; nbformat refuses a notebook or cell without it.
+    cells = raw.get("cells") if isinstance(raw.get("cells"), list) else []
+    for part in [raw, *cells]:
+        if isinstance(part, dict) and not isinstance(part.get("metadata"), dict):
+            part["metadata"] = {}
+    text = json.dumps(raw)
     try:
         nb = nbformat.reads(text, as_version=NB_VERSION)
     except Exception as err:
@@ -234,6 +245,20 @@ def find_solution_cells(nb, assignment: str, ex_id: str, target: str
     return sources, notes, None
 
 
+def _normal(source: str) -> str:
+    """Code without comments, blank lines and spacing: what a copy keeps."""
+    lines = [re.sub(r"\s+", "", line.split("#", 1)[0]) for line in source.splitlines()]
+    return "\n".join(line for line in lines if line)
+
+
+def _solution_source(course: Course, assignment: str, ex_id: str) -> str:
+    for cell in course.solution_notebook(assignment).cells:
+        meta = _course_meta(cell)
+        if str(meta.get("exercise")) == ex_id and meta.get("role") == "solution":
+            return cell.source
+    return ""
+
+
 def suspicious(source: str) -> list[str]:
     """Learner-code patterns worth a human look (see SUSPICIOUS)."""
     found = []
@@ -276,6 +301,9 @@ def rebuild(submission_nb, assignment: str, course: Course, seed: int,
             plan.missing[ex_id] = missing
         found[ex_id] = sources
         flags = sorted({f for s in sources for f in suspicious(s)})
+        reference = _solution_source(course, assignment, ex_id)
+        if reference and any(_normal(s) == _normal(reference) for s in sources):
+            flags.append("the solution cell is identical to the course's own solution")
         if flags:
             plan.flags[ex_id] = flags
     for cell in base.cells:

@@ -21,6 +21,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from .collect import printable
+
 COLUMNS = ["submission", "assignment", "exercise", "points", "max_points", "status"]
 ICONS = {"passed": "✅", "failed": "❌", "error": "⚠️", "timeout": "⏱️", "missing": "⬜"}
 
@@ -48,7 +50,9 @@ def _num(x: float) -> str:
 
 
 def _exercise_key(ex_id: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.]", ex_id or ""))
+    """Sort "00.2" before "00.10"; any other key ("*", "") sorts too, before the ids."""
+    return tuple((1, int(p), "") if p.isdigit() else (0, 0, p)
+                 for p in re.split(r"[.]", ex_id or ""))
 
 
 def sorted_rows(results: list[dict]) -> list[dict]:
@@ -76,12 +80,26 @@ def feedback_path(out_dir: Path, submission: str) -> Path:
     return Path(out_dir, "feedback", *parts)
 
 
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+_BLOCK = re.compile(r"^(\s*)(#|>|\||=|```|~~~)", re.M)
+
+
+def _safe(text: str) -> str:
+    """Learner-controlled text (an exception's message, a printed value) as plain text in
+    Markdown: no terminal escapes or bidi tricks, no HTML a platform would render, and no
+    line that would start a heading, quote or table (a fake "✅ passed" section)."""
+    text = _TAG.sub("&lt;", printable(str(text).replace("\r", "")))
+    return _BLOCK.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+
+
 def feedback_markdown(result: dict) -> str:
     rows = sorted(result["rows"], key=lambda r: _exercise_key(r["exercise"]))
     got = sum(float(r["points"]) for r in rows)
     total = sum(float(r["max_points"]) for r in rows)
     lines = [f"# Feedback: {result.get('assignment') or 'unknown assignment'}", "",
-             f"Submission: `{result['submission']}`", "",
+             "Submission: `" + _safe(result["submission"]).replace("`", "'") + "`", "",
              f"**Score: {_num(got)} / {_num(total)}**", ""]
     if any(r["exercise"] for r in rows):
         lines += ["| exercise | | points | status |", "|---|---|---|---|"]
@@ -90,7 +108,7 @@ def feedback_markdown(result: dict) -> str:
                          f"{_num(r['max_points'])} | {ICONS[r['status']]} {r['status']} |")
         lines.append("")
     if result.get("notes"):
-        lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
+        lines += ["## Notes", ""] + [f"- {_safe(n)}" for n in result["notes"]] + [""]
     for r in rows:
         head = f"Exercise {r['exercise']}" if r["exercise"] else "This submission"
         if r.get("title"):
@@ -101,8 +119,7 @@ def feedback_markdown(result: dict) -> str:
             lines.append("All of the grader's cases passed, including the hidden ones.")
             lines.append("")
         for f in r["feedback"]:
-            text = str(f).replace("\r", "")
-            first, *rest = text.split("\n")
+            first, *rest = _safe(f).split("\n")
             lines.append(f"- {first}")
             lines += [f"  {line}" for line in rest]
         lines.append("")
@@ -122,12 +139,44 @@ def review_csv(results: list[dict]) -> str:
     return buf.getvalue()
 
 
-def write_all(out_dir: Path, results: list[dict]) -> None:
+def feedback_paths(out_dir: Path, submissions: list[str]) -> dict[str, Path]:
+    """Each submission's feedback file; names that clash once made safe (``a?.ipynb`` and
+    ``a*.ipynb``, or ``A.ipynb`` and ``a.ipynb`` on a case-insensitive disk) get
+    `` (2)``, `` (3)``, … in the order of the submissions' ids."""
+    out, used = {}, set()
+    for sub in sorted(submissions):
+        path = feedback_path(out_dir, sub)
+        n = 1
+        while str(path).casefold() in used:
+            n += 1
+            first = feedback_path(out_dir, sub)
+            path = first.with_name(f"{first.stem} ({n}).md")
+        used.add(str(path).casefold())
+        out[sub] = path
+    return out
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """True when ``path``'s folder, links resolved, is inside ``folder`` (a kernel that
+    planted a link in DIR/feedback must not make the grader write elsewhere)."""
+    return path.parent.resolve().is_relative_to(folder.resolve())
+
+
+def write_all(out_dir: Path, results: list[dict]) -> list[Path]:
+    """Write everything; return the feedback files not written (their folder was a link
+    leading outside ``out_dir``)."""
     out_dir = Path(out_dir)
+    paths = feedback_paths(out_dir, [res["submission"] for res in results])
+    skipped = []
     for res in results:
-        atomic_write(feedback_path(out_dir, res["submission"]), feedback_markdown(res))
+        path = paths[res["submission"]]
+        if not _inside(path, out_dir):
+            skipped.append(path)
+            continue
+        atomic_write(path, feedback_markdown(res))
     atomic_write(out_dir / "review.csv", review_csv(results))
     atomic_write(out_dir / "grades.csv", grades_csv(results))  # last: the "done" marker
+    return skipped
 
 
 def summary_table(results: list[dict]) -> str:

@@ -25,6 +25,7 @@ import sys
 # check nbformat never uses. The grader's processes skip it.
 sys.modules.setdefault("rfc3987_syntax", None)
 
+import base64  # noqa: E402
 import hashlib  # noqa: E402
 import hmac  # noqa: E402
 import json  # noqa: E402
@@ -37,6 +38,7 @@ from pathlib import Path  # noqa: E402
 
 STATUSES = ("passed", "failed", "error", "timeout", "missing")
 MAX_RESULT_BYTES = 256 * 2**20  # what the grader reads of one exercise's recorded outputs
+MAX_RECORD_BYTES = 16 * 2**20  # its .json: names and small values (arrays are in the .npz)
 
 
 # --------------------------------------------------------------------------- integrity
@@ -135,12 +137,23 @@ def results_problem(folder: Path) -> str | None:
         return None
     if folder.is_symlink() or not folder.is_dir():
         return "the results folder was replaced by something else"
+    import zipfile
+
     total = 0
     for f in folder.iterdir():
         st = os.lstat(f)
         if not stat.S_ISREG(st.st_mode):
             return f"the results folder holds a non-file ({f.name})"
         total += st.st_size
+        if f.suffix == ".json" and st.st_size > MAX_RECORD_BYTES:
+            return (f"the recorded results ({f.name}) take {st.st_size / 2**20:.0f} MB, more "
+                    f"than the {MAX_RECORD_BYTES / 2**20:.0f} MB the grader reads")
+        if f.suffix == ".npz":  # a zip: what it unpacks to counts, not its size on disk
+            try:
+                with zipfile.ZipFile(f) as zf:
+                    total += sum(i.file_size for i in zf.infolist()) - st.st_size
+            except (zipfile.BadZipFile, OSError, ValueError):
+                return f"the recorded outputs ({f.name}) are not a readable archive"
     if total > MAX_RESULT_BYTES:
         return (f"your function's outputs take {total / 2**20:.0f} MB, more than the "
                 f"{MAX_RESULT_BYTES / 2**20:.0f} MB the grader reads")
@@ -224,7 +237,8 @@ def grade(job: dict, send=None) -> dict:
         result["seconds"] = round(time.monotonic() - t0, 2)
         return result
 
-    data = Path(job["notebook"]).read_bytes()
+    data = (base64.b64decode(job["notebook_b64"]) if "notebook_b64" in job
+            else Path(job["notebook"]).read_bytes())
     try:
         nb, notes = parse_notebook(data)
     except SubmissionError as err:
