@@ -1,6 +1,6 @@
 """course_lib.flash: the tiled reference and the Triton kernels, forward and backward.
 
-Without a CUDA GPU the kernels run in Triton's interpreter (tests/conftest.py turns it on
+Without a CUDA GPU the kernels run in Triton's interpreter (the root conftest.py turns it on
 before triton is imported), which costs ~milliseconds per block operation, so the CPU
 cases are small: every N in {1, 17, 64, 127, 200} appears, with the interpreter's blocks
 (64 queries x 32 keys forward) giving ragged last blocks and several blocks per row at

@@ -95,7 +95,7 @@ def test_dependency_ranges_stay_open():
 def test_ruff_is_clean():
     ruff = Path(sys.executable).with_name("ruff")
     cmd = [str(ruff)] if ruff.exists() else [sys.executable, "-m", "ruff"]
-    proc = subprocess.run(cmd + ["check", "course_lib", "tests", "tools", "benchmarks",
-                                 "notebooks", "solutions"],
+    proc = subprocess.run(cmd + ["check", "conftest.py", "course_lib", "tests", "tools",
+                                 "benchmarks", "notebooks", "solutions"],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, f"ruff found problems:\n{proc.stdout}{proc.stderr}"

@@ -16,6 +16,14 @@ BIN = os.path.join(VENV, "Scripts" if os.name == "nt" else "bin")
 PY = os.path.join(BIN, "python.exe" if os.name == "nt" else "python")
 
 
+def how_to_rerun():
+    """The command that started us, as the learner would type it again."""
+    what = sys.argv[1] if len(sys.argv) > 1 else "lab"
+    if os.environ.get("MAKELEVEL"):
+        return "make {} PYTHON=python3.12".format(what)
+    return "python3.12 tools/bootstrap.py " + what
+
+
 def die(msg):
     sys.stderr.write("\nerror: " + msg + "\n\n")
     sys.exit(1)
@@ -26,9 +34,9 @@ def check_python():
         die("this course needs Python {}.{} or newer; `{}` is Python {}.{}.\n"
             "Install a newer Python (python.org, `brew install python@3.12`, "
             "`sudo apt install python3.12 python3.12-venv`, or conda), then run\n"
-            "    make lab PYTHON=python3.12".format(
+            "    {}".format(
                 MIN_PYTHON[0], MIN_PYTHON[1], sys.executable,
-                sys.version_info[0], sys.version_info[1]))
+                sys.version_info[0], sys.version_info[1], how_to_rerun()))
     try:
         import venv  # noqa: F401
         import ensurepip  # noqa: F401
@@ -49,7 +57,8 @@ def run(cmd, **kw):
     print("+ " + " ".join(cmd))
     code = subprocess.call(cmd, cwd=ROOT, **kw)
     if code != 0:
-        die("`{}` failed with exit code {}.".format(" ".join(cmd), code))
+        die("`{}` failed with exit code {}.\nIf this keeps failing, delete the .venv folder "
+            "and run the command again.".format(" ".join(cmd), code))
 
 
 def ensure_venv():
@@ -98,6 +107,40 @@ def lab_env():
     return env
 
 
+def full_suite_args():
+    """What `make test` runs: every test, every lecture and solution notebook, in parallel."""
+    return ["-n", os.environ.get("JOBS", "2"), "--dist", "loadfile", "--nbval-lax",
+            "--nbval-current-env", "tests", "notebooks", "solutions"]
+
+
+def copy_exercises_to_work():
+    """Give the learner their own copies of the exercises in work/ (never overwritten).
+
+    exercises/ stays pristine, so `git pull` brings course updates and `make test` keeps
+    checking the generated notebooks; the learner's answers live in work/ (git-ignored).
+    """
+    src_dir, dst_dir = os.path.join(ROOT, "exercises"), os.path.join(ROOT, "work")
+    if not os.path.isdir(src_dir):
+        return
+    if not os.path.isdir(dst_dir):
+        os.makedirs(dst_dir)
+    for name in sorted(os.listdir(src_dir)):
+        dst = os.path.join(dst_dir, name)
+        if name.endswith(".ipynb") and not os.path.exists(dst):
+            with open(os.path.join(src_dir, name), "rb") as f_in, open(dst, "wb") as f_out:
+                f_out.write(f_in.read())
+
+
+def wait_quietly(proc):
+    """Wait for JupyterLab or pytest. Ctrl-C reaches them too (same terminal): let them shut
+    down cleanly instead of printing a traceback here."""
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            pass
+
+
 def main(argv):
     if not argv or argv[0] not in ("setup", "lab", "test", "exercises"):
         die("usage: python3 tools/bootstrap.py setup|lab|test|exercises [args...]")
@@ -107,12 +150,14 @@ def main(argv):
     if what == "setup":
         return 0
     if what == "lab":
+        copy_exercises_to_work()
         cmd = [PY, "-m", "jupyter", "lab", "--notebook-dir=" + ROOT,
                os.path.join("notebooks", "00_setup.ipynb")] + rest
         if os.name == "posix" and os.geteuid() == 0:
             cmd.append("--allow-root")  # containers often run as root
-        print("Opening JupyterLab on the course (Ctrl-C to stop) ...")
-        return subprocess.call(cmd, cwd=ROOT, env=lab_env())
+        print("Opening JupyterLab on the course (Ctrl-C to stop). Your exercise notebooks "
+              "are in work/.")
+        return wait_quietly(subprocess.Popen(cmd, cwd=ROOT, env=lab_env()))
     if what == "exercises":
         return subprocess.call([PY, "-m", "course_lib.grading.generate"] + rest, cwd=ROOT)
     env = lab_env()
@@ -120,7 +165,8 @@ def main(argv):
     # kernel avoids oversubscription, which makes small matmuls many times slower.
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
-    return subprocess.call([PY, "-m", "pytest"] + rest, cwd=ROOT, env=env)
+    args = rest or full_suite_args()
+    return wait_quietly(subprocess.Popen([PY, "-m", "pytest"] + args, cwd=ROOT, env=env))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Shared test set-up: Triton's mode, and a per-notebook timing report.
+"""Shared test set-up for tests/ and the nbval runs of notebooks/ and solutions/.
 
+Two jobs: Triton's mode, and a per-notebook timing report (`make test`, `make notebooks`).
 Triton reads TRITON_INTERPRET when it is imported, so this must run before any test
 module imports triton: without a CUDA GPU every kernel runs in Triton's CPU interpreter.
 """
@@ -16,7 +17,7 @@ import pytest
 
 from course_lib import env as course_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parent
 OUTPUT = ROOT / "test-output"
 # Per-notebook budgets on the 2-core CI machine (seconds); reported, never asserted.
 BUDGET_S = {"06_": 120.0}
