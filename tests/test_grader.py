@@ -283,7 +283,9 @@ SERIAL_SUBSET = ["solved.ipynb", "naive.ipynb", "tamper_patch.ipynb", "no_soluti
 
 
 def _hashes(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+    # (a link's target is hashed as its path: the course file it points to is not ours)
+    return {str(p.relative_to(folder)): os.readlink(p) if p.is_symlink() else
+            hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
@@ -730,3 +732,10 @@ def test_an_unusable_out_folder_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "taken").write_text("a file, not a folder")
     code = cli.main([str(tmp_path / "x.ipynb"), "--out", str(tmp_path / "taken"), "--quiet"])
     assert code == 2 and "cannot write the results" in capsys.readouterr().err
+
+
+def test_a_folder_planted_where_the_gradebook_goes_is_moved_aside(tmp_path):
+    (tmp_path / "grades.csv" / "x").mkdir(parents=True)  # made by a kernel while grading
+    atomic_write(tmp_path / "grades.csv", "a\n")
+    assert (tmp_path / "grades.csv").read_text() == "a\n"
+    assert (tmp_path / "grades.csv.moved-aside" / "x").is_dir()

@@ -221,9 +221,9 @@ class Grader:
         data = sub.read()
         if data is None:
             return self._fallback(sub, "error", sub.problem)
-        if sub.link and Path(sub.link).is_relative_to(self.root):
+        if sub.link and Path(sub.link).is_relative_to(self.root / "solutions"):
             return self._fallback(sub, "error", "not graded: the submission is a symbolic link "
-                                  "to the course's own files, not a learner's notebook")
+                                  "to the course's own solutions, not a learner's notebook")
         if self.stopping:
             return self._fallback(sub, "error", "not graded: grading was interrupted")
         if self.tainted:
@@ -431,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             grader.kill_all()
             pool.shutdown(wait=True, cancel_futures=True)
+            grader.sweep()
             print("\ninterrupted: nothing was written", file=sys.stderr)
             return 130
         pool.shutdown(wait=True)
@@ -439,7 +440,13 @@ def main(argv: list[str] | None = None) -> int:
         reaper.close()
         if not args.keep_work:
             shutil.rmtree(scratch, ignore_errors=True)
-    skipped = write_all(out_dir, results)
+    try:
+        skipped = write_all(out_dir, results)
+    except OSError as err:  # DIR changed under us: keep the grades rather than lose them
+        rescue = Path(tempfile.mkdtemp(prefix="course-grade-results-"))
+        print(f"error: could not write to {out_dir} ({err}); the results are in {rescue}",
+              file=sys.stderr)
+        skipped, out_dir = write_all(rescue, results), rescue
     for path in skipped:
         print(f"warning: not written, its folder leads outside {out_dir}: {path}",
               file=sys.stderr)

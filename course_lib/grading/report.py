@@ -28,8 +28,19 @@ ICONS = {"passed": "✅", "failed": "❌", "error": "⚠️", "timeout": "⏱️
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new, never half."""
+    """Write ``text`` to ``path`` so that readers see the old file or the new, never half.
+
+    Something other than a file in the way (a folder a kernel made there, say) is renamed
+    to ``<name>.moved-aside``, not allowed to stop the gradebook from being written.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir() and not path.is_symlink():
+        aside = path.with_name(path.name + ".moved-aside")
+        n = 1
+        while aside.exists() or aside.is_symlink():
+            n += 1
+            aside = path.with_name(f"{path.name}.moved-aside-{n}")
+        os.replace(path, aside)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
