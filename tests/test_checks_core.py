@@ -243,3 +243,15 @@ def test_a_planted_fifo_is_refused_not_read(tmp_path):
     os.mkfifo(tmp_path / "00.1.npz")
     verdict = score("00.1", seed=8, out_dir=tmp_path)
     assert verdict.status == "error" and "not a regular file" in verdict.feedback[0]
+
+
+def test_a_compressed_bomb_is_refused_before_it_is_unpacked(tmp_path, monkeypatch):
+    import course_lib.checks.core as core
+
+    harvest("00.1", softmax_ok, seed=8, out_dir=tmp_path)
+    npz = tmp_path / "00.1.npz"
+    np.savez_compressed(npz, c0=np.zeros(2**20))  # 8 MiB of zeros, a few KiB on disk
+    monkeypatch.setattr(core, "MAX_RESULT_BYTES", 2**20)  # the real limit is 256 MiB
+    assert npz.stat().st_size < 2**20
+    verdict = score("00.1", seed=8, out_dir=tmp_path)
+    assert verdict.status == "error" and "unpacks to" in verdict.feedback[0]

@@ -545,6 +545,17 @@ def _result_file_problem(path: Path) -> str | None:
         return f"{path.name} is not a regular file: results were tampered with"
     if st.st_size > MAX_RESULT_BYTES:
         return f"{path.name} is {st.st_size} bytes, over the {MAX_RESULT_BYTES} byte limit"
+    if path.suffix == ".npz":  # a zip: bound what it unpacks to, not its size on disk
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as zf:
+                unpacked = sum(i.file_size for i in zf.infolist())
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return f"{path.name} is not a readable archive"
+        if unpacked > MAX_RESULT_BYTES:
+            return (f"{path.name} unpacks to {unpacked} bytes, over the {MAX_RESULT_BYTES} "
+                    "byte limit")
     return None
 
 
