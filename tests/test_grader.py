@@ -739,3 +739,11 @@ def test_a_folder_planted_where_the_gradebook_goes_is_moved_aside(tmp_path):
     atomic_write(tmp_path / "grades.csv", "a\n")
     assert (tmp_path / "grades.csv").read_text() == "a\n"
     assert (tmp_path / "grades.csv.moved-aside" / "x").is_dir()
+
+
+def test_a_mistyped_path_is_a_usage_error_not_a_gradebook_row(tmp_path, capsys):
+    from course_lib.grading.cli import main
+
+    assert main([str(tmp_path / "submisions"), "--out", str(tmp_path / "out")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "grades.csv").exists()

@@ -391,6 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, why in course.broken.items():
         print(f"warning: solutions/{name}.ipynb is broken; its submissions get errors: {why}",
               file=sys.stderr)
+    missing = [str(p) for p in args.inputs if not os.path.lexists(p)]
+    if missing:  # a typo must not produce a gradebook with a bogus row
+        print("error: no such file or folder: " + ", ".join(missing), file=sys.stderr)
+        return 2
     subs = collect(args.inputs)
     if not subs:
         print("error: no notebooks (.ipynb) found in " + ", ".join(map(str, args.inputs)),
