@@ -29,12 +29,12 @@ Every redraw increments :attr:`AttentionExplorer.draws` and replaces the PNG byt
 from __future__ import annotations
 
 import html
-import io
 
 import numpy as np
 import torch
 
 from ..coref import CorefAttention, Vocab
+from .render import figure_png
 
 __all__ = ["AttentionExplorer", "attention_maps"]
 
@@ -82,9 +82,7 @@ def _render_png(tokens: list[str], weights: np.ndarray, query: int, title: str) 
     fig.colorbar(im, ax=ax_map, fraction=0.046)
     # fixed margins: tight_layout would draw the figure once more just to measure it
     fig.subplots_adjust(left=0.06, right=0.97, bottom=0.27, top=0.91, wspace=0.18)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 class AttentionExplorer:

@@ -31,12 +31,12 @@ Every redraw increments :attr:`GradientExplorer.draws` and replaces the PNG byte
 
 from __future__ import annotations
 
-import io
 import math
 
 import torch
 
 from ..rnn import jacobian_norms_through_time, recurrent_matrix
+from .render import figure_png
 
 __all__ = ["GradientExplorer", "verdict"]
 
@@ -66,9 +66,7 @@ def _render_png(dist: torch.Tensor, norms: torch.Tensor, bound: torch.Tensor,
     ax.set_title(title, fontsize=10)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 class GradientExplorer:

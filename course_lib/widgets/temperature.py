@@ -29,13 +29,13 @@ Every redraw increments :attr:`TemperatureExplorer.draws` and replaces the PNG b
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
 import torch
 
 from ..scaling import jacobian_abs_sum, softmax_entropy
+from .render import figure_png
 
 __all__ = ["TemperatureExplorer", "weights_at"]
 
@@ -62,9 +62,7 @@ def _render_png(weights: np.ndarray, title: str) -> bytes:
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 class TemperatureExplorer:
