@@ -38,6 +38,8 @@ import os
 
 import torch
 
+from ..attention import _check_qkv
+
 __all__ = [
     "SUPPORTED_HEAD_DIMS",
     "flash_attention",
@@ -56,15 +58,10 @@ def _check_common(q, k, v, scale, *, who: str) -> float:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{who}: expected {name} to be a torch.Tensor, got "
                             f"{type(x).__name__}")
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError(f"{who}: expected q [..., Nq, d], k [..., Nk, d], v [..., Nk, d_v]; "
-                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"{who}: q and k must share the last dimension d: got q "
-                         f"{tuple(q.shape)} and k {tuple(k.shape)}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"{who}: k and v must hold the same number of keys Nk: got k "
-                         f"{tuple(k.shape)} and v {tuple(v.shape)}")
+    try:  # the shape rules of chapter 02's attention, with the same messages
+        _check_qkv(q, k, v)
+    except ValueError as err:
+        raise ValueError(f"{who}: {err}") from None
     if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
         raise ValueError(f"{who}: q, k and v must have the same batch dimensions: got q "
                          f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
