@@ -18,6 +18,11 @@ from dataclasses import dataclass
 
 DEFAULT_SEED = 0
 
+# How long the chapters that train models (07-09) may train: "full" for a learner (a few
+# minutes on a laptop CPU), "ci" for the test suite (seconds). The test suite sets
+# COURSE_BUDGET=ci; a learner never needs to. Claims a notebook asserts hold in both.
+BUDGETS = ("full", "ci")
+
 
 @dataclass(frozen=True)
 class Environment:
@@ -54,6 +59,18 @@ TRITON_HELP = (
     "`pip install -e .`), on Binder, or in WSL/Linux with `make lab`. On Linux: "
     "`pip install triton` inside the course's .venv."
 )
+
+
+def budget() -> str:
+    """The training budget: ``"full"`` (default) or ``"ci"`` (env. variable COURSE_BUDGET).
+
+    Chapters that train a model pick their number of steps from it, e.g.
+    ``steps = {"full": 3000, "ci": 300}[env.budget()]``.
+    """
+    value = os.environ.get("COURSE_BUDGET", "full").strip().lower() or "full"
+    if value not in BUDGETS:
+        raise ValueError(f"COURSE_BUDGET must be one of {BUDGETS}, got {value!r}")
+    return value
 
 
 def seed_everything(seed: int = DEFAULT_SEED) -> None:

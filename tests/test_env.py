@@ -88,3 +88,15 @@ def test_bootstrap_reuses_an_installed_environment():
     if not stamp.exists():
         pytest.skip("not running from the course's .venv")
     assert stamp.read_text().strip() == bootstrap.requirements_hash()
+
+
+def test_budget_reads_course_budget(monkeypatch):
+    from course_lib import env
+
+    monkeypatch.delenv("COURSE_BUDGET", raising=False)
+    assert env.budget() == "full"
+    monkeypatch.setenv("COURSE_BUDGET", " CI ")
+    assert env.budget() == "ci"
+    monkeypatch.setenv("COURSE_BUDGET", "fast")
+    with pytest.raises(ValueError, match="COURSE_BUDGET"):
+        env.budget()
