@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.out is None:
         slug = re.sub(r"[^A-Za-z0-9]+", "-", meta.get("gpu") or "cpu").strip("-").lower()
-        args.out = bench.RESULTS_DIR / f"flash_attention_{slug}_{meta['date'][:10]}.json"
+        args.out = ROOT / "benchmarks" / "results" / f"flash_attention_{slug}_{meta['date'][:10]}.json"
     path = bench.write_results(args.out, meta, results)
     for causal in (False, True):
         s = bench.speedups({"results": results}, causal=causal)

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.grading import generate as gen
+from course_tools import exercises as gen
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))

@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import sys
 import time
 import zipfile
@@ -27,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading import cli
-from course_lib.grading.collect import collect
-from course_lib.grading.rebuild import (
+from course_tools.grading import cli
+from course_tools.grading.collect import collect
+from course_tools.grading.rebuild import (
     Course,
     SubmissionError,
     identify,
@@ -37,7 +38,7 @@ from course_lib.grading.rebuild import (
     rebuild,
     suspicious,
 )
-from course_lib.grading.report import (
+from course_tools.grading.report import (
     atomic_write,
     feedback_markdown,
     feedback_path,
@@ -45,7 +46,7 @@ from course_lib.grading.report import (
     grades_csv,
     write_all,
 )
-from course_lib.grading.worker import results_problem, sign, verify
+from course_tools.grading.worker import results_problem, sign, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
@@ -103,7 +104,7 @@ def softmax(x):
 """
 # Replaces harvest with one that writes made-up result files claiming some output.
 TAMPER_FAKE_RESULTS = """import json, pathlib
-import course_lib.checks.core as core
+import course_tools.grading.results as core
 def _fake(ex_id, fn, seed, out_dir):
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,14 +116,14 @@ def softmax(x):
     raise NotImplementedError
 """
 # Harvest recording nothing: the check "never ran".
-TAMPER_SILENCE = """import course_lib.checks.core as core
+TAMPER_SILENCE = """import course_tools.grading.results as core
 core.harvest = lambda *a, **k: None
 def softmax(x):
     return x
 """
 # A named pipe where the results belong: a grader that opened it would wait forever.
 TAMPER_FIFO = """import os
-import course_lib.checks.core as core
+import course_tools.grading.results as core
 def _fifo(ex_id, fn, seed, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     os.mkfifo(os.path.join(out_dir, f"{ex_id}.json"))
@@ -396,6 +397,21 @@ def test_blank_exercise_scores_zero(chapters, chapter):
     assert chapters["code"] == 0
 
 
+def test_every_grade_names_the_course_commit_and_the_grader_version(chapters):
+    import course_lib
+    from course_tools.course import course_commit
+
+    commit = course_commit(ROOT)
+    assert {(r["course_commit"], r["grader_version"]) for r in chapters["rows"]} == {
+        (commit, course_lib.__version__)}
+    if (ROOT / ".git").exists():  # a checkout: git describe names its commit
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+                              text=True, capture_output=True).stdout.strip()
+        tags = subprocess.run(["git", "-C", str(ROOT), "tag", "--points-at", "HEAD"],
+                              text=True, capture_output=True).stdout.split()
+        assert head in commit or commit.removesuffix("-dirty") in tags, (commit, head, tags)
+
+
 # --------------------------------------------------------------------------- adversarial
 
 
@@ -588,9 +604,12 @@ def test_gradebook_rows_are_sorted_and_atomic(tmp_path):
     rows = [{"submission": s, "assignment": "00_setup", "exercise": e, "points": 0,
              "max_points": 1, "status": "failed", "feedback": []}
             for s, e in (("b", "00.10"), ("a", "00.2"), ("b", "00.2"))]
-    text = grades_csv([{"rows": rows}])
-    assert text.splitlines()[1:] == ["a,00_setup,00.2,0,1,failed", "b,00_setup,00.2,0,1,failed",
-                                     "b,00_setup,00.10,0,1,failed"]
+    text = grades_csv([{"rows": rows}], {"course_commit": "v0.2.0-3-gabc", "grader_version": "9.9"})
+    assert text.splitlines()[0] == ("submission,assignment,exercise,points,max_points,status,"
+                                    "course_commit,grader_version")
+    assert text.splitlines()[1:] == ["a,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9",
+                                     "b,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9",
+                                     "b,00_setup,00.10,0,1,failed,v0.2.0-3-gabc,9.9"]
     atomic_write(tmp_path / "g.csv", text)
     assert (tmp_path / "g.csv").read_text() == text
     assert [p.name for p in tmp_path.iterdir()] == ["g.csv"]
@@ -669,7 +688,7 @@ def test_feedback_never_leaves_the_output_folder(tmp_path):
 def test_recorded_outputs_are_bounded_by_what_they_unpack_to(tmp_path, monkeypatch):
     import numpy as np
 
-    from course_lib.grading import worker
+    from course_tools.grading import worker
 
     monkeypatch.setattr(worker, "MAX_RESULT_BYTES", 2**20)
     monkeypatch.setattr(worker, "MAX_RECORD_BYTES", 2**18)
@@ -721,7 +740,7 @@ def test_a_notebook_without_any_metadata_is_read():
 
 
 def test_review_lists_forged_messages_next_to_flagged_cells():
-    from course_lib.grading.report import review_csv
+    from course_tools.grading.report import review_csv
 
     text = review_csv([{"submission": "s", "flags": {"00.1": ["uses x"], "*": ["forged"]}}])
     assert text.splitlines()[1:] == ["s,*,forged", "s,00.1,uses x"]
@@ -742,7 +761,7 @@ def test_a_folder_planted_where_the_gradebook_goes_is_moved_aside(tmp_path):
 
 
 def test_a_mistyped_path_is_a_usage_error_not_a_gradebook_row(tmp_path, capsys):
-    from course_lib.grading.cli import main
+    from course_tools.grading.cli import main
 
     assert main([str(tmp_path / "submisions"), "--out", str(tmp_path / "out")]) == 2
     assert "no such file or folder" in capsys.readouterr().err

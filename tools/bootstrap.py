@@ -159,7 +159,7 @@ def main(argv):
               "are in work/.")
         return wait_quietly(subprocess.Popen(cmd, cwd=ROOT, env=lab_env()))
     if what == "exercises":
-        return subprocess.call([PY, "-m", "course_lib.grading.generate"] + rest, cwd=ROOT)
+        return subprocess.call([PY, "-m", "course_tools.exercises"] + rest, cwd=ROOT)
     env = lab_env()
     # Tests run notebooks in parallel, one kernel per core: one BLAS/OpenMP thread per
     # kernel avoids oversubscription, which makes small matmuls many times slower.

@@ -15,10 +15,11 @@ and used twice:
   the visible cases and prints one line per case, or explains precisely what went wrong
   (shape, dtype, NaN, largest error and where, and which common mistake the output
   matches). A learner who has not started sees "not implemented yet", not a traceback.
-* in the instructor grader, :func:`harvest` runs the learner's function inside the
-  student's kernel and only *records its outputs*; :func:`score` then recomputes the
-  references and compares in the grader's own process, so code in a submission cannot
-  turn a failure into a pass other than by computing correct answers.
+* in the instructor's grader (the separate package ``course_tools``), which runs the
+  learner's function on the same cases inside the learner's kernel and only *records its
+  outputs*, then recomputes the references and compares (:func:`evaluate_case`) in its own
+  process, so code in a submission cannot turn a failure into a pass other than by
+  computing correct answers.
 
 Outputs may be numpy arrays, torch tensors, Python numbers/bools, or tuples/lists of
 those (compared element by element).
@@ -27,7 +28,6 @@ those (compared element by element).
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import traceback
 import warnings
@@ -116,7 +116,7 @@ def all_exercises() -> dict[str, Exercise]:
 # --------------------------------------------------------------------------- comparison
 
 
-def _to_numpy(x: Any) -> Any:
+def to_numpy(x: Any) -> Any:
     """Tensors → numpy (detached, on CPU); tuples/lists recursively; scalars kept."""
     try:
         import torch
@@ -129,7 +129,7 @@ def _to_numpy(x: Any) -> Any:
     except ImportError:  # pragma: no cover
         pass
     if isinstance(x, (tuple, list)):
-        return type(x)(_to_numpy(e) for e in x)
+        return type(x)(to_numpy(e) for e in x)
     if isinstance(x, np.generic):
         return x.item()
     return x
@@ -160,7 +160,7 @@ def _shape_hint(got: tuple, expected: tuple) -> str:
 def compare_values(got: Any, expected: Any, atol: float, rtol: float,
                    check_dtype: bool = False, where: str = "") -> str | None:
     """None when ``got`` matches ``expected``; otherwise a precise, learner-facing message."""
-    got, expected = _to_numpy(got), _to_numpy(expected)
+    got, expected = to_numpy(got), to_numpy(expected)
     label = f"{where}: " if where else ""
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)):
@@ -271,7 +271,7 @@ class CaseResult:
 
 
 # The placeholders of generated exercise notebooks raise NotImplementedError with this text
-# (course_lib/grading/generate.py writes them). Any other NotImplementedError is a real
+# (course_tools/exercises.py writes them). Any other NotImplementedError is a real
 # error in the learner's code: torch raises one for, e.g., max() of a complex tensor.
 PLACEHOLDER_MARK = "is not implemented yet"
 
@@ -298,7 +298,7 @@ def _copy_args(case: Case) -> Case:
 
 def _has_new_nonfinite(wrong: Any, expected: Any) -> bool:
     """True when ``wrong`` is NaN/inf somewhere ``expected`` is finite (or shapes differ)."""
-    wrong, expected = _to_numpy(wrong), _to_numpy(expected)
+    wrong, expected = to_numpy(wrong), to_numpy(expected)
     if isinstance(expected, (tuple, list)) and isinstance(wrong, (tuple, list)):
         return any(_has_new_nonfinite(w, e) for w, e in zip(wrong, expected))
     try:
@@ -445,166 +445,6 @@ def check(exercise_id: str, fn: Callable | None, *, hidden: bool = False,
         raise CheckFailed("\n".join(lines))
     print(f"✅ {head}: all {len(results)} {'hidden ' if hidden else ''}cases passed.")
     return report
-
-
-# --------------------------------------------------------------------------- in the grader
-
-
-def _flatten(x: Any, prefix: str, arrays: dict, spec: list) -> Any:
-    """Turn an output into JSON-able structure with arrays stored separately."""
-    x = _to_numpy(x)
-    if isinstance(x, (tuple, list)):
-        return {"seq": type(x).__name__, "items": [_flatten(e, f"{prefix}_{i}", arrays, spec)
-                                                   for i, e in enumerate(x)]}
-    if isinstance(x, np.ndarray):
-        if x.dtype == object:
-            return {"repr": repr(x)[:200]}
-        arrays[prefix] = x
-        return {"array": prefix}
-    if x is None or isinstance(x, (bool, int, float, str)):
-        if isinstance(x, float) and not math.isfinite(x):
-            return {"float": repr(x)}
-        return {"value": x}
-    return {"repr": f"{type(x).__name__}: {repr(x)[:200]}"}
-
-
-def _unflatten(node: dict, arrays: Any) -> Any:
-    if "seq" in node:
-        items = [_unflatten(e, arrays) for e in node["items"]]
-        return tuple(items) if node["seq"] == "tuple" else items
-    if "array" in node:
-        return arrays[node["array"]]
-    if "float" in node:
-        return float(node["float"])
-    if "value" in node:
-        return node["value"]
-    return _Unreadable(node.get("repr", "?"))
-
-
-class _Unreadable:
-    def __init__(self, text: str):
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def harvest(exercise_id: str, fn: Any, seed: int, out_dir: str | Path) -> None:
-    """Run inside the student's kernel: record the learner's outputs, decide nothing.
-
-    Writes ``<out_dir>/<id>.json`` (per-case status) and ``<out_dir>/<id>.npz`` (arrays).
-    Visible and hidden cases are both run, with the grader's secret ``seed``.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ex = get_exercise(exercise_id)
-    record: dict[str, Any] = {"exercise": ex.id, "cases": []}
-    arrays: dict[str, np.ndarray] = {}
-    if fn is None or not callable(fn):
-        record["missing"] = f"no function named `{ex.target}` was defined"
-    else:
-        cases = _cases(ex, False, seed) + _cases(ex, True, seed + 1)
-        for i, case in enumerate(cases):
-            got, failure = run_case(ex, fn, case)
-            entry: dict[str, Any] = {"name": case.name}
-            if failure is not None:
-                entry["error"] = failure.message
-                entry["not_implemented"] = failure.not_implemented
-            else:
-                try:
-                    entry["output"] = _flatten(got, f"c{i}", arrays, [])
-                except Exception as err:  # pragma: no cover - defensive
-                    entry["error"] = f"could not record the output: {err}"
-            record["cases"].append(entry)
-    np.savez(out / f"{ex.id}.npz", **arrays)
-    (out / f"{ex.id}.json").write_text(json.dumps(record))
-
-
-@dataclass
-class Verdict:
-    exercise: str
-    points: float
-    max_points: int
-    status: str  # passed | failed | error | timeout | missing
-    feedback: list[str]
-
-
-MAX_RESULT_BYTES = 256 * 2**20
-
-
-def _result_file_problem(path: Path) -> str | None:
-    """A result file must be a plain file of sane size (a planted FIFO would hang us)."""
-    import os
-    import stat
-
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return f"{path.name} is not a regular file: results were tampered with"
-    if st.st_size > MAX_RESULT_BYTES:
-        return f"{path.name} is {st.st_size} bytes, over the {MAX_RESULT_BYTES} byte limit"
-    if path.suffix == ".npz":  # a zip: bound what it unpacks to, not its size on disk
-        import zipfile
-
-        try:
-            with zipfile.ZipFile(path) as zf:
-                unpacked = sum(i.file_size for i in zf.infolist())
-        except (zipfile.BadZipFile, OSError, ValueError):
-            return f"{path.name} is not a readable archive"
-        if unpacked > MAX_RESULT_BYTES:
-            return (f"{path.name} unpacks to {unpacked} bytes, over the {MAX_RESULT_BYTES} "
-                    "byte limit")
-    return None
-
-
-def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
-    """Run in the grader's own process: recompute references and judge the recorded outputs."""
-    ex = get_exercise(exercise_id)
-    out = Path(out_dir)
-    jpath, npath = out / f"{ex.id}.json", out / f"{ex.id}.npz"
-    if not jpath.exists():
-        return Verdict(ex.id, 0, ex.points, "error",
-                       ["the check for this exercise never ran (an earlier cell failed, the "
-                        "kernel died or the time limit was reached)"])
-    for path in (jpath, npath):
-        problem = _result_file_problem(path)
-        if problem:
-            return Verdict(ex.id, 0, ex.points, "error", [problem])
-    try:
-        record = json.loads(jpath.read_text())
-        arrays = np.load(npath, allow_pickle=False) if npath.exists() else {}
-    except Exception as err:
-        return Verdict(ex.id, 0, ex.points, "error", [f"unreadable results: {err}"])
-    if record.get("missing"):
-        return Verdict(ex.id, 0, ex.points, "missing", [record["missing"]])
-    cases = _cases(ex, False, seed) + _cases(ex, True, seed + 1)
-    recorded = record.get("cases", [])
-    if len(recorded) != len(cases):
-        return Verdict(ex.id, 0, ex.points, "error",
-                       [f"expected results for {len(cases)} cases, found {len(recorded)}"])
-    feedback, passed, not_impl = [], 0, 0
-    for case, entry in zip(cases, recorded):
-        if "error" in entry:
-            not_impl += bool(entry.get("not_implemented"))
-            feedback.append(f"✗ {case.name}: {entry['error']}")
-            continue
-        try:
-            got = _unflatten(entry["output"], arrays)
-            result = evaluate_case(ex, case, got)
-        except Exception as err:
-            result = CaseResult(case.name, False, f"could not compare: {err}")
-        if result.passed:
-            passed += 1
-            feedback.append(f"✓ {case.name}")
-        else:
-            feedback.append(f"✗ {case.name}: {result.message}")
-    if passed == len(cases):
-        return Verdict(ex.id, ex.points, ex.points, "passed", feedback)
-    if not_impl:
-        return Verdict(ex.id, 0, ex.points, "missing", ["not implemented"] + feedback)
-    return Verdict(ex.id, 0, ex.points, "failed", feedback)
 
 
 def cases_for(exercise_id: str, hidden: bool = False, seed: int = VISIBLE_SEED) -> Sequence[Case]:

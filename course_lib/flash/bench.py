@@ -22,8 +22,20 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 RESULTS_GLOB = "flash_attention_*.json"
+
+
+def default_results_dir() -> Path:
+    """``benchmarks/results`` of the course checkout the current directory is in.
+
+    A notebook runs in ``notebooks/``, a script in the checkout's root: both find it. (Never
+    found from where the package is installed: a wheel lives far from any checkout.)
+    """
+    here = Path.cwd()
+    for base in (here, *here.parents[:1]):
+        if (base / "benchmarks" / "results").is_dir():
+            return base / "benchmarks" / "results"
+    return here / "benchmarks" / "results"
 
 
 def attention_flops(B: int, H: int, N: int, d: int, is_causal: bool, mode: str = "fwd") -> float:
@@ -174,10 +186,14 @@ def write_results(path: str | Path, meta: dict, results: list[dict]) -> Path:
     return path
 
 
-def load_recorded(results_dir: str | Path = RESULTS_DIR, *, include_dry_runs: bool = False):
-    """Recorded results files ``[(path, data), ...]``, newest first; GPU runs only by default."""
+def load_recorded(results_dir: str | Path | None = None, *, include_dry_runs: bool = False):
+    """Recorded results files ``[(path, data), ...]``, newest first; GPU runs only by default.
+
+    ``results_dir`` defaults to :func:`default_results_dir`.
+    """
+    results_dir = default_results_dir() if results_dir is None else Path(results_dir)
     found = []
-    for p in sorted(Path(results_dir).glob(RESULTS_GLOB)):
+    for p in sorted(results_dir.glob(RESULTS_GLOB)):
         try:
             data = json.loads(p.read_text())
         except (OSError, ValueError):
@@ -257,6 +273,6 @@ def math_is_feasible(B: int, H: int, N: int, dtype_bytes: int = 2,
     return 4 * B * H * N * N * max(dtype_bytes, 4) <= budget_bytes
 
 
-__all__ = ["attention_flops", "autotuned_configs", "bench_one", "gpu_grid", "load_recorded", "make_impl",
-           "math_is_feasible", "metadata", "plot_results", "sdpa_backends", "speedups",
-           "write_results", "RESULTS_DIR"]
+__all__ = ["attention_flops", "autotuned_configs", "bench_one", "default_results_dir", "gpu_grid",
+           "load_recorded", "make_impl", "math_is_feasible", "metadata", "plot_results",
+           "sdpa_backends", "speedups", "write_results"]

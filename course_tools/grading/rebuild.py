@@ -7,7 +7,7 @@ The notebook that is executed is the course's ``solutions/NN_topic.ipynb`` with
   name: only these cells come from the submission;
 * each exercise's **check cell** replaced by a *harvest* cell that runs the learner's
   function on the visible and hidden cases drawn from the grader's secret seed and only
-  records the outputs (:func:`course_lib.checks.core.harvest`); the verdict is decided
+  records the outputs (:func:`course_tools.grading.results.harvest`); the verdict is decided
   later, in the grader's process.
 
 So an edited, deleted or duplicated check cell, a changed statement or an extra cell in
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from .generate import NB_VERSION, course_root, exercise_cells, validate
+from ..exercises import NB_VERSION, exercise_cells, validate
 
 MAX_SOLUTION_CHARS = 1_000_000
 
@@ -31,8 +31,8 @@ MAX_SOLUTION_CHARS = 1_000_000
 # (the verdict is decided in the grader's process, so tampering cannot pass anything); they
 # point at attempts to reach the grading machinery, the reference answers or the kernel.
 SUSPICIOUS: list[tuple[str, str]] = [
-    (r"course_lib\s*\.\s*(checks|grading)|from\s+course_lib\s+import\s+[^\n]*\b(checks|grading)\b"
-     r"|from\s+course_lib\.(checks|grading)",
+    (r"course_lib\s*\.\s*checks|from\s+course_lib\s+import\s+[^\n]*\bchecks\b"
+     r"|\bcourse_tools\b",
      "imports the course's checks or grading code"),
     # no solution cell of the course needs course_lib: its modules hold the answers
     (r"\bcourse_lib\b", "uses the course's library (which implements the answers)"),
@@ -71,10 +71,10 @@ class Course:
     broken: dict[str, str] = field(default_factory=dict)  # assignment -> what is wrong
 
     @classmethod
-    def load(cls, root: Path | None = None, check: bool = True) -> Course:
+    def load(cls, root: Path, check: bool = True) -> Course:
         """Read solutions/; ``check`` validates every notebook's exercise format (which
         imports every chapter's checks); a worker skips that, the grader did it."""
-        root = Path(root) if root else course_root()
+        root = Path(root)
         course = cls(root)
         for path in sorted((root / "solutions").glob("*.ipynb")):
             try:
@@ -271,7 +271,7 @@ def suspicious(source: str) -> list[str]:
 
 HARVEST_TEMPLATE = """\
 # course-grade: record the outputs of exercise {ex_id} for the grader (it decides, not this kernel)
-from course_lib.checks.core import harvest as _course_grade_harvest
+from course_tools.grading.results import harvest as _course_grade_harvest
 _course_grade_harvest({ex_id!r}, globals().get({target!r}), {seed}, {out!r})
 del _course_grade_harvest"""
 

@@ -2,8 +2,8 @@
 
     course-grade SUBMISSION_OR_FOLDER... --out DIR [--jobs N] [--timeout S] [--cell-timeout S]
 
-(also ``python -m course_lib.grading``). Each submission is graded in a process of its own
-(:mod:`course_lib.grading.worker`), ``--jobs`` at a time; see ``docs/instructors.md``.
+(also ``python -m course_tools.grading``). Each submission is graded in a process of its own
+(:mod:`course_tools.grading.worker`), ``--jobs`` at a time; see ``docs/instructors.md``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.modules.setdefault("rfc3987_syntax", None)  # see worker.py: a slow import nbformat never uses
 
+from .. import __version__  # noqa: E402
+from ..course import CourseRootError, course_commit, course_root  # noqa: E402
 from .collect import Submission, collect  # noqa: E402
-from .generate import course_root  # noqa: E402
 from .report import summary_table, write_all  # noqa: E402
 from .worker import changed_files, manifest, verify, whole_submission_rows  # noqa: E402
 
@@ -266,7 +267,7 @@ class Grader:
         with self.lock:  # (a sweep, which holds it too, must see this worker in self.live)
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "course_lib.grading.worker", str(w)],
+                    [sys.executable, "-m", "course_tools.grading.worker", str(w)],
                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
                     pass_fds=(w,), cwd=work, env=env, start_new_session=True)
             except OSError as err:
@@ -363,8 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the hidden cases (default: a secret one kept in "
                         f"DIR/{SEED_FILE}, so re-runs into DIR agree)")
-    p.add_argument("--course", type=Path, default=None, metavar="ROOT",
-                   help="the course checkout holding solutions/ (default: this one)")
+    p.add_argument("--course", "--root", dest="course", type=Path, default=None,
+                   metavar="ROOT",
+                   help="the course folder holding solutions/ (default: the current "
+                        "directory, when it is one)")
     p.add_argument("--no-integrity-check", dest="integrity", action="store_false",
                    help="do not stop when the course's files change during grading (only "
                         "while developing the course, when you edit it as you grade)")
@@ -383,11 +386,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .rebuild import Course
 
-    root = (args.course or course_root()).resolve()
-    if not (root / "solutions").is_dir():
-        print(f"error: no solutions/ folder in {root}; pass --course ROOT", file=sys.stderr)
+    try:
+        root = course_root(args.course)
+    except CourseRootError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     course = Course.load(root)
+    provenance = {"course_commit": course_commit(root), "grader_version": __version__}
     for name, why in course.broken.items():
         print(f"warning: solutions/{name}.ipynb is broken; its submissions get errors: {why}",
               file=sys.stderr)
@@ -445,12 +450,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep_work:
             shutil.rmtree(scratch, ignore_errors=True)
     try:
-        skipped = write_all(out_dir, results)
+        skipped = write_all(out_dir, results, provenance)
     except OSError as err:  # DIR changed under us: keep the grades rather than lose them
         rescue = Path(tempfile.mkdtemp(prefix="course-grade-results-"))
         print(f"error: could not write to {out_dir} ({err}); the results are in {rescue}",
               file=sys.stderr)
-        skipped, out_dir = write_all(rescue, results), rescue
+        skipped, out_dir = write_all(rescue, results, provenance), rescue
     for path in skipped:
         print(f"warning: not written, its folder leads outside {out_dir}: {path}",
               file=sys.stderr)

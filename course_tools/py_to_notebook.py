@@ -16,7 +16,7 @@ Cells are separated by ``# %%`` lines (the "percent" format most editors underst
     # %% exercise=02.1 role=check
     # %% tags=skip-execution      (cell tags, comma separated)
 
-Usage: ``python tools/py_to_notebook.py SCRIPT.py OUT.ipynb``
+Usage: ``python -m course_tools.py_to_notebook SCRIPT.py OUT.ipynb``
 """
 
 from __future__ import annotations

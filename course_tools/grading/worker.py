@@ -1,4 +1,4 @@
-"""Grade one submission in a process of its own: ``python -m course_lib.grading.worker FD``.
+"""Grade one submission in a process of its own: ``python -m course_tools.grading.worker FD``.
 
 The command-line tool starts one worker per submission (``--jobs`` at a time). The worker
 
@@ -6,9 +6,9 @@ The command-line tool starts one worker per submission (``--jobs`` at a time). T
    ones the grader started with, and imports every exercise's checks *before* any
    learner code runs;
 2. parses the submission, finds its assignment, rebuilds the notebook
-   (:mod:`course_lib.grading.rebuild`) and runs it (:mod:`course_lib.grading.run`);
+   (:mod:`course_tools.grading.rebuild`) and runs it (:mod:`course_tools.grading.run`);
 3. right after each harvest cell, scores the recorded outputs here, in the grader's own
-   process (:func:`course_lib.checks.core.score`), then deletes them;
+   process (:func:`course_tools.grading.results.score`), then deletes them;
 4. sends its result to the parent on file descriptor FD, each line signed with the key
    (HMAC-SHA256): a kernel that finds that pipe cannot forge a verdict.
 
@@ -58,17 +58,20 @@ def _hook_files() -> list[Path]:
 
 def course_files(root: Path) -> list[Path]:
     """The files a verdict depends on: every course_lib module the checks import (their
-    cases and references), the grader itself, the course's solution notebooks."""
+    cases and references), the grader itself (all of course_tools), the course's solution
+    notebooks."""
     import course_lib
+    import course_tools
     from course_lib.checks.core import all_exercises
 
     all_exercises()
-    pkg = Path(course_lib.__file__).resolve().parent
-    files = set(pkg.glob("checks/*.py")) | set(pkg.glob("grading/*.py"))
-    files.add(pkg / "__init__.py")
+    lib = Path(course_lib.__file__).resolve().parent
+    tools = Path(course_tools.__file__).resolve().parent
+    files = set(lib.glob("checks/*.py")) | set(tools.rglob("*.py"))
+    files.add(lib / "__init__.py")
     for mod in list(sys.modules.values()):
         f = getattr(mod, "__file__", None)
-        if f and Path(f).resolve().is_relative_to(pkg):
+        if f and (Path(f).resolve().is_relative_to(lib) or Path(f).resolve().is_relative_to(tools)):
             files.add(Path(f).resolve())
     files |= set(Path(root).resolve().glob("solutions/*.ipynb"))
     return sorted(files)
@@ -213,7 +216,7 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
 
 def grade(job: dict, send=None) -> dict:
     """Grade one submission described by ``job``; return its result (rows, notes, flags)."""
-    from course_lib.checks.core import Verdict, get_exercise, score
+    from course_lib.checks.core import get_exercise
 
     from .rebuild import (
         Course,
@@ -223,6 +226,7 @@ def grade(job: dict, send=None) -> dict:
         parse_notebook,
         rebuild,
     )
+    from .results import Verdict, score
     from .run import CellOutcome, execute, kernel_env
 
     t0 = time.monotonic()

@@ -1,6 +1,7 @@
 """Generate ``exercises/`` from ``solutions/``: the solutions are the single source.
 
-Run ``course-exercises`` (or ``make exercises``) after editing a solution notebook.
+Run ``course-exercises`` in the course folder (or ``course-exercises --course ROOT``, or
+``make exercises``) after editing a solution notebook.
 ``course-exercises --check`` exits 1 when anything committed is stale; the tests use it.
 
 The exercise format (nbgrader-compatible where it costs nothing):
@@ -26,17 +27,14 @@ from pathlib import Path
 
 import nbformat
 
+from .course import CourseRootError, course_root
+
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
 BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
 END_HIDDEN = "### END HIDDEN TESTS"
 ROLES = ("statement", "solution", "check")
 NB_VERSION = 4
-
-
-def course_root() -> Path:
-    """The repository root that holds notebooks/, solutions/ and exercises/."""
-    return Path(__file__).resolve().parents[2]
 
 
 class ExerciseFormatError(ValueError):
@@ -176,14 +174,14 @@ def _dump(nb) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def generate(root: Path | None = None, check: bool = False, out=sys.stdout,
+def generate(root: Path, check: bool = False, out=sys.stdout,
              only: list[Path] | None = None) -> list[str]:
     """Regenerate (or, with check=True, verify) exercises/ and solutions' metadata.
 
     ``only`` limits the work to some solution notebooks. Returns the files that were
     (or would be) changed.
     """
-    root = Path(root) if root else course_root()
+    root = Path(root).resolve()
     sol_dir, ex_dir = root / "solutions", root / "exercises"
     changed: list[str] = []
     expected_ex: set[str] = set()
@@ -225,14 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 if exercises/ or solutions' metadata "
                              "are stale")
-    parser.add_argument("--root", type=Path, default=None,
-                        help="course folder (default: this checkout)")
+    parser.add_argument("--course", "--root", dest="course", type=Path, default=None,
+                        metavar="ROOT",
+                        help="the course folder holding solutions/ (default: the current "
+                             "directory, when it is one)")
     parser.add_argument("notebooks", nargs="*", type=Path,
                         help="only these solution notebooks (default: all of solutions/)")
     args = parser.parse_args(argv)
     try:
-        changed = generate(args.root, check=args.check, only=args.notebooks or None)
-    except ExerciseFormatError as err:
+        root = course_root(args.course)
+        changed = generate(root, check=args.check, only=args.notebooks or None)
+    except (CourseRootError, ExerciseFormatError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.check and changed:

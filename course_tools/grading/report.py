@@ -1,7 +1,9 @@
 """Write the gradebook, the feedback files and the terminal summary.
 
-* ``DIR/grades.csv``: ``submission,assignment,exercise,points,max_points,status``, one row
-  per submission and exercise, sorted (so re-runs and any ``--jobs`` give the same file);
+* ``DIR/grades.csv``: ``submission,assignment,exercise,points,max_points,status`` and, so
+  that a grade can be traced to the code that produced it, ``course_commit`` (the course
+  folder's ``git describe``, or ``unknown``) and ``grader_version``; one row per submission
+  and exercise, sorted (so re-runs and any ``--jobs`` give the same file);
 * ``DIR/feedback/<submission path>.md``: for the learner: score, what passed, what failed
   and why (the same messages the notebook's checks print, on the grader's hidden cases);
 * ``DIR/review.csv``: for the instructor only: solution cells that reach for the grading
@@ -23,7 +25,8 @@ from pathlib import Path
 
 from .collect import printable
 
-COLUMNS = ["submission", "assignment", "exercise", "points", "max_points", "status"]
+COLUMNS = ["submission", "assignment", "exercise", "points", "max_points", "status",
+           "course_commit", "grader_version"]
 ICONS = {"passed": "✅", "failed": "❌", "error": "⚠️", "timeout": "⏱️", "missing": "⬜"}
 
 
@@ -72,13 +75,17 @@ def sorted_rows(results: list[dict]) -> list[dict]:
                                        _exercise_key(r["exercise"])))
 
 
-def grades_csv(results: list[dict]) -> str:
+def grades_csv(results: list[dict], provenance: dict[str, str] | None = None) -> str:
+    """The gradebook; ``provenance`` gives ``course_commit`` and ``grader_version``."""
+    provenance = provenance or {}
+    trace = [provenance.get("course_commit", "unknown"),
+             provenance.get("grader_version", "unknown")]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in sorted_rows(results):
         w.writerow([r["submission"], r["assignment"], r["exercise"], _num(r["points"]),
-                    _num(r["max_points"]), r["status"]])
+                    _num(r["max_points"]), r["status"], *trace])
     return buf.getvalue()
 
 
@@ -173,9 +180,10 @@ def _inside(path: Path, folder: Path) -> bool:
     return path.parent.resolve().is_relative_to(folder.resolve())
 
 
-def write_all(out_dir: Path, results: list[dict]) -> list[Path]:
+def write_all(out_dir: Path, results: list[dict],
+              provenance: dict[str, str] | None = None) -> list[Path]:
     """Write everything; return the feedback files not written (their folder was a link
-    leading outside ``out_dir``)."""
+    leading outside ``out_dir``). ``provenance``: see :func:`grades_csv`."""
     out_dir = Path(out_dir)
     paths = feedback_paths(out_dir, [res["submission"] for res in results])
     skipped = []
@@ -186,7 +194,7 @@ def write_all(out_dir: Path, results: list[dict]) -> list[Path]:
             continue
         atomic_write(path, feedback_markdown(res))
     atomic_write(out_dir / "review.csv", review_csv(results))
-    atomic_write(out_dir / "grades.csv", grades_csv(results))  # last: the "done" marker
+    atomic_write(out_dir / "grades.csv", grades_csv(results, provenance))  # last: the "done" marker
     return skipped
 
 

@@ -1,1 +1,0 @@
-"""Exercise generation (``course-exercises``) and the instructor grader (``course-grade``)."""

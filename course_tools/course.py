@@ -1,0 +1,45 @@
+"""Where the course is: the folder that holds ``solutions/`` (and ``exercises/``).
+
+The tools never guess it from where they are installed (a wheel lives in site-packages,
+far from any course): it is given on the command line, or it is the current directory.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+class CourseRootError(ValueError):
+    """No course folder where one was expected (the message says what to do)."""
+
+
+def course_root(given: str | Path | None = None) -> Path:
+    """The course folder: ``given`` (``--course ROOT``), else the current directory.
+
+    Either must hold a ``solutions/`` folder; otherwise :class:`CourseRootError` says so.
+    """
+    if given is None:
+        root = Path.cwd().resolve()
+        if not (root / "solutions").is_dir():
+            raise CourseRootError(
+                f"the current directory {root} is not a course folder (it has no solutions/): "
+                "run the command from the course checkout or pass --course ROOT")
+        return root
+    root = Path(given).expanduser().resolve()
+    if not (root / "solutions").is_dir():
+        raise CourseRootError(f"{root} is not a course folder: it has no solutions/ folder")
+    return root
+
+
+def course_commit(root: str | Path) -> str:
+    """The course's version as git describes it (``v0.2.0-3-g1a2b3c4d5e6f-dirty``), or
+    ``"unknown"`` when the folder is not a git checkout (or git is missing)."""
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty",
+                               "--tags", "--abbrev=12"], capture_output=True, text=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    text = proc.stdout.strip()
+    return text if proc.returncode == 0 and text else "unknown"

@@ -1,0 +1,194 @@
+"""What a harvest cell records in the learner's kernel, and the verdict the grader draws.
+
+* :func:`harvest` runs *inside the learner's kernel* (the rebuilt notebook's harvest cells
+  call it): it runs the learner's function on the visible and hidden cases drawn from the
+  grader's secret seed and only records the outputs (``<id>.json`` and ``<id>.npz``); it
+  decides nothing.
+* :func:`score` runs *in the grader's own process*: it recomputes the cases and the
+  references and judges the recorded outputs with the same comparison as the notebook's
+  ``check()`` (:func:`course_lib.checks.core.evaluate_case`), so code in a submission cannot
+  turn a failure into a pass other than by computing correct answers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from course_lib.checks.core import (
+    CaseResult,
+    cases_for,
+    evaluate_case,
+    get_exercise,
+    run_case,
+    to_numpy,
+)
+
+MAX_RESULT_BYTES = 256 * 2**20
+
+
+def _all_cases(exercise_id: str, seed: int) -> list:
+    """The visible cases (``seed``) and the hidden ones (``seed + 1``), in that order."""
+    return list(cases_for(exercise_id, False, seed)) + list(cases_for(exercise_id, True, seed + 1))
+
+
+# --------------------------------------------------------------------------- recording
+
+
+def _flatten(x: Any, prefix: str, arrays: dict) -> Any:
+    """Turn an output into JSON-able structure with arrays stored separately."""
+    x = to_numpy(x)
+    if isinstance(x, (tuple, list)):
+        return {"seq": type(x).__name__,
+                "items": [_flatten(e, f"{prefix}_{i}", arrays) for i, e in enumerate(x)]}
+    if isinstance(x, np.ndarray):
+        if x.dtype == object:
+            return {"repr": repr(x)[:200]}
+        arrays[prefix] = x
+        return {"array": prefix}
+    if x is None or isinstance(x, (bool, int, float, str)):
+        if isinstance(x, float) and not math.isfinite(x):
+            return {"float": repr(x)}
+        return {"value": x}
+    return {"repr": f"{type(x).__name__}: {repr(x)[:200]}"}
+
+
+def _unflatten(node: dict, arrays: Any) -> Any:
+    if "seq" in node:
+        items = [_unflatten(e, arrays) for e in node["items"]]
+        return tuple(items) if node["seq"] == "tuple" else items
+    if "array" in node:
+        return arrays[node["array"]]
+    if "float" in node:
+        return float(node["float"])
+    if "value" in node:
+        return node["value"]
+    return _Unreadable(node.get("repr", "?"))
+
+
+class _Unreadable:
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def harvest(exercise_id: str, fn: Any, seed: int, out_dir: str | Path) -> None:
+    """Run inside the student's kernel: record the learner's outputs, decide nothing.
+
+    Writes ``<out_dir>/<id>.json`` (per-case status) and ``<out_dir>/<id>.npz`` (arrays).
+    Visible and hidden cases are both run, with the grader's secret ``seed``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ex = get_exercise(exercise_id)
+    record: dict[str, Any] = {"exercise": ex.id, "cases": []}
+    arrays: dict[str, np.ndarray] = {}
+    if fn is None or not callable(fn):
+        record["missing"] = f"no function named `{ex.target}` was defined"
+    else:
+        for i, case in enumerate(_all_cases(ex.id, seed)):
+            got, failure = run_case(ex, fn, case)
+            entry: dict[str, Any] = {"name": case.name}
+            if failure is not None:
+                entry["error"] = failure.message
+                entry["not_implemented"] = failure.not_implemented
+            else:
+                try:
+                    entry["output"] = _flatten(got, f"c{i}", arrays)
+                except Exception as err:  # pragma: no cover - defensive
+                    entry["error"] = f"could not record the output: {err}"
+            record["cases"].append(entry)
+    np.savez(out / f"{ex.id}.npz", **arrays)
+    (out / f"{ex.id}.json").write_text(json.dumps(record))
+
+
+# --------------------------------------------------------------------------- judging
+
+
+@dataclass
+class Verdict:
+    exercise: str
+    points: float
+    max_points: int
+    status: str  # passed | failed | error | timeout | missing
+    feedback: list[str]
+
+
+def _result_file_problem(path: Path) -> str | None:
+    """A result file must be a plain file of sane size (a planted FIFO would hang us)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path.name} is not a regular file: results were tampered with"
+    if st.st_size > MAX_RESULT_BYTES:
+        return f"{path.name} is {st.st_size} bytes, over the {MAX_RESULT_BYTES} byte limit"
+    if path.suffix == ".npz":  # a zip: bound what it unpacks to, not its size on disk
+        try:
+            with zipfile.ZipFile(path) as zf:
+                unpacked = sum(i.file_size for i in zf.infolist())
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return f"{path.name} is not a readable archive"
+        if unpacked > MAX_RESULT_BYTES:
+            return (f"{path.name} unpacks to {unpacked} bytes, over the {MAX_RESULT_BYTES} "
+                    "byte limit")
+    return None
+
+
+def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
+    """Run in the grader's own process: recompute references and judge the recorded outputs."""
+    ex = get_exercise(exercise_id)
+    out = Path(out_dir)
+    jpath, npath = out / f"{ex.id}.json", out / f"{ex.id}.npz"
+    if not jpath.exists():
+        return Verdict(ex.id, 0, ex.points, "error",
+                       ["the check for this exercise never ran (an earlier cell failed, the "
+                        "kernel died or the time limit was reached)"])
+    for path in (jpath, npath):
+        problem = _result_file_problem(path)
+        if problem:
+            return Verdict(ex.id, 0, ex.points, "error", [problem])
+    try:
+        record = json.loads(jpath.read_text())
+        arrays = np.load(npath, allow_pickle=False) if npath.exists() else {}
+    except Exception as err:
+        return Verdict(ex.id, 0, ex.points, "error", [f"unreadable results: {err}"])
+    if record.get("missing"):
+        return Verdict(ex.id, 0, ex.points, "missing", [record["missing"]])
+    cases = _all_cases(ex.id, seed)
+    recorded = record.get("cases", [])
+    if len(recorded) != len(cases):
+        return Verdict(ex.id, 0, ex.points, "error",
+                       [f"expected results for {len(cases)} cases, found {len(recorded)}"])
+    feedback, passed, not_impl = [], 0, 0
+    for case, entry in zip(cases, recorded):
+        if "error" in entry:
+            not_impl += bool(entry.get("not_implemented"))
+            feedback.append(f"✗ {case.name}: {entry['error']}")
+            continue
+        try:
+            got = _unflatten(entry["output"], arrays)
+            result = evaluate_case(ex, case, got)
+        except Exception as err:
+            result = CaseResult(case.name, False, f"could not compare: {err}")
+        if result.passed:
+            passed += 1
+            feedback.append(f"✓ {case.name}")
+        else:
+            feedback.append(f"✗ {case.name}: {result.message}")
+    if passed == len(cases):
+        return Verdict(ex.id, ex.points, ex.points, "passed", feedback)
+    if not_impl:
+        return Verdict(ex.id, 0, ex.points, "missing", ["not implemented"] + feedback)
+    return Verdict(ex.id, 0, ex.points, "failed", feedback)
