@@ -29,11 +29,12 @@ NaN there, recent ones return zeros). Both functions return
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from .validation import validate_attention
 
 __all__ = [
     "causal_mask",
@@ -147,75 +148,6 @@ def numpy_masked_softmax(scores: np.ndarray, mask: np.ndarray | None = None,
     return e / np.maximum(denom, np.finfo(e.dtype).tiny)  # (..., Nq, Nk)
 
 
-# --------------------------------------------------------------------------- validation
-
-
-def _shape(x) -> tuple:
-    return tuple(int(s) for s in x.shape)
-
-
-def _check_qkv(q, k, v) -> tuple:
-    """Validate shapes; return the scores' shape ``[..., Nq, Nk]``.
-
-    Shapes are plain tuples, so numpy's ``broadcast_shapes`` serves torch too (torch's
-    own imports sympy on first use: seconds on a slow machine).
-    """
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.ndim < 2:
-            what = {"q": "[..., Nq, d_k]", "k": "[..., Nk, d_k]", "v": "[..., Nk, d_v]"}[name]
-            raise ValueError(f"expected {name} of shape {what} (at least 2 dimensions), "
-                             f"got {_shape(x)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the last dimension d_k: expected q [..., Nq, d_k] "
-                         f"and k [..., Nk, d_k], got q {_shape(q)} and k {_shape(k)}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same number of keys Nk: expected k "
-                         f"[..., Nk, d_k] and v [..., Nk, d_v], got k {_shape(k)} and "
-                         f"v {_shape(v)}")
-    try:
-        batch = tuple(np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]),
-                                          tuple(v.shape[:-2])))
-    except (RuntimeError, ValueError) as err:
-        raise ValueError(f"the batch dimensions of q, k and v do not broadcast: got q "
-                         f"{_shape(q)}, k {_shape(k)}, v {_shape(v)}") from err
-    return batch + (int(q.shape[-2]), int(k.shape[-2]))
-
-
-def _check_mask(mask, scores_shape: tuple) -> None:
-    try:
-        np.broadcast_shapes(tuple(mask.shape), scores_shape)
-    except (RuntimeError, ValueError) as err:
-        raise ValueError(f"mask of shape {_shape(mask)} does not broadcast to the scores' "
-                         f"shape [..., Nq, Nk] = {scores_shape}") from err
-
-
-def _as_scalar(x):
-    """A Python float from a real number or a 0-dim array/tensor; None if it is not one."""
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, numbers.Real):
-        return float(x)
-    if isinstance(x, np.ndarray) and x.ndim == 0 and np.issubdtype(x.dtype, np.number):
-        return float(x)
-    if isinstance(x, torch.Tensor) and x.ndim == 0 and x.dtype != torch.bool \
-            and not x.is_complex():
-        return float(x)
-    return None
-
-
-def _check_scale_dropout(scale, dropout_p) -> tuple[float | None, float]:
-    """Validate ``scale`` and ``dropout_p``; return them as Python floats."""
-    if scale is not None:
-        value = _as_scalar(scale)
-        if value is None or not math.isfinite(value):
-            raise ValueError(f"scale must be a finite number or None, got {scale!r}")
-        scale = value
-    p = _as_scalar(dropout_p)
-    if p is None or not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
-    return scale, p
-
-
 # --------------------------------------------------------------------------- torch
 
 
@@ -239,32 +171,17 @@ def scaled_dot_product_attention(
     rescales the rest by :math:`1/(1-p)`; the returned weights are the ones actually used,
     so ``output == weights @ v`` always holds. Rows with every key masked give zeros.
     """
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"expected {name} to be a torch.Tensor, got {type(x).__name__} "
-                            "(use numpy_attention for numpy arrays)")
-    scores_shape = _check_qkv(q, k, v)
-    scale, dropout_p = _check_scale_dropout(scale, dropout_p)
-    n_q, n_k = scores_shape[-2], scores_shape[-1]
-    d_k = q.shape[-1]
+    mask, scale, dropout_p = validate_attention(q, k, v, mask, scale, dropout_p)
+    n_q, n_k, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
 
-    # s_ij = scale * q_i . k_j
-    scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+    # s_ij = scale * q_i . k_j  (+ m_ij for a float mask)
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Nq, Nk)
+    if mask is not None and mask.dtype != torch.bool:
+        scores = scores + mask.to(scores.dtype)  # (..., Nq, Nk)
 
-    # keep[i, j] = may query i attend to key j?
-    keep = None
-    if mask is not None:
-        if not isinstance(mask, torch.Tensor):
-            mask = torch.as_tensor(mask, device=scores.device)
-        _check_mask(mask, scores_shape)
-        if not (mask.dtype == torch.bool or mask.is_floating_point()):
-            raise TypeError(f"expected a boolean mask (True = may attend) or a float mask to "
-                            f"add, got dtype {mask.dtype}: use mask.bool() for 0/1 masks")
-        if mask.dtype == torch.bool:
-            keep = mask  # (..., Nq, Nk) broadcastable
-        else:
-            scores = scores + mask.to(scores.dtype)  # (..., Nq, Nk) additive float mask
+    # keep[i, j] = may query i attend to key j? (boolean mask AND causal triangle)
+    keep = mask if mask is not None and mask.dtype == torch.bool else None
     if is_causal:
         tri = causal_mask(n_q, n_k, device=scores.device)  # (Nq, Nk)
         keep = tri if keep is None else keep & tri  # (..., Nq, Nk)
@@ -272,7 +189,7 @@ def scaled_dot_product_attention(
     # w_ij = softmax_j(s_ij) over the allowed keys; all-masked rows -> 0
     weights = masked_softmax(scores, keep)  # (..., Nq, Nk)
     if dropout_p > 0.0:
-        weights = F.dropout(weights, p=float(dropout_p), training=True)  # (..., Nq, Nk)
+        weights = F.dropout(weights, p=dropout_p, training=True)  # (..., Nq, Nk)
 
     # o_i = sum_j w_ij v_j
     output = weights @ v.to(weights.dtype)  # (..., Nq, d_v)
@@ -299,27 +216,18 @@ def numpy_attention(
     top-left ``is_causal``, default scale :math:`1/\sqrt{d_k}`, and zeros for fully
     masked rows. ``rng`` drives dropout (a fresh default generator when None).
     """
+    mask, scale, dropout_p = validate_attention(q, k, v, mask, scale, dropout_p, numpy=True)
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    scores_shape = _check_qkv(q, k, v)
-    scale, dropout_p = _check_scale_dropout(scale, dropout_p)
-    n_q, n_k = scores_shape[-2], scores_shape[-1]
-    d_k = q.shape[-1]
+    n_q, n_k, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
 
-    # s_ij = scale * q_i . k_j
-    scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+    # s_ij = scale * q_i . k_j  (+ m_ij for a float mask)
     scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., Nq, Nk)
+    if mask is not None and mask.dtype != bool:
+        scores = scores + mask  # (..., Nq, Nk)
 
-    keep = None
-    if mask is not None:
-        mask = np.asarray(mask)
-        _check_mask(mask, scores_shape)
-        if not (mask.dtype == bool or np.issubdtype(mask.dtype, np.floating)):
-            raise TypeError(f"expected a boolean mask (True = may attend) or a float mask to "
-                            f"add, got dtype {mask.dtype}: use mask.astype(bool) for 0/1 masks")
-        if mask.dtype == bool:
-            keep = mask  # (..., Nq, Nk) broadcastable
-        else:
-            scores = scores + mask  # (..., Nq, Nk) additive float mask
+    # keep[i, j] = may query i attend to key j? (boolean mask AND causal triangle)
+    keep = mask if mask is not None and mask.dtype == bool else None
     if is_causal:
         tri = numpy_causal_mask(n_q, n_k)  # (Nq, Nk)
         keep = tri if keep is None else keep & tri  # (..., Nq, Nk)

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from .attention import padding_mask, scaled_dot_product_attention
+from .timing import single_thread
 
 __all__ = [
     "CorefAttention",
@@ -292,12 +293,8 @@ def train(model: CorefAttention, data: CorefData, *, steps: int = 40, lr: float 
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     history = []
     t0 = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tensors this small: thread start-up costs more than it saves
-    try:
+    with single_thread():  # tensors this small: thread start-up costs more than it saves
         _train_loop(model, data, opt, steps, log_every, callback, history)
-    finally:
-        torch.set_num_threads(threads)
     model.train_seconds = time.perf_counter() - t0
     return history
 

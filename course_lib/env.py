@@ -61,6 +61,26 @@ TRITON_HELP = (
 )
 
 
+def triton_interpreter_on() -> bool:
+    """True when ``TRITON_INTERPRET`` asks Triton for its CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def choose_triton_mode(*, warn: bool = False) -> bool:
+    """The one place that turns Triton's interpreter on: ``TRITON_INTERPRET=1`` when there
+    is no CUDA GPU, unless the variable is already set. Returns :func:`triton_interpreter_on`.
+
+    Triton reads the variable when it is first imported, so setting it afterwards changes
+    nothing; ``warn`` prints a note in that case (the learner must restart the kernel).
+    """
+    if not _cuda_available() and "TRITON_INTERPRET" not in os.environ:
+        if "triton" in sys.modules and warn:
+            print("warning: triton was imported before env.setup(); restart the kernel "
+                  "and call env.setup() first so the interpreter can be turned on.")
+        os.environ["TRITON_INTERPRET"] = "1"
+    return triton_interpreter_on()
+
+
 def budget() -> str:
     """The training budget: ``"full"`` (default) or ``"ci"`` (env. variable COURSE_BUDGET).
 
@@ -90,12 +110,7 @@ def setup(seed: int = DEFAULT_SEED, *, quiet: bool = False, plots: bool = True) 
     unless the learner set the variable themselves. Prints one line saying what it chose.
     """
     cuda = _cuda_available()
-    if not cuda and "TRITON_INTERPRET" not in os.environ:
-        if "triton" in sys.modules and not quiet:
-            print("warning: triton was imported before env.setup(); restart the kernel "
-                  "and call env.setup() first so the interpreter can be turned on.")
-        os.environ["TRITON_INTERPRET"] = "1"
-    interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    interpret = choose_triton_mode(warn=not quiet)
     seed_everything(seed)
     if plots:
         _plot_defaults()
@@ -160,7 +175,7 @@ def report() -> dict[str, str]:
         info["gpu"] = torch.cuda.get_device_name(0)
     else:
         info["gpu"] = "none (CPU only)"
-    interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    interp = triton_interpreter_on()
     info["triton mode"] = ("not installed" if info.get("triton") == "missing"
                            else "interpreter (CPU)" if interp else "compiled (GPU)")
     width = max(len(k) for k in info)

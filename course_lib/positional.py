@@ -32,9 +32,18 @@ Window of Large Language Models via Positional Interpolation"); a larger ``base`
 from __future__ import annotations
 
 import math
-import operator
 
 import torch
+
+from ._deprecated import renamed_kwargs
+from .validation import (
+    as_int,
+    check_base,
+    check_even,
+    check_position_scale,
+    check_rope_input,
+    positions_for,
+)
 
 __all__ = [
     "apply_rope",
@@ -52,36 +61,6 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-def _as_int(value, name: str) -> int:
-    """An integer argument as a Python int (numpy/torch integers welcome), else a clear error."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an int, got {value!r}") from None
-
-
-def _check_base(base: float) -> None:
-    if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
-        raise ValueError(f"base must be a finite number > 1 (e.g. 10000.0), got {base!r}")
-
-
-def _check_scale(scale: float) -> None:
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite number > 0 (1.0 = no interpolation), "
-                         f"got {scale!r}")
-
-
-def _check_even(d: int, what: str) -> None:
-    if d <= 0 or d % 2:
-        raise ValueError(f"RoPE rotates features in pairs, so the feature dimension must be "
-                         f"even and positive; got d={d}{what}")
-
-
 # --------------------------------------------------------------------------- sinusoidal
 
 
@@ -92,17 +71,18 @@ def sinusoidal_frequencies(d_model: int, base: float = 10000.0) -> torch.Tensor:
 
     Returns a float64 tensor of shape ``[ceil(d/2)]``, from 1 down to about ``1/base``.
     """
-    d_model = _as_int(d_model, "d_model")
+    d_model = as_int(d_model, "d_model")
     if d_model <= 0:
         raise ValueError(f"d_model must be a positive int, got {d_model!r}")
-    _check_base(base)
+    check_base(base)
     i = torch.arange((d_model + 1) // 2, dtype=torch.float64)  # (ceil(d/2),)
     return base ** (-2.0 * i / d_model)  # (ceil(d/2),)
 
 
-def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0, *,
+@renamed_kwargs({"n_positions": "seq_len"})
+def sinusoidal_encoding(seq_len: int, d_model: int, base: float = 10000.0, *,
                         dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
-    r"""The sinusoidal position table of Vaswani et al. (2017), shape ``[n_positions, d_model]``.
+    r"""The sinusoidal position table of Vaswani et al. (2017), shape ``[seq_len, d_model]``.
 
     .. math::
 
@@ -112,17 +92,17 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0, *
     sin at even features, cos at odd ones; an odd ``d_model`` ends with a sin feature.
     Angles are computed in float64 and the table is cast to ``dtype`` at the end.
     """
-    n_positions = _as_int(n_positions, "n_positions")
-    d_model = _as_int(d_model, "d_model")
-    if n_positions < 0:
-        raise ValueError(f"n_positions must be an int >= 0, got {n_positions!r}")
+    seq_len = as_int(seq_len, "seq_len")
+    d_model = as_int(d_model, "d_model")
+    if seq_len < 0:
+        raise ValueError(f"seq_len must be an int >= 0, got {seq_len!r}")
     omega = sinusoidal_frequencies(d_model, base)  # (ceil(d/2),)
-    p = torch.arange(n_positions, dtype=torch.float64)  # (n,)
-    angles = p[:, None] * omega[None, :]  # (n, ceil(d/2))
-    pe = torch.empty(n_positions, d_model, dtype=torch.float64)  # (n, d)
-    pe[:, 0::2] = torch.sin(angles)  # (n, ceil(d/2)) even features
-    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])  # (n, floor(d/2)) odd features
-    return pe.to(dtype=dtype, device=device)  # (n, d)
+    p = torch.arange(seq_len, dtype=torch.float64)  # (N,)
+    angles = p[:, None] * omega[None, :]  # (N, ceil(D/2))
+    pe = torch.empty(seq_len, d_model, dtype=torch.float64)  # (N, D)
+    pe[:, 0::2] = torch.sin(angles)  # (N, ceil(D/2)) even features
+    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])  # (N, floor(D/2)) odd features
+    return pe.to(dtype=dtype, device=device)  # (N, D)
 
 
 def sinusoidal_shift_matrix(k: float, d_model: int, base: float = 10000.0, *,
@@ -142,7 +122,7 @@ def sinusoidal_shift_matrix(k: float, d_model: int, base: float = 10000.0, *,
     p: a shift by k is a *linear* map of the encoding. Needs an even ``d_model``.
     Shape ``[d_model, d_model]``; apply to a table as ``pe @ R_k.T``.
     """
-    _check_even(d_model, " (the shift matrix pairs sin/cos features)")
+    check_even(d_model, " (the shift matrix pairs sin/cos features)")
     omega = sinusoidal_frequencies(d_model, base)  # (d/2,)
     c, s = torch.cos(k * omega), torch.sin(k * omega)  # (d/2,), (d/2,)
     r = torch.zeros(d_model, d_model, dtype=torch.float64)  # (d, d)
@@ -161,8 +141,8 @@ def rope_frequencies(d: int, base: float = 10000.0) -> torch.Tensor:
     Returns float64 ``[d/2]``; pair 0 turns by 1 radian per position, the last pair by
     about ``1/base`` radians per position.
     """
-    _check_even(d, "")
-    _check_base(base)
+    check_even(d, "")
+    check_base(base)
     i = torch.arange(d // 2, dtype=torch.float64)  # (d/2,)
     return base ** (-2.0 * i / d)  # (d/2,)
 
@@ -175,34 +155,13 @@ def rope_wavelengths(d: int, base: float = 10000.0) -> torch.Tensor:
     return 2 * math.pi / rope_frequencies(d, base)  # (d/2,)
 
 
-def _positions(positions, n: int, lead: tuple, device) -> torch.Tensor:
-    """Positions as float64 broadcastable to ``(*lead, n)``, with a clear error if not."""
-    if positions is None:
-        return torch.arange(n, dtype=torch.float64, device=device)  # (N,)
-    pos = torch.as_tensor(positions, device=device)
-    if pos.is_complex() or pos.dtype == torch.bool:
-        raise TypeError(f"positions must be real numbers, got dtype {pos.dtype}")
-    pos = pos.to(torch.float64)
-    if pos.ndim == 0 or pos.shape[-1] != n:
-        raise ValueError(f"expected positions of shape [N] or [..., N] with N={n} (one per "
-                         f"token of x), got shape {tuple(pos.shape)}")
-    try:
-        torch.broadcast_shapes(tuple(pos.shape), (*lead, n))
-    except RuntimeError as err:
-        raise ValueError(f"positions of shape {tuple(pos.shape)} do not broadcast against "
-                         f"x's token axes {(*lead, n)} (they align from the right: for x "
-                         f"[B, H, N, d] and one row of positions per sequence, pass "
-                         f"positions[:, None, :] of shape [B, 1, N])") from err
-    return pos
-
-
 def rope_angles(positions, d: int, base: float = 10000.0, *, scale: float = 1.0) -> torch.Tensor:
     r"""The rotation angle of every (position, pair): :math:`\phi_{p,i} = (p/s)\,\theta_i`.
 
     ``positions`` has shape ``[..., N]`` (any real numbers); ``scale`` :math:`s` is the
     position-interpolation factor (1 = plain RoPE). Returns float64 ``[..., N, d/2]``.
     """
-    _check_scale(scale)
+    check_position_scale(scale)
     theta = rope_frequencies(d, base)  # (d/2,)
     pos = torch.as_tensor(positions).to(torch.float64)  # (..., N)
     return (pos / scale)[..., None] * theta.to(pos.device)  # (..., N, d/2)
@@ -225,7 +184,7 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
     :math:`(i, i + d/2)` otherwise ("rotate half", GPT-NeoX / Hugging Face Llama).
 
     Args:
-        x: queries or keys, ``[..., N, d]`` with ``d`` even (e.g. ``[B, H, N, d_head]``).
+        x: queries or keys, ``[..., N, d]`` with ``d`` even (e.g. ``[B, H, N, d_h]``).
         positions: one position per token, shape ``[N]`` or broadcastable ``[..., N]``;
             any real numbers (e.g. ``torch.arange(t0, t0 + N)`` for new tokens appended to a
             KV cache). Defaults to ``0..N-1``. Leading axes align from the right, as in
@@ -238,18 +197,9 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
     Returns a tensor of the same shape and dtype as ``x``. Angles are computed in float64
     and cast to ``x``'s dtype, so long positions stay accurate.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"expected x to be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim < 2:
-        raise ValueError(f"expected x of shape [..., N, d] (tokens, then features), got "
-                         f"{tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"expected a real floating-point x, got dtype {x.dtype}")
+    check_rope_input(x, base, scale)
     *lead, n, d = x.shape
-    _check_even(d, f" (x of shape {tuple(x.shape)})")
-    _check_base(base)
-    _check_scale(scale)
-    pos = _positions(positions, n, tuple(lead), x.device)  # (..., N)
+    pos = positions_for(positions, n, tuple(lead), x.device)  # (..., N)
     phi = rope_angles(pos, d, base, scale=scale)  # (..., N, d/2)
     cos = torch.cos(phi).to(x.dtype)  # (..., N, d/2)
     sin = torch.sin(phi).to(x.dtype)  # (..., N, d/2)
@@ -279,8 +229,8 @@ def apply_rope_complex(x: torch.Tensor, positions=None, *, base: float = 10000.0
         raise ValueError(f"expected a tensor x of shape [..., N, d], got "
                          f"{tuple(getattr(x, 'shape', ()))}")
     *lead, n, d = x.shape
-    _check_even(d, f" (x of shape {tuple(x.shape)})")
-    pos = _positions(positions, n, tuple(lead), x.device)  # (..., N)
+    check_even(d, f" (x of shape {tuple(x.shape)})")
+    pos = positions_for(positions, n, tuple(lead), x.device)  # (..., N)
     phi = rope_angles(pos, d, base, scale=scale)  # (..., N, d/2)
     z = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2))  # (..., N, d/2)
     rot = torch.polar(torch.ones_like(phi), phi)  # (..., N, d/2) e^{i phi}
@@ -318,21 +268,21 @@ def rope_permutation(d: int) -> torch.Tensor:
     and a model using one convention equals a model using the other whose
     :math:`W_Q, W_K` output columns are permuted by ``perm``.
     """
-    _check_even(d, "")
+    check_even(d, "")
     return torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))  # (d,)
 
 
 def interleaved_to_half(x: torch.Tensor) -> torch.Tensor:
     """Reorder the last axis from pairs (2i, 2i+1) to pairs (i, i + d/2)."""
     d = x.shape[-1]
-    _check_even(d, f" (x of shape {tuple(x.shape)})")
+    check_even(d, f" (x of shape {tuple(x.shape)})")
     return x[..., rope_permutation(d).to(x.device)]  # (..., d)
 
 
 def half_to_interleaved(x: torch.Tensor) -> torch.Tensor:
     """Reorder the last axis from pairs (i, i + d/2) back to pairs (2i, 2i+1)."""
     d = x.shape[-1]
-    _check_even(d, f" (x of shape {tuple(x.shape)})")
+    check_even(d, f" (x of shape {tuple(x.shape)})")
     inverse = torch.argsort(rope_permutation(d))  # (d,)
     return x[..., inverse.to(x.device)]  # (..., d)
 

@@ -1,14 +1,14 @@
 r"""The recurrent neural network, and the measurements that show why attention replaced it.
 
 An Elman RNN (Elman, 1990, "Finding Structure in Time") reads a sequence one step at a time
-and squeezes everything it has seen into a hidden state :math:`h_t \in \mathbb{R}^{d_h}`:
+and squeezes everything it has seen into a hidden state :math:`h_t \in \mathbb{R}^{d_\text{hidden}}`:
 
 .. math::
 
-    h_t = \tanh\!\left(W_{xh} x_t + W_{hh} h_{t-1} + b_h\right), \qquad t = 1, \dots, T,
+    h_t = \tanh\!\left(W_{xh} x_t + W_{hh} h_{t-1} + b_h\right), \qquad t = 1, \dots, N,
 
-with :math:`x_t \in \mathbb{R}^{d_{in}}`, :math:`W_{xh} \in \mathbb{R}^{d_h \times d_{in}}`,
-:math:`W_{hh} \in \mathbb{R}^{d_h \times d_h}`, :math:`b_h \in \mathbb{R}^{d_h}` and
+with :math:`x_t \in \mathbb{R}^{d_{in}}`, :math:`W_{xh} \in \mathbb{R}^{d_\text{hidden} \times d_{in}}`,
+:math:`W_{hh} \in \mathbb{R}^{d_\text{hidden} \times d_\text{hidden}}`, :math:`b_h \in \mathbb{R}^{d_\text{hidden}}` and
 :math:`h_0 = 0` unless given. The weights are stored as in ``torch.nn.RNN``
 (``weight_ih_l0`` is :math:`W_{xh}`, ``weight_hh_l0`` is :math:`W_{hh}`, and torch's two
 biases add up to :math:`b_h`), so :func:`rnn_forward` equals
@@ -19,7 +19,7 @@ Besides the forward pass this module holds what chapter 01 measures:
 * **sequential depth**: :func:`dependency_graph` and :func:`critical_path` count the steps
   that must run one after another; :func:`autograd_depth` counts them in a real computation;
 * **information over distance**: :func:`jacobian_norms_through_time` gives
-  :math:`\lVert \partial h_T / \partial x_t \rVert_F` for every :math:`t`, and
+  :math:`\lVert \partial h_N / \partial x_t \rVert_F` for every :math:`t`, and
   :func:`scale_to_spectral_radius` / :func:`recurrent_matrix` build :math:`W_{hh}` with a
   chosen spectral radius;
 * **a recall task**: :func:`make_recall_batch`, two small models (:class:`RecallRNN`,
@@ -31,16 +31,17 @@ The lecture's interactive gradient explorer is a thin widget over this module, i
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._deprecated import renamed_attributes, renamed_kwargs
 from .attention import scaled_dot_product_attention
+from .timing import best_time, single_thread  # noqa: F401  (chapter 01 times with them)
+from .validation import check_rnn_inputs, shape_of
 
 __all__ = [
     "RecallAttention",
@@ -68,43 +69,9 @@ __all__ = [
 # --------------------------------------------------------------------------- the recurrence
 
 
-def _shape(t) -> str:
-    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
-
-
-def _check_rnn_inputs(x, W_xh, W_hh, b_h, h0) -> None:
-    """Clear errors naming the expected and the actual shapes (and dtypes)."""
-    for name, t in (("x", x), ("W_xh", W_xh), ("W_hh", W_hh), ("b_h", b_h)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"expected {name} to be a torch.Tensor, got {type(t).__name__}")
-    if x.dim() != 3:
-        raise ValueError(f"expected x of shape [B, T, d_in], got {_shape(x)}")
-    d_in = x.shape[-1]
-    if W_hh.dim() != 2 or W_hh.shape[0] != W_hh.shape[1]:
-        raise ValueError(f"expected W_hh of shape [d_h, d_h] (square), got {_shape(W_hh)}")
-    d_h = W_hh.shape[0]
-    if W_xh.dim() != 2 or tuple(W_xh.shape) != (d_h, d_in):
-        raise ValueError(f"expected W_xh of shape [d_h, d_in] = [{d_h}, {d_in}] "
-                         f"(d_h from W_hh, d_in from x), got {_shape(W_xh)}")
-    if tuple(b_h.shape) != (d_h,):
-        raise ValueError(f"expected b_h of shape [d_h] = [{d_h}], got {_shape(b_h)}")
-    if h0 is not None:
-        if not isinstance(h0, torch.Tensor):
-            raise TypeError(f"expected h0 to be a torch.Tensor or None, got {type(h0).__name__}")
-        if tuple(h0.shape) != (x.shape[0], d_h):
-            raise ValueError(f"expected h0 of shape [B, d_h] = [{x.shape[0]}, {d_h}], "
-                             f"got {_shape(h0)}")
-    for name, t in (("W_xh", W_xh), ("W_hh", W_hh), ("b_h", b_h), ("h0", h0)):
-        if t is None:
-            continue
-        if t.dtype != x.dtype:
-            raise TypeError(f"expected {name} to have x's dtype {x.dtype}, got {t.dtype} "
-                            f"(convert with .to(x.dtype))")
-
-
 def rnn_forward(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: torch.Tensor,
                 h0: torch.Tensor | None = None) -> torch.Tensor:
-    r"""Run a tanh RNN over ``x [B, T, d_in]`` and return every hidden state ``[B, T, d_h]``.
+    r"""Run a tanh RNN over ``x [B, N, d_in]`` and return every hidden state ``[B, N, d_hidden]``.
 
     Row-vector form, one batch row per sequence (this is what the code computes):
 
@@ -114,21 +81,21 @@ def rnn_forward(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: to
 
     The input term :math:`x_t W_{xh}^\top + b_h` does not depend on :math:`h`, so it is
     computed for all :math:`t` at once; only the :math:`h_{t-1} W_{hh}^\top` chain is
-    sequential, :math:`T` steps that no amount of hardware can run side by side.
-    ``W_xh [d_h, d_in]``, ``W_hh [d_h, d_h]``, ``b_h [d_h]``, ``h0 [B, d_h]`` (zeros if None).
+    sequential, :math:`N` steps that no amount of hardware can run side by side.
+    ``W_xh [d_hidden, d_in]``, ``W_hh [d_hidden, d_hidden]``, ``b_h [d_hidden]``, ``h0 [B, d_hidden]`` (zeros if None).
     """
-    _check_rnn_inputs(x, W_xh, W_hh, b_h, h0)
-    B, T, _ = x.shape
-    d_h = W_hh.shape[0]
-    h = x.new_zeros(B, d_h) if h0 is None else h0  # (B, d_h)
-    if T == 0:
-        return x.new_zeros(B, 0, d_h)  # (B, 0, d_h)
-    xw = x @ W_xh.T + b_h  # (B, T, d_h) the parallel part: every step's input at once
+    check_rnn_inputs(x, W_xh, W_hh, b_h, h0)
+    batch_size, seq_len, _ = x.shape
+    d_hidden = W_hh.shape[0]
+    h = x.new_zeros(batch_size, d_hidden) if h0 is None else h0  # (B, d_hidden)
+    if seq_len == 0:
+        return x.new_zeros(batch_size, 0, d_hidden)  # (B, 0, d_hidden)
+    xw = x @ W_xh.T + b_h  # (B, N, d_hidden) the parallel part: every step's input at once
     states = []
-    for t in range(T):  # the sequential part: step t needs step t-1
-        h = torch.tanh(xw[:, t] + h @ W_hh.T)  # (B, d_h)
+    for t in range(seq_len):  # the sequential part: step t needs step t-1
+        h = torch.tanh(xw[:, t] + h @ W_hh.T)  # (B, d_hidden)
         states.append(h)
-    return torch.stack(states, dim=1)  # (B, T, d_h)
+    return torch.stack(states, dim=1)  # (B, N, d_hidden)
 
 
 def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -137,19 +104,20 @@ def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, tor
         raise ValueError("expected a one-layer, one-directional tanh torch.nn.RNN, got "
                          f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}, "
                          f"nonlinearity={rnn.nonlinearity!r}")
-    W_xh = rnn.weight_ih_l0.detach()  # (d_h, d_in)
-    W_hh = rnn.weight_hh_l0.detach()  # (d_h, d_h)
+    W_xh = rnn.weight_ih_l0.detach()  # (d_hidden, d_in)
+    W_hh = rnn.weight_hh_l0.detach()  # (d_hidden, d_hidden)
     if rnn.bias:
-        b_h = (rnn.bias_ih_l0 + rnn.bias_hh_l0).detach()  # (d_h,)
+        b_h = (rnn.bias_ih_l0 + rnn.bias_hh_l0).detach()  # (d_hidden,)
     else:
-        b_h = torch.zeros(W_hh.shape[0], dtype=W_hh.dtype)  # (d_h,)
+        b_h = torch.zeros(W_hh.shape[0], dtype=W_hh.dtype)  # (d_hidden,)
     return W_xh, W_hh, b_h
 
 
 # --------------------------------------------------------------------------- sequential depth
 
 
-def dependency_graph(kind: str, n_tokens: int, n_layers: int = 1) -> list[list[int]]:
+@renamed_kwargs({"n_tokens": "seq_len", "n_layers": "num_layers"})
+def dependency_graph(kind: str, seq_len: int, num_layers: int = 1) -> list[list[int]]:
     r"""Which computations wait for which, for ``n_layers`` layers over ``n_tokens`` tokens.
 
     Node :math:`(l, t)` is the output of layer :math:`l` at position :math:`t`, numbered
@@ -164,14 +132,14 @@ def dependency_graph(kind: str, n_tokens: int, n_layers: int = 1) -> list[list[i
     """
     if kind not in ("rnn", "attention"):
         raise ValueError(f"kind must be 'rnn' or 'attention', got {kind!r}")
-    if n_tokens < 0 or n_layers < 0:
-        raise ValueError(f"expected n_tokens >= 0 and n_layers >= 0, got {n_tokens}, {n_layers}")
+    if seq_len < 0 or num_layers < 0:
+        raise ValueError(f"expected seq_len >= 0 and num_layers >= 0, got {seq_len}, {num_layers}")
     parents: list[list[int]] = []
-    for layer in range(n_layers):
-        for t in range(n_tokens):
-            below = (layer - 1) * n_tokens
+    for layer in range(num_layers):
+        for t in range(seq_len):
+            below = (layer - 1) * seq_len
             if kind == "rnn":
-                p = ([below + t] if layer > 0 else []) + ([layer * n_tokens + t - 1] if t else [])
+                p = ([below + t] if layer > 0 else []) + ([layer * seq_len + t - 1] if t else [])
             else:
                 p = list(range(below, below + t + 1)) if layer > 0 else []
             parents.append(p)
@@ -234,31 +202,13 @@ def autograd_depth(output: torch.Tensor) -> int:
     return memo[output.grad_fn]
 
 
-def best_time(fn: Callable[[], object], repeats: int = 3, *,
-              clock: Callable[[], float] = time.perf_counter) -> float:
-    """The fastest of ``repeats`` runs of ``fn()``, in seconds of ``clock`` (after one warm-up).
-
-    The default clock is wall time (``time.perf_counter``). The minimum is the least noisy
-    estimate on a shared machine: other programs can only add time, never remove it.
-    """
-    if repeats < 1:
-        raise ValueError(f"expected repeats >= 1, got {repeats}")
-    fn()
-    best = math.inf
-    for _ in range(repeats):
-        start = clock()
-        fn()
-        best = min(best, clock() - start)
-    return best
-
-
 # --------------------------------------------------------------------------- gradients over distance
 
 
 def spectral_radius(W: torch.Tensor) -> float:
     r"""The spectral radius :math:`\rho(W) = \max_i |\lambda_i(W)|` of a square matrix."""
     if not isinstance(W, torch.Tensor) or W.dim() != 2 or W.shape[0] != W.shape[1]:
-        raise ValueError(f"expected a square matrix [d, d], got {_shape(W)}")
+        raise ValueError(f"expected a square matrix [d, d], got {shape_of(W)}")
     return float(torch.linalg.eigvals(W).abs().max())
 
 
@@ -275,64 +225,66 @@ def scale_to_spectral_radius(W: torch.Tensor, rho: float) -> torch.Tensor:
     return W * (rho / r)  # (d, d)
 
 
-def recurrent_matrix(d_h: int, rho: float, *, kind: str = "orthogonal",
+@renamed_kwargs({"d_h": "d_hidden"})
+def recurrent_matrix(d_hidden: int, rho: float, *, kind: str = "orthogonal",
                      generator: torch.Generator | None = None,
                      dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    r"""A random ``[d_h, d_h]`` recurrent matrix with spectral radius ``rho``.
+    r"""A random ``[d_hidden, d_hidden]`` recurrent matrix with spectral radius ``rho``.
 
     ``kind="orthogonal"``: :math:`\rho Q` with :math:`Q` a random orthogonal matrix, so every
     eigenvalue *and* every singular value has modulus :math:`\rho` and
     :math:`\lVert W^k v \rVert = \rho^k \lVert v \rVert` exactly. ``kind="gaussian"``: i.i.d.
     normal entries rescaled to spectral radius :math:`\rho` (non-normal: transients differ).
     """
-    A = torch.randn(d_h, d_h, generator=generator, dtype=dtype)  # (d_h, d_h)
+    A = torch.randn(d_hidden, d_hidden, generator=generator, dtype=dtype)  # (d_hidden, d_hidden)
     if kind == "orthogonal":
-        Q, R = torch.linalg.qr(A)  # (d_h, d_h) each
-        Q = Q * torch.sign(torch.diagonal(R))  # (d_h, d_h) uniform (Haar) orthogonal
-        return rho * Q  # (d_h, d_h)
+        Q, R = torch.linalg.qr(A)  # (d_hidden, d_hidden) each
+        Q = Q * torch.sign(torch.diagonal(R))  # (d_hidden, d_hidden) uniform (Haar) orthogonal
+        return rho * Q  # (d_hidden, d_hidden)
     if kind == "gaussian":
-        return scale_to_spectral_radius(A, rho)  # (d_h, d_h)
+        return scale_to_spectral_radius(A, rho)  # (d_hidden, d_hidden)
     raise ValueError(f"kind must be 'orthogonal' or 'gaussian', got {kind!r}")
 
 
 def jacobian_norms_through_time(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor,
                                 b_h: torch.Tensor, h0: torch.Tensor | None = None
                                 ) -> torch.Tensor:
-    r"""``[T]`` Frobenius norms :math:`\lVert \partial h_T / \partial x_t \rVert_F`, for ``x [T, d_in]``.
+    r"""``[N]`` Frobenius norms :math:`\lVert \partial h_N / \partial x_t \rVert_F`, for ``x [N, d_in]``.
 
     By the chain rule, with :math:`D_k = \mathrm{diag}(1 - h_k^2)` the tanh derivative,
 
     .. math::
 
-        \frac{\partial h_T}{\partial x_t} = D_T W_{hh} D_{T-1} W_{hh} \cdots D_{t+1} W_{hh}
+        \frac{\partial h_N}{\partial x_t} = D_N W_{hh} D_{N-1} W_{hh} \cdots D_{t+1} W_{hh}
         \, D_t W_{xh},
 
-    a product of :math:`T - t` factors :math:`D_k W_{hh}`. Since :math:`\lVert D_k \rVert_2 \le 1`,
-    its norm is at most :math:`\sigma_{\max}(W_{hh})^{T-t} \lVert W_{xh} \rVert_F` at any input
+    a product of :math:`N - t` factors :math:`D_k W_{hh}`. Since :math:`\lVert D_k \rVert_2 \le 1`,
+    its norm is at most :math:`\sigma_{\max}(W_{hh})^{N-t} \lVert W_{xh} \rVert_F` at any input
     size; while the tanh stays unsaturated (:math:`D_k \approx I`) it is
-    :math:`W_{hh}^{T-t} W_{xh}`, whose size follows :math:`\rho(W_{hh})^{T-t}` for large
-    :math:`T - t` (exactly, for :math:`W_{hh} = \rho Q` with :math:`Q` orthogonal).
+    :math:`W_{hh}^{N-t} W_{xh}`, whose size follows :math:`\rho(W_{hh})^{N-t}` for large
+    :math:`N - t` (exactly, for :math:`W_{hh} = \rho Q` with :math:`Q` orthogonal).
 
-    The Jacobian is :math:`d_h \times d_{in}` per step. Row :math:`i` is the gradient of
-    :math:`h_T[i]`; all :math:`d_h` rows come from one backward pass by running :math:`d_h`
-    copies of the sequence as a batch and differentiating :math:`\sum_i h_T^{(i)}[i]`.
+    The Jacobian is :math:`d_\text{hidden} \times d_{in}` per step. Row :math:`i` is the gradient of
+    :math:`h_N[i]`; all :math:`d_\text{hidden}` rows come from one backward pass by running :math:`d_\text{hidden}`
+    copies of the sequence as a batch and differentiating :math:`\sum_i h_N^{(i)}[i]`.
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise ValueError(f"expected x of shape [T, d_in] (one sequence), got {_shape(x)}")
-    _check_rnn_inputs(x[None], W_xh, W_hh, b_h, None)
-    T, d_in = x.shape
-    d_h = W_hh.shape[0]
-    if h0 is not None and (not isinstance(h0, torch.Tensor) or tuple(h0.shape) != (d_h,)):
-        raise ValueError(f"expected h0 of shape [d_h] = [{d_h}] (one sequence), got {_shape(h0)}")
-    if T == 0:
+        raise ValueError(f"expected x of shape [N, d_in] (one sequence), got {shape_of(x)}")
+    check_rnn_inputs(x[None], W_xh, W_hh, b_h, None)
+    seq_len, d_in = x.shape
+    d_hidden = W_hh.shape[0]
+    if h0 is not None and (not isinstance(h0, torch.Tensor) or tuple(h0.shape) != (d_hidden,)):
+        raise ValueError(f"expected h0 of shape [d_hidden] = [{d_hidden}] (one sequence), "
+                         f"got {shape_of(h0)}")
+    if seq_len == 0:
         return x.new_zeros(0)  # (0,)
-    xs = x.detach().unsqueeze(0).expand(d_h, T, d_in).clone()  # (d_h, T, d_in)
+    xs = x.detach().unsqueeze(0).expand(d_hidden, seq_len, d_in).clone()  # (d_hidden, N, d_in)
     xs.requires_grad_(True)
-    h0s = None if h0 is None else h0.detach().expand(d_h, d_h)  # (d_h, d_h) one row per copy
-    H = rnn_forward(xs, W_xh.detach(), W_hh.detach(), b_h.detach(), h0s)  # (d_h, T, d_h)
-    h_T = H[:, -1, :]  # (d_h, d_h) row i: copy i's final state
-    (grad,) = torch.autograd.grad(h_T.diagonal().sum(), xs)  # (d_h, T, d_in) = dh_T[i]/dx_t
-    return grad.pow(2).sum(dim=(0, 2)).sqrt()  # (T,) Frobenius norm over (i, input feature)
+    h0s = None if h0 is None else h0.detach().expand(d_hidden, d_hidden)  # (d_hidden, d_hidden) one row per copy
+    H = rnn_forward(xs, W_xh.detach(), W_hh.detach(), b_h.detach(), h0s)  # (d_hidden, N, d_hidden)
+    h_N = H[:, -1, :]  # (d_hidden, d_hidden) row i: copy i's final state
+    (grad,) = torch.autograd.grad(h_N.diagonal().sum(), xs)  # (d_hidden, N, d_in) = dh_T[i]/dx_t
+    return grad.pow(2).sum(dim=(0, 2)).sqrt()  # (N,) Frobenius norm over (i, input feature)
 
 
 # --------------------------------------------------------------------------- the recall task
@@ -342,7 +294,7 @@ def jacobian_norms_through_time(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch
 class RecallBatch:
     """A batch of the marked-token recall task.
 
-    ``tokens [B, T]`` random symbols; ``marker [B, T]`` 1.0 at exactly one position per row,
+    ``tokens [B, N]`` random symbols; ``marker [B, N]`` 1.0 at exactly one position per row,
     ``position [B]``; ``target [B]`` the marked symbol. At every later step ``t`` the model
     must output ``target``: the symbol it saw ``distance = t - position`` steps earlier.
     """
@@ -354,12 +306,13 @@ class RecallBatch:
 
     @property
     def distance(self) -> torch.Tensor:
-        """``[B, T]``: how many steps ago the marked symbol was seen (< 1: not yet asked)."""
-        t = torch.arange(self.tokens.shape[1])  # (T,)
-        return t[None, :] - self.position[:, None]  # (B, T)
+        """``[B, N]``: how many steps ago the marked symbol was seen (< 1: not yet asked)."""
+        t = torch.arange(self.tokens.shape[1])  # (N,)
+        return t[None, :] - self.position[:, None]  # (B, N)
 
 
-def make_recall_batch(batch: int, seq_len: int, vocab: int, *,
+@renamed_kwargs({"batch": "batch_size", "vocab": "vocab_size"})
+def make_recall_batch(batch_size: int, seq_len: int, vocab_size: int, *,
                       positions: torch.Tensor | Sequence[int] | None = None,
                       generator: torch.Generator | None = None) -> RecallBatch:
     """Sequences of random symbols with one marked position; the answer is the marked symbol.
@@ -368,21 +321,21 @@ def make_recall_batch(batch: int, seq_len: int, vocab: int, *,
     by default it is uniform over that range. Every step after the marker is a question
     ("which symbol was marked?") whose answer lies ``t - position`` steps back.
     """
-    if seq_len < 2 or vocab < 2 or batch < 1:
-        raise ValueError(f"expected batch >= 1, seq_len >= 2, vocab >= 2, got "
-                         f"{batch}, {seq_len}, {vocab}")
-    tokens = torch.randint(vocab, (batch, seq_len), generator=generator)  # (B, T)
+    if seq_len < 2 or vocab_size < 2 or batch_size < 1:
+        raise ValueError(f"expected batch_size >= 1, seq_len >= 2, vocab_size >= 2, got "
+                         f"{batch_size}, {seq_len}, {vocab_size}")
+    tokens = torch.randint(vocab_size, (batch_size, seq_len), generator=generator)  # (B, N)
     if positions is None:
-        position = torch.randint(0, seq_len - 1, (batch,), generator=generator)  # (B,)
+        position = torch.randint(0, seq_len - 1, (batch_size,), generator=generator)  # (B,)
     else:
         position = torch.as_tensor(positions, dtype=torch.long).reshape(-1)  # (B,)
-        if position.shape != (batch,):
-            raise ValueError(f"expected {batch} positions, got shape {_shape(position)}")
+        if position.shape != (batch_size,):
+            raise ValueError(f"expected {batch_size} positions, got shape {shape_of(position)}")
         if position.min() < 0 or position.max() > seq_len - 2:
             raise ValueError(f"positions must lie in 0..{seq_len - 2}, got "
                              f"{int(position.min())}..{int(position.max())}")
-    rows = torch.arange(batch)  # (B,)
-    marker = torch.zeros(batch, seq_len)  # (B, T)
+    rows = torch.arange(batch_size)  # (B,)
+    marker = torch.zeros(batch_size, seq_len)  # (B, N)
     marker[rows, position] = 1.0
     target = tokens[rows, position]  # (B,)
     return RecallBatch(tokens, marker, position, target)
@@ -395,18 +348,20 @@ class RecallRNN(nn.Module):
     notebook trains in seconds).
     """
 
-    def __init__(self, vocab: int, d_hidden: int = 64, d_embed: int = 16):
+    @renamed_kwargs({"vocab": "vocab_size"})
+    def __init__(self, vocab_size: int, d_hidden: int = 64, d_embed: int = 16):
         super().__init__()
-        self.embed = nn.Embedding(vocab, d_embed)
+        self.embed = nn.Embedding(vocab_size, d_embed)
         self.rnn = nn.RNN(d_embed + 1, d_hidden, batch_first=True)
-        self.readout = nn.Linear(d_hidden, vocab)
+        self.readout = nn.Linear(d_hidden, vocab_size)
 
     def forward(self, tokens: torch.Tensor, marker: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([self.embed(tokens), marker.unsqueeze(-1)], dim=-1)  # (B, T, d_e + 1)
-        h, _ = self.rnn(x)  # (B, T, d_h)
-        return self.readout(h)  # (B, T, vocab) logits at every step
+        x = torch.cat([self.embed(tokens), marker.unsqueeze(-1)], dim=-1)  # (B, N, d_embed + 1)
+        h, _ = self.rnn(x)  # (B, N, d_hidden)
+        return self.readout(h)  # (B, N, V) logits at every step
 
 
+@renamed_attributes({"q": "W_Q", "k": "W_K", "v": "W_V"})
 class RecallAttention(nn.Module):
     r"""Embedding + marker → one causal self-attention layer → a linear read-out at every step.
 
@@ -415,50 +370,35 @@ class RecallAttention(nn.Module):
     information: a query finds the marked key by its content, whatever its distance.
     """
 
-    def __init__(self, vocab: int, d_model: int = 32):
+    @renamed_kwargs({"vocab": "vocab_size"})
+    def __init__(self, vocab_size: int, d_model: int = 32):
         super().__init__()
-        self.embed = nn.Embedding(vocab, d_model)
+        self.embed = nn.Embedding(vocab_size, d_model)
         self.marker_vec = nn.Parameter(torch.randn(d_model))
-        self.q = nn.Linear(d_model, d_model)
-        self.k = nn.Linear(d_model, d_model)
-        self.v = nn.Linear(d_model, d_model)
-        self.readout = nn.Linear(d_model, vocab)
+        self.W_Q = nn.Linear(d_model, d_model)
+        self.W_K = nn.Linear(d_model, d_model)
+        self.W_V = nn.Linear(d_model, d_model)
+        self.readout = nn.Linear(d_model, vocab_size)
 
     def forward(self, tokens: torch.Tensor, marker: torch.Tensor,
                 return_weights: bool = False):
-        e = self.embed(tokens) + marker.unsqueeze(-1) * self.marker_vec  # (B, T, d)
-        q, k, v = self.q(e), self.k(e), self.v(e)  # (B, T, d) each
-        out, w = scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, T, d), (B, T, T)
-        logits = self.readout(out)  # (B, T, vocab)
+        e = self.embed(tokens) + marker.unsqueeze(-1) * self.marker_vec  # (B, N, D)
+        q, k, v = self.W_Q(e), self.W_K(e), self.W_V(e)  # (B, N, D) each
+        out, w = scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, N, D), (B, N, N)
+        logits = self.readout(out)  # (B, N, V)
         return (logits, w) if return_weights else logits
 
 
 def recall_loss(logits: torch.Tensor, b: RecallBatch) -> torch.Tensor:
     """Mean cross-entropy over the questions: every step after the marker."""
-    asked = b.distance >= 1  # (B, T)
-    target = b.target[:, None].expand_as(asked)  # (B, T)
+    asked = b.distance >= 1  # (B, N)
+    target = b.target[:, None].expand_as(asked)  # (B, N)
     return F.cross_entropy(logits[asked], target[asked])  # scalar
 
 
-class single_thread:
-    """``with single_thread():`` run torch on one CPU thread, then restore the setting.
-
-    Small matrices gain nothing from several threads and, on a busy machine, lose a lot to
-    thread synchronisation; one thread also makes timings steadier.
-    """
-
-    def __enter__(self):
-        self._n = torch.get_num_threads()
-        torch.set_num_threads(1)
-        return self
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self._n)
-        return False
-
-
-def train_recall(model: nn.Module, *, steps: int = 300, batch: int = 32, seq_len: int = 32,
-                 vocab: int = 8, lr: float = 1e-2, seed: int = 0,
+@renamed_kwargs({"batch": "batch_size", "vocab": "vocab_size"})
+def train_recall(model: nn.Module, *, steps: int = 300, batch_size: int = 32, seq_len: int = 32,
+                 vocab_size: int = 8, lr: float = 1e-2, seed: int = 0,
                  clip: float | None = 1.0) -> list[float]:
     """Train on fresh recall batches with Adam; returns the loss of every step.
 
@@ -471,7 +411,7 @@ def train_recall(model: nn.Module, *, steps: int = 300, batch: int = 32, seq_len
     model.train()
     with single_thread():
         for _ in range(steps):
-            b = make_recall_batch(batch, seq_len, vocab, generator=gen)
+            b = make_recall_batch(batch_size, seq_len, vocab_size, generator=gen)
             loss = recall_loss(model(b.tokens, b.marker), b)  # scalar
             opt.zero_grad()
             loss.backward()
@@ -484,16 +424,17 @@ def train_recall(model: nn.Module, *, steps: int = 300, batch: int = 32, seq_len
 
 
 @torch.no_grad()
-def recall_accuracy_by_distance(model: nn.Module, *, seq_len: int = 32, vocab: int = 8,
-                                n: int = 256, seed: int = 1
+@renamed_kwargs({"vocab": "vocab_size", "n": "batch_size"})
+def recall_accuracy_by_distance(model: nn.Module, *, seq_len: int = 32, vocab_size: int = 8,
+                                batch_size: int = 256, seed: int = 1
                                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(distances [T-1], accuracy [T-1])`` on ``n`` fresh sequences marked at position 0,
-    so that every distance ``1 .. seq_len - 1`` is asked exactly ``n`` times."""
+    """``(distances [N-1], accuracy [N-1])`` on ``batch_size`` fresh sequences marked at
+    position 0, so that every distance ``1 .. seq_len - 1`` is asked exactly ``batch_size`` times."""
     gen = torch.Generator().manual_seed(seed)
-    b = make_recall_batch(n, seq_len, vocab, positions=torch.zeros(n, dtype=torch.long),
+    b = make_recall_batch(batch_size, seq_len, vocab_size, positions=torch.zeros(batch_size, dtype=torch.long),
                           generator=gen)
     model.eval()
     with single_thread():
-        pred = model(b.tokens, b.marker).argmax(-1)  # (n, T)
-    correct = (pred == b.target[:, None]).float()  # (n, T)
-    return torch.arange(1, seq_len), correct[:, 1:].mean(dim=0)  # (T-1,), (T-1,)
+        pred = model(b.tokens, b.marker).argmax(-1)  # (B, N)
+    correct = (pred == b.target[:, None]).float()  # (B, N)
+    return torch.arange(1, seq_len), correct[:, 1:].mean(dim=0)  # (N-1,), (N-1,)

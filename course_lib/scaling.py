@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .timing import single_thread
+
 __all__ = [
     "RetrievalTask",
     "SaturationStats",
@@ -418,9 +420,7 @@ def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int 
     moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]  # Adam's m, v
     data_g = torch.Generator().manual_seed(seed + 2)
     losses, grad_norms = [], []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is faster than several competing
-    try:
+    with single_thread():  # tiny matrices: one thread is faster than several competing
         for step in range(1, steps + 1):
             loss, _ = retrieval_loss(task.batch(batch_size, data_g), w_q, w_k, scale)
             grads = torch.autograd.grad(loss, params)  # (d_model, d_k) each
@@ -432,8 +432,6 @@ def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int 
                     with torch.no_grad():
                         p.add_(g, alpha=-lr)  # (d_model, d_k)
             losses.append(loss.item())
-    finally:
-        torch.set_num_threads(threads)
     return TrainResult(np.asarray(losses), scale, w_q.detach(), w_k.detach(),
                        np.asarray(grad_norms))
 

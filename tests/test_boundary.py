@@ -102,9 +102,15 @@ def _course_copy(dest: Path) -> Path:
 
 @pytest.mark.slow
 def test_a_wheel_install_runs_both_commands_on_a_course_folder(tmp_path):
+    # Built from a copy of the sources: setuptools leaves build/ in the folder it builds.
+    src = tmp_path / "src"
+    for name in ("course_lib", "course_tools"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(wheels), str(ROOT)],
+                    "--no-build-isolation", "-w", str(wheels), str(src)],
                    check=True, capture_output=True, cwd=tmp_path)
     (wheel,) = wheels.glob("course_lib-*.whl")
     venv = tmp_path / "venv"

@@ -51,7 +51,7 @@ def test_split_merge_roundtrip_and_layout():
 def test_split_heads_errors_name_shapes():
     with pytest.raises(ValueError, match=r"not divisible by num_heads=5"):
         split_heads(torch.zeros(1, 2, 12), 5)
-    with pytest.raises(ValueError, match=r"\[B, N, H\*d_head\], got \(2, 12\)"):
+    with pytest.raises(ValueError, match=r"\[B, N, H\*d_h\], got \(2, 12\)"):
         split_heads(torch.zeros(2, 12), 3)
     with pytest.raises(ValueError, match=r"got \(2, 3, 4\)"):
         merge_heads(torch.zeros(2, 3, 4))
@@ -63,7 +63,7 @@ def test_repeat_kv_repeats_in_place_not_tiled():
     assert out.shape == (1, 6, 3, 2)
     assert out[0, :, 0, 0].tolist() == [0, 0, 0, 1, 1, 1]
     assert repeat_kv(x, 1) is x
-    with pytest.raises(ValueError, match="n_rep"):
+    with pytest.raises(ValueError, match="num_groups"):
         repeat_kv(x, 0)
 
 
@@ -181,14 +181,14 @@ def test_equals_separate_single_head_attentions():
     torch.manual_seed(1)
     mha = MultiHeadAttention(D, H).to(DT)
     x = torch.randn(2, 5, D, dtype=DT)
-    d_h = D // H
-    q, k, v = mha.q_proj(x), mha.k_proj(x), mha.v_proj(x)  # (B, N, D) each
+    head_dim = D // H
+    q, k, v = mha.W_Q(x), mha.W_K(x), mha.W_V(x)  # (B, N, D) each
     heads = []
     for i in range(H):
-        sl = slice(i * d_h, (i + 1) * d_h)
+        sl = slice(i * head_dim, (i + 1) * head_dim)
         o, _ = scaled_dot_product_attention(q[..., sl], k[..., sl], v[..., sl])  # (B, N, d_h)
         heads.append(o)
-    expected = mha.out_proj(torch.cat(heads, dim=-1))  # (B, N, D)
+    expected = mha.W_O(torch.cat(heads, dim=-1))  # (B, N, D)
     _close(mha(x)[0], expected)
 
 
@@ -207,18 +207,18 @@ def test_gqa_equals_mha_with_duplicated_kv_weights(h_kv):
     torch.manual_seed(3)
     gqa = MultiHeadAttention(D, H, num_kv_heads=h_kv).to(DT)
     mha = MultiHeadAttention(D, H).to(DT)
-    d_h, g = D // H, H // h_kv
+    head_dim, g = D // H, H // h_kv
     with torch.no_grad():
-        mha.q_proj.load_state_dict(gqa.q_proj.state_dict())
-        mha.out_proj.load_state_dict(gqa.out_proj.state_dict())
-        for name in ("k_proj", "v_proj"):
+        mha.W_Q.load_state_dict(gqa.W_Q.state_dict())
+        mha.W_O.load_state_dict(gqa.W_O.state_dict())
+        for name in ("W_K", "W_V"):
             src, dst = getattr(gqa, name), getattr(mha, name)
-            w = src.weight.reshape(h_kv, d_h, D).repeat_interleave(g, dim=0)  # (H, d_h, D)
+            w = src.weight.reshape(h_kv, head_dim, D).repeat_interleave(g, dim=0)  # (H, d_h, D)
             dst.weight.copy_(w.reshape(D, D))
-            dst.bias.copy_(src.bias.reshape(h_kv, d_h).repeat_interleave(g, 0).reshape(D))
+            dst.bias.copy_(src.bias.reshape(h_kv, head_dim).repeat_interleave(g, 0).reshape(D))
     x = torch.randn(2, 6, D, dtype=DT)
     _close(gqa(x, is_causal=True)[0], mha(x, is_causal=True)[0])
-    assert gqa.k_proj.weight.shape == (h_kv * d_h, D)
+    assert gqa.W_K.weight.shape == (h_kv * head_dim, D)
     assert mha_num_params(D, H, h_kv) == sum(p.numel() for p in gqa.parameters())
 
 
@@ -299,7 +299,7 @@ def test_cache_errors():
     cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
     with pytest.raises(ValueError, match="do not match the cache"):
         cache.update(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
-    with pytest.raises(ValueError, match=r"\[B, H_kv, n, d_head\]"):
+    with pytest.raises(ValueError, match=r"\[B, Hkv, n, d_h\]"):
         cache.update(torch.zeros(2, 1, 4), torch.zeros(2, 1, 4))
 
 

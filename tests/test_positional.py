@@ -78,7 +78,7 @@ def test_sinusoidal_dot_product_depends_only_on_distance():
 
 
 def test_sinusoidal_bad_input():
-    with pytest.raises(ValueError, match="n_positions"):
+    with pytest.raises(ValueError, match="seq_len"):
         sinusoidal_encoding(-1, 8)
     with pytest.raises(ValueError, match="base"):
         sinusoidal_encoding(4, 8, base=0.5)
@@ -344,7 +344,7 @@ def test_float32_inputs_stay_accurate_at_long_positions():
 
 def test_sinusoidal_takes_numpy_ints_and_refuses_floats():
     assert torch.equal(sinusoidal_encoding(np.int64(5), np.int64(8)), sinusoidal_encoding(5, 8))
-    with pytest.raises(ValueError, match="n_positions must be an int"):
+    with pytest.raises(ValueError, match="seq_len must be an int"):
         sinusoidal_encoding(5.0, 8)
     with pytest.raises(ValueError, match="d_model must be an int"):
         sinusoidal_encoding(5, 8.5)

@@ -10,20 +10,20 @@ import torch
 from course_lib import rnn as R
 
 
-def _torch_rnn(d_in, d_h, seed=0, bias=True):
+def _torch_rnn(d_in, d_hidden, seed=0, bias=True):
     torch.manual_seed(seed)
-    return torch.nn.RNN(d_in, d_h, batch_first=True, bias=bias).double()
+    return torch.nn.RNN(d_in, d_hidden, batch_first=True, bias=bias).double()
 
 
-@pytest.mark.parametrize("B,T,d_in,d_h", [(2, 7, 3, 5), (1, 1, 4, 4), (3, 30, 6, 2)])
+@pytest.mark.parametrize("B,T,d_in,d_hidden", [(2, 7, 3, 5), (1, 1, 4, 4), (3, 30, 6, 2)])
 @pytest.mark.parametrize("with_h0", [False, True])
-def test_rnn_forward_equals_torch_rnn(B, T, d_in, d_h, with_h0):
-    m = _torch_rnn(d_in, d_h)
+def test_rnn_forward_equals_torch_rnn(B, T, d_in, d_hidden, with_h0):
+    m = _torch_rnn(d_in, d_hidden)
     x = torch.randn(B, T, d_in, dtype=torch.float64)
-    h0 = torch.randn(B, d_h, dtype=torch.float64) if with_h0 else None
+    h0 = torch.randn(B, d_hidden, dtype=torch.float64) if with_h0 else None
     expected, h_last = m(x, None if h0 is None else h0.unsqueeze(0))
     got = R.rnn_forward(x, *R.rnn_weights_from_torch(m), h0)
-    assert got.shape == (B, T, d_h)
+    assert got.shape == (B, T, d_hidden)
     torch.testing.assert_close(got, expected.detach(), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got[:, -1], h_last[0].detach(), rtol=1e-12, atol=1e-12)
 
@@ -52,11 +52,11 @@ def test_rnn_forward_empty_sequence():
 
 
 @pytest.mark.parametrize("x,W_xh,W_hh,b_h,h0,msg", [
-    ((5, 3), (4, 3), (4, 4), (4,), None, r"expected x of shape \[B, T, d_in\], got \(5, 3\)"),
-    ((2, 5, 3), (4, 2), (4, 4), (4,), None, r"W_xh of shape \[d_h, d_in\] = \[4, 3\].*\(4, 2\)"),
-    ((2, 5, 3), (4, 3), (4, 3), (4,), None, r"W_hh of shape \[d_h, d_h\].*\(4, 3\)"),
-    ((2, 5, 3), (4, 3), (4, 4), (3,), None, r"b_h of shape \[d_h\] = \[4\], got \(3,\)"),
-    ((2, 5, 3), (4, 3), (4, 4), (4,), (1, 2, 4), r"h0 of shape \[B, d_h\] = \[2, 4\]"),
+    ((5, 3), (4, 3), (4, 4), (4,), None, r"expected x of shape \[B, N, d_in\], got \(5, 3\)"),
+    ((2, 5, 3), (4, 2), (4, 4), (4,), None, r"W_xh of shape \[d_hidden, d_in\] = \[4, 3\].*\(4, 2\)"),
+    ((2, 5, 3), (4, 3), (4, 3), (4,), None, r"W_hh of shape \[d_hidden, d_hidden\].*\(4, 3\)"),
+    ((2, 5, 3), (4, 3), (4, 4), (3,), None, r"b_h of shape \[d_hidden\] = \[4\], got \(3,\)"),
+    ((2, 5, 3), (4, 3), (4, 4), (4,), (1, 2, 4), r"h0 of shape \[B, d_hidden\] = \[2, 4\]"),
 ])
 def test_rnn_forward_shape_errors_name_the_shapes(x, W_xh, W_hh, b_h, h0, msg):
     args = [torch.zeros(s) for s in (x, W_xh, W_hh, b_h)]
@@ -165,22 +165,22 @@ def test_recurrent_matrix_has_the_requested_spectral_radius(kind):
 
 def test_jacobian_norms_match_autograd_functional_jacobian():
     g = torch.Generator().manual_seed(1)
-    T, d_in, d_h = 6, 3, 4
+    T, d_in, d_hidden = 6, 3, 4
     x = torch.randn(T, d_in, generator=g, dtype=torch.float64)
-    W_xh = torch.randn(d_h, d_in, generator=g, dtype=torch.float64)
-    W_hh = torch.randn(d_h, d_h, generator=g, dtype=torch.float64) / 2
-    b = torch.randn(d_h, generator=g, dtype=torch.float64)
-    h0 = torch.randn(d_h, generator=g, dtype=torch.float64)
+    W_xh = torch.randn(d_hidden, d_in, generator=g, dtype=torch.float64)
+    W_hh = torch.randn(d_hidden, d_hidden, generator=g, dtype=torch.float64) / 2
+    b = torch.randn(d_hidden, generator=g, dtype=torch.float64)
+    h0 = torch.randn(d_hidden, generator=g, dtype=torch.float64)
     J = torch.autograd.functional.jacobian(
-        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b, h0[None])[0, -1], x)  # (d_h, T, d_in)
+        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b, h0[None])[0, -1], x)  # (d_hidden, T, d_in)
     expected = J.pow(2).sum(dim=(0, 2)).sqrt()  # (T,)
     got = R.jacobian_norms_through_time(x, W_xh, W_hh, b, h0)
     torch.testing.assert_close(got, expected)
-    with pytest.raises(ValueError, match=r"\[T, d_in\]"):
+    with pytest.raises(ValueError, match=r"\[N, d_in\]"):
         R.jacobian_norms_through_time(x[None], W_xh, W_hh, b)
-    with pytest.raises(ValueError, match=r"h0 of shape \[d_h\] = \[4\].*\(1, 4\)"):
+    with pytest.raises(ValueError, match=r"h0 of shape \[d_hidden\] = \[4\].*\(1, 4\)"):
         R.jacobian_norms_through_time(x, W_xh, W_hh, b, h0[None])
-    with pytest.raises(ValueError, match=r"W_xh of shape \[d_h, d_in\] = \[4, 3\]"):
+    with pytest.raises(ValueError, match=r"W_xh of shape \[d_hidden, d_in\] = \[4, 3\]"):
         R.jacobian_norms_through_time(x, W_xh.T, W_hh, b)
 
 
@@ -257,14 +257,14 @@ def test_short_training_separates_rnn_and_attention():
     """The notebook's claim at a smaller, faster size: attention recalls at any distance."""
     torch.manual_seed(0)
     att = R.RecallAttention(4, d_model=16)
-    losses = R.train_recall(att, steps=120, batch=32, seq_len=16, vocab=4, lr=1e-2)
+    losses = R.train_recall(att, steps=120, batch_size=32, seq_len=16, vocab_size=4, lr=1e-2)
     assert losses[-1] < losses[0] / 5
-    _, acc = R.recall_accuracy_by_distance(att, seq_len=16, vocab=4, n=64)
+    _, acc = R.recall_accuracy_by_distance(att, seq_len=16, vocab_size=4, batch_size=64)
     assert acc.min() > 0.9
     torch.manual_seed(0)
     rnn = R.RecallRNN(4, d_hidden=32)
-    R.train_recall(rnn, steps=120, batch=32, seq_len=16, vocab=4, lr=3e-3)
-    _, acc = R.recall_accuracy_by_distance(rnn, seq_len=16, vocab=4, n=64)
+    R.train_recall(rnn, steps=120, batch_size=32, seq_len=16, vocab_size=4, lr=3e-3)
+    _, acc = R.recall_accuracy_by_distance(rnn, seq_len=16, vocab_size=4, batch_size=64)
     assert acc[:2].mean() > acc[10:].mean() + 0.2  # recall fades with distance
 
 
@@ -272,7 +272,7 @@ def test_gradient_explorer_redraws_and_agrees_with_the_library():
     pytest.importorskip("ipywidgets")
     from course_lib.widgets.gradients import GradientExplorer, verdict
 
-    ex = GradientExplorer(T=20, d_h=8, d_in=3)
+    ex = GradientExplorer(seq_len=20, d_hidden=8, d_in=3)
     assert ex.draws == 1 and ex.plot.value[:4] == b"\x89PNG"
     assert "gradient-explorer" in ex.widget._dom_classes
     assert "gradient-explorer-rho" in ex.rho._dom_classes
@@ -289,8 +289,8 @@ def test_gradient_explorer_redraws_and_agrees_with_the_library():
     torch.testing.assert_close(ex.compute(), direct)
     assert [verdict(r) for r in (2e3, 5e-4, 1.0)] == [
         "explodes", "vanishes", "stays within a factor 1000"]
-    with pytest.raises(ValueError, match="T >= 2"):
-        GradientExplorer(T=1)
+    with pytest.raises(ValueError, match="seq_len >= 2"):
+        GradientExplorer(seq_len=1)
 
 
 def test_node_depths_are_rounds_of_a_parallel_schedule():

@@ -38,7 +38,7 @@ import os
 
 import torch
 
-from ..attention import _check_qkv
+from ..validation import check_flash_inputs
 
 __all__ = [
     "SUPPORTED_HEAD_DIMS",
@@ -51,35 +51,6 @@ __all__ = [
 SUPPORTED_HEAD_DIMS = (16, 128)  # inclusive range of head dimensions the kernel takes
 
 # --------------------------------------------------------------------------- the algorithm
-
-
-def _check_common(q, k, v, scale, *, who: str) -> float:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{who}: expected {name} to be a torch.Tensor, got "
-                            f"{type(x).__name__}")
-    try:  # the shape rules of chapter 02's attention, with the same messages
-        _check_qkv(q, k, v)
-    except ValueError as err:
-        raise ValueError(f"{who}: {err}") from None
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise ValueError(f"{who}: q, k and v must have the same batch dimensions: got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if k.shape[-2] == 0:
-        raise ValueError(f"{who}: there are no keys (Nk = 0): attention is undefined")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"{who}: q, k and v must be on the same device: got {q.device}, "
-                         f"{k.device}, {v.device}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"{who}: q, k and v must share one dtype: got {q.dtype}, {k.dtype}, "
-                        f"{v.dtype}")
-    if not q.dtype.is_floating_point:
-        raise TypeError(f"{who}: expected floating-point q, k, v, got {q.dtype}")
-    if scale is None:
-        return 1.0 / math.sqrt(q.shape[-1])
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ValueError(f"{who}: scale must be a finite number or None, got {scale!r}")
-    return float(scale)
 
 
 def flash_attention_reference(
@@ -99,7 +70,7 @@ def flash_attention_reference(
     With ``is_causal``, key blocks that start after a query block's last row are skipped
     entirely; only the blocks crossing the diagonal need an element-wise mask.
     """
-    scale = _check_common(q, k, v, scale, who="flash_attention_reference")
+    scale = check_flash_inputs(q, k, v, scale, who="flash_attention_reference")
     if isinstance(block_size, int):
         block_size = (block_size, block_size)
     bq, bk = (int(b) for b in block_size)
@@ -142,11 +113,9 @@ def flash_attention_reference(
 
 def _load_kernels():
     """Import the Triton kernels, turning on the interpreter first when there is no GPU."""
-    if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
-        import sys
+    from ..env import choose_triton_mode
 
-        if "triton" not in sys.modules:
-            os.environ["TRITON_INTERPRET"] = "1"
+    choose_triton_mode()
     try:
         kernels = importlib.import_module("course_lib.flash.kernels")
     except ImportError as err:
@@ -256,7 +225,7 @@ _DTYPES_CUDA = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _check_kernel_inputs(q, k, v, scale) -> float:
-    scale = _check_common(q, k, v, scale, who="flash_attention")
+    scale = check_flash_inputs(q, k, v, scale, who="flash_attention")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"flash_attention: expected q, k, v of shape [B, H, N, d] (4 "
                          f"dimensions), got q {tuple(q.shape)}, k {tuple(k.shape)}, v "

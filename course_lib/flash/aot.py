@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 import time
 
@@ -36,7 +35,9 @@ _KERNEL = {"fwd": "_fwd_kernel", "dkdv": "_bwd_dkdv_kernel", "dq": "_bwd_dq_kern
 
 
 def _kernels():
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    from ..env import triton_interpreter_on
+
+    if triton_interpreter_on():
         raise RuntimeError("course_lib.flash.aot compiles for a GPU: run it without "
                            "TRITON_INTERPRET (e.g. `env -u TRITON_INTERPRET python -m "
                            "course_lib.flash.aot`)")

@@ -15,12 +15,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import platform
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from ..timing import best_time
 
 RESULTS_GLOB = "flash_attention_*.json"
 
@@ -73,24 +74,8 @@ def make_impl(name: str) -> Callable:
 
 
 def _time_ms(fn: Callable[[], object], device: str, repeats: int, warmup: int) -> float:
-    """Median wall time of ``fn()`` in milliseconds (CUDA events on a GPU)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - t0))
-    times.sort()
-    return times[len(times) // 2]
+    """Median time of ``fn()`` in milliseconds (CUDA events on a GPU): :func:`best_time`."""
+    return 1e3 * best_time(fn, repeats, warmup=warmup, statistic="median", device=device)
 
 
 def bench_one(impl: str, B: int, H: int, N: int, d: int, dtype: torch.dtype, is_causal: bool,
