@@ -8,7 +8,7 @@ at the end. Each sentence comes with its *twin*, the same sentence with a decidi
 of the other kind, whose referent is the other noun.
 
 The model (:class:`CorefAttention`) is attention only: token + position embeddings, then
-``n_layers`` single-head attention layers. The last layer's attention row of the pronoun
+``num_layers`` single-head attention layers. The last layer's attention row of the pronoun
 is read as a pointer (Vinyals et al., 2015, "Pointer Networks"): training maximises the
 weight that "it" puts on its antecedent. Why two layers: in the first layer the pronoun's
 query is built from the embedding of "it" and its position only, so the *ratio* of its
@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._deprecated import renamed_attributes, renamed_kwargs
 from .attention import padding_mask, scaled_dot_product_attention
 from .timing import single_thread
 
@@ -208,8 +209,9 @@ def make_dataset(test_fraction: float = 0.25, seed: int = 0,
 # --------------------------------------------------------------------------- model
 
 
+@renamed_attributes({"n_layers": "num_layers", "q": "W_Q", "k": "W_K", "v": "W_V", "o": "W_O"})
 class CorefAttention(nn.Module):
-    r"""Token + position embeddings, then ``n_layers`` single-head attention layers.
+    r"""Token + position embeddings, then ``num_layers`` single-head attention layers.
 
     Layer :math:`\ell` (residual, no MLP):
 
@@ -220,20 +222,23 @@ class CorefAttention(nn.Module):
     The last layer's weights are the pointer; its values are never used by the loss.
     """
 
+    @renamed_kwargs({"n_layers": "num_layers"})
     def __init__(self, vocab_size: int, max_len: int = 16, d_model: int = 32,
-                 n_layers: int = 2):
+                 num_layers: int = 2):
         super().__init__()
-        if n_layers < 1:
-            raise ValueError(f"n_layers must be at least 1, got {n_layers}")
-        self.d_model, self.n_layers = d_model, n_layers
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+        self.d_model, self.num_layers = d_model, num_layers
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
-        self.q = nn.ModuleList(nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers))
-        self.k = nn.ModuleList(nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers))
-        self.v = nn.ModuleList(nn.Linear(d_model, d_model, bias=False)
-                               for _ in range(n_layers - 1))
-        self.o = nn.ModuleList(nn.Linear(d_model, d_model, bias=False)
-                               for _ in range(n_layers - 1))
+        self.W_Q = nn.ModuleList(nn.Linear(d_model, d_model, bias=False)
+                                 for _ in range(num_layers))
+        self.W_K = nn.ModuleList(nn.Linear(d_model, d_model, bias=False)
+                                 for _ in range(num_layers))
+        self.W_V = nn.ModuleList(nn.Linear(d_model, d_model, bias=False)
+                                 for _ in range(num_layers - 1))
+        self.W_O = nn.ModuleList(nn.Linear(d_model, d_model, bias=False)
+                                 for _ in range(num_layers - 1))
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, *,
                 is_causal: bool = False, scale: float | None = None) -> list[torch.Tensor]:
@@ -244,13 +249,13 @@ class CorefAttention(nn.Module):
                              f"{self.pos.num_embeddings}")
         x = self.tok(tokens) + self.pos(torch.arange(n, device=tokens.device))  # (S, L, d)
         maps = []
-        for layer in range(self.n_layers):
-            q, k = self.q[layer](x), self.k[layer](x)  # (S, L, d) each
-            if layer < self.n_layers - 1:
-                v = self.v[layer](x)  # (S, L, d)
+        for layer in range(self.num_layers):
+            q, k = self.W_Q[layer](x), self.W_K[layer](x)  # (S, L, D) each
+            if layer < self.num_layers - 1:
+                v = self.W_V[layer](x)  # (S, L, D)
                 out, w = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal,
                                                       scale=scale)  # (S, L, d), (S, L, L)
-                x = x + self.o[layer](out)  # (S, L, d)
+                x = x + self.W_O[layer](out)  # (S, L, D)
             else:
                 _, w = scaled_dot_product_attention(q, k, k, mask, is_causal=is_causal,
                                                     scale=scale)  # (S, L, L)
@@ -312,11 +317,12 @@ def _train_loop(model, data, opt, steps, log_every, callback, history) -> None:
                 callback(step, loss.item(), acc)
 
 
-def make_model(vocab: Vocab, n_layers: int = 2, d_model: int = 32, seed: int = 0,
+@renamed_kwargs({"n_layers": "num_layers"})
+def make_model(vocab: Vocab, num_layers: int = 2, d_model: int = 32, seed: int = 0,
                max_len: int = 16) -> CorefAttention:
     """A freshly initialised :class:`CorefAttention` (seeded)."""
     torch.manual_seed(seed)
-    return CorefAttention(len(vocab), max_len=max_len, d_model=d_model, n_layers=n_layers)
+    return CorefAttention(len(vocab), max_len=max_len, d_model=d_model, num_layers=num_layers)
 
 
 def one_layer_ratio_is_blind(model: CorefAttention, data: CorefData) -> float:

@@ -118,10 +118,10 @@ def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, tor
 
 @renamed_kwargs({"n_tokens": "seq_len", "n_layers": "num_layers"})
 def dependency_graph(kind: str, seq_len: int, num_layers: int = 1) -> list[list[int]]:
-    r"""Which computations wait for which, for ``n_layers`` layers over ``n_tokens`` tokens.
+    r"""Which computations wait for which, for ``num_layers`` layers over ``seq_len`` tokens.
 
     Node :math:`(l, t)` is the output of layer :math:`l` at position :math:`t`, numbered
-    ``l * n_tokens + t`` (a topological order). The inputs are available from the start and
+    ``l * seq_len + t`` (a topological order). The inputs are available from the start and
     are not nodes. Returns ``parents``: ``parents[i]`` lists the nodes node ``i`` waits for.
 
     * ``"rnn"``: :math:`h^{(l)}_t` needs :math:`h^{(l)}_{t-1}` (same layer, previous step) and

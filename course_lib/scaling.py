@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ._deprecated import renamed_attributes, renamed_kwargs, warn_once
 from .timing import single_thread
+from .validation import shape_of
 
 __all__ = [
     "RetrievalTask",
@@ -50,10 +52,6 @@ __all__ = [
     "train_retrieval",
     "variance_sweep",
 ]
-
-
-def _shape(x) -> tuple:
-    return tuple(int(s) for s in x.shape)
 
 
 # --------------------------------------------------------------------------- sampling
@@ -181,7 +179,7 @@ def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
     """
     p = torch.as_tensor(p)
     if p.ndim < 1:
-        raise ValueError(f"expected weights p of shape [..., n], got {_shape(p)}")
+        raise ValueError(f"expected weights p of shape [..., n], got {shape_of(p)}")
     return torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., n, n)
 
 
@@ -246,49 +244,54 @@ def saturation_sweep(d_ks: Sequence[int], *, scaled: bool, n_keys: int = 64,
 # --------------------------------------------------------------------------- multi-head
 
 
-def multihead_scores(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, num_heads: int,
-                     *, scale_by: str = "d_head") -> torch.Tensor:
+@renamed_kwargs({"w_q": "W_Q", "w_k": "W_K"})
+def multihead_scores(x: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, num_heads: int,
+                     *, scale_by: str = "head_dim") -> torch.Tensor:
     r"""Per-head attention scores ``[B, H, N, N]`` from inputs ``x [B, N, d_model]``.
 
     .. math::
 
-        Q = X W^Q,\; K = X W^K \in \mathbb{R}^{N \times d_\text{model}}, \qquad
-        S_h = \frac{Q_h K_h^\top}{\sqrt{d_\text{head}}}, \quad
-        d_\text{head} = d_\text{model} / H,
+        Q = X W_Q,\; K = X W_K \in \mathbb{R}^{N \times d_\text{model}}, \qquad
+        S_h = \frac{Q_h K_h^\top}{\sqrt{d_h}}, \quad
+        d_h = d_\text{model} / H,
 
-    where :math:`Q_h` are the :math:`d_\text{head}` columns of head :math:`h`. Each head's
-    dot product sums :math:`d_\text{head}` terms, so :math:`\sqrt{d_\text{head}}` is the
-    right divisor. ``scale_by="d_model"`` reproduces the classic bug of dividing by
+    where :math:`Q_h` are the :math:`d_h` columns of head :math:`h`. Each head's
+    dot product sums :math:`d_h` terms, so :math:`\sqrt{d_h}` (``scale_by="head_dim"``) is
+    the right divisor. ``scale_by="d_model"`` reproduces the classic bug of dividing by
     :math:`\sqrt{d_\text{model}}`, which shrinks every score by :math:`\sqrt{H}`.
     """
     if x.ndim != 3:
-        raise ValueError(f"expected x of shape [B, N, d_model], got {_shape(x)}")
-    b, n, d_model = x.shape
-    if w_q.shape != (d_model, d_model) or w_k.shape != (d_model, d_model):
-        raise ValueError(f"expected w_q and w_k of shape [d_model, d_model] = "
-                         f"{(d_model, d_model)}, got {_shape(w_q)} and {_shape(w_k)}")
+        raise ValueError(f"expected x of shape [B, N, d_model], got {shape_of(x)}")
+    batch_size, seq_len, d_model = x.shape
+    if W_Q.shape != (d_model, d_model) or W_K.shape != (d_model, d_model):
+        raise ValueError(f"expected W_Q and W_K of shape [d_model, d_model] = "
+                         f"{(d_model, d_model)}, got {shape_of(W_Q)} and {shape_of(W_K)}")
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-    d_head = d_model // num_heads
-    divisor = {"d_head": d_head, "d_model": d_model}.get(scale_by)
+    head_dim = d_model // num_heads
+    if scale_by == "d_head":  # retired spelling of "head_dim"
+        warn_once('multihead_scores(scale_by="d_head")', 'scale_by="head_dim"')
+        scale_by = "head_dim"
+    divisor = {"head_dim": head_dim, "d_model": d_model}.get(scale_by)
     if divisor is None:
-        raise ValueError(f"scale_by must be 'd_head' or 'd_model', got {scale_by!r}")
-    q = (x @ w_q).view(b, n, num_heads, d_head).transpose(1, 2)  # (B, H, N, d_head)
-    k = (x @ w_k).view(b, n, num_heads, d_head).transpose(1, 2)  # (B, H, N, d_head)
+        raise ValueError(f"scale_by must be 'head_dim' or 'd_model', got {scale_by!r}")
+    q = (x @ W_Q).view(batch_size, seq_len, num_heads, head_dim).transpose(1, 2)  # (B, H, N, d_h)
+    k = (x @ W_K).view(batch_size, seq_len, num_heads, head_dim).transpose(1, 2)  # (B, H, N, d_h)
     return q @ k.transpose(-2, -1) / math.sqrt(divisor)  # (B, H, N, N)
 
 
 # --------------------------------------------------------------------------- training
 
 
+@renamed_attributes({"w_q": "W_Q", "w_k": "W_K"})
 @dataclass
 class TrainResult:
     """Loss curve and final parameters of :func:`train_retrieval`."""
 
     losses: np.ndarray  # (steps,)
     scale: float
-    w_q: torch.Tensor = field(repr=False)
-    w_k: torch.Tensor = field(repr=False)
+    W_Q: torch.Tensor = field(repr=False)
+    W_K: torch.Tensor = field(repr=False)
     grad_norms: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
 
     def final_loss(self, last: int = 30) -> float:
@@ -299,25 +302,26 @@ class TrainResult:
 class RetrievalTask:
     r"""A key–value lookup that only attention can solve, with fixed random embeddings.
 
-    Each example has ``n_keys`` distinct tokens (from a vocabulary of ``vocab``) with a
+    Each example has ``n_keys`` distinct tokens (from a vocabulary of ``vocab_size``) with a
     random value token each; the query is one of the ``n_keys`` tokens, and the target is
     its value vector. A model that attends to the key equal to the query scores 0.
     """
 
-    def __init__(self, *, d_model: int = 64, n_keys: int = 8, vocab: int = 32,
+    @renamed_kwargs({"vocab": "vocab_size"})
+    def __init__(self, *, d_model: int = 64, n_keys: int = 8, vocab_size: int = 32,
                  d_v: int = 16, seed: int = 0):
         g = torch.Generator().manual_seed(seed)
-        self.n_keys, self.vocab = n_keys, vocab
-        self.embed = torch.randn(vocab, d_model, generator=g)  # (V, d_model) unit variance
-        self.values = torch.randn(vocab, d_v, generator=g) / 4.0  # (V, d_v)
+        self.n_keys, self.vocab_size = n_keys, vocab_size
+        self.embed = torch.randn(vocab_size, d_model, generator=g)  # (V, d_model) unit variance
+        self.values = torch.randn(vocab_size, d_v, generator=g) / 4.0  # (V, d_v)
 
     def batch(self, batch_size: int, generator: torch.Generator):
         """``(x_q [B, d_model], x_k [B, n_keys, d_model], v [B, n_keys, d_v], target [B, d_v])``."""
-        tok = torch.argsort(torch.rand(batch_size, self.vocab, generator=generator),
+        tok = torch.argsort(torch.rand(batch_size, self.vocab_size, generator=generator),
                             dim=-1)[:, : self.n_keys]  # (B, Nk) distinct tokens per row
         rows = torch.arange(batch_size)  # (B,)
         j = torch.randint(self.n_keys, (batch_size,), generator=generator)  # (B,)
-        val = torch.randint(self.vocab, (batch_size, self.n_keys), generator=generator)  # (B, Nk)
+        val = torch.randint(self.vocab_size, (batch_size, self.n_keys), generator=generator)  # (B, Nk)
         x_q = self.embed[tok[rows, j]]  # (B, d_model)
         x_k = self.embed[tok]  # (B, Nk, d_model)
         v = self.values[val]  # (B, Nk, d_v)
@@ -325,21 +329,21 @@ class RetrievalTask:
         return x_q, x_k, v, target
 
 
-def retrieval_loss(task_batch, w_q: torch.Tensor, w_k: torch.Tensor,
+def retrieval_loss(task_batch, W_Q: torch.Tensor, W_K: torch.Tensor,
                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Mean squared error of one attention read-out, and the weights ``[B, Nk]``.
 
     .. math::
 
-        w = \mathrm{softmax}\big(c\,(x_q W^Q)(X_k W^K)^\top\big), \quad
+        w = \mathrm{softmax}\big(c\,(x_q W_Q)(X_k W_K)^\top\big), \quad
         o = \sum_j w_j v_j, \quad L = \lVert o - v^\ast \rVert^2 .
 
     The loss sits *behind* the softmax (as in a transformer, where the weighted values
     flow on), so its gradient with respect to the scores is :math:`J^\top \partial L/\partial w`.
     """
     x_q, x_k, v, target = task_batch
-    q = x_q @ w_q  # (B, d_k)
-    k = x_k @ w_k  # (B, Nk, d_k)
+    q = x_q @ W_Q  # (B, d_k)
+    k = x_k @ W_K  # (B, Nk, d_k)
     scores = (k @ q[:, :, None]).squeeze(-1) * scale  # (B, Nk)
     w = scores.softmax(-1)  # (B, Nk)
     out = (w[:, :, None] * v).sum(1)  # (B, d_v)
@@ -349,9 +353,9 @@ def retrieval_loss(task_batch, w_q: torch.Tensor, w_k: torch.Tensor,
 def _init_retrieval(d_k: int, d_model: int, seed: int):
     task = RetrievalTask(d_model=d_model, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
-    w_q = (torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model)).requires_grad_()  # (d_model, d_k)
-    w_k = (torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model)).requires_grad_()  # (d_model, d_k)
-    return task, w_q, w_k
+    W_Q = (torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model)).requires_grad_()  # (d_model, d_k)
+    W_K = (torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model)).requires_grad_()  # (d_model, d_k)
+    return task, W_Q, W_K
 
 
 def score_gradients_at_init(scale: float | None = None, *, d_k: int = 256, d_model: int = 64,
@@ -363,10 +367,10 @@ def score_gradients_at_init(scale: float | None = None, *, d_k: int = 256, d_mod
     whenever the example's softmax is saturated (:math:`\max_j w_j \to 1`).
     """
     scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
-    task, w_q, w_k = _init_retrieval(d_k, d_model, seed)
+    task, W_Q, W_K = _init_retrieval(d_k, d_model, seed)
     x_q, x_k, v, target = task.batch(batch_size, torch.Generator().manual_seed(seed + 3))
-    q = x_q @ w_q.detach()  # (B, d_k)
-    k = x_k @ w_k.detach()  # (B, Nk, d_k)
+    q = x_q @ W_Q.detach()  # (B, d_k)
+    k = x_k @ W_K.detach()  # (B, Nk, d_k)
     scores = ((k @ q[:, :, None]).squeeze(-1) * scale).requires_grad_()  # (B, Nk)
     w = scores.softmax(-1)  # (B, Nk)
     out = (w[:, :, None] * v).sum(1)  # (B, d_v)
@@ -402,7 +406,7 @@ def adam_update(param: torch.Tensor, grad: torch.Tensor, m: torch.Tensor, v: tor
 def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int = 64,
                     steps: int = 150, batch_size: int = 64, lr: float = 1e-2,
                     optimizer: str = "adam", seed: int = 0) -> TrainResult:
-    r"""Train :math:`W^Q, W^K` on :class:`RetrievalTask` with a given score scale.
+    r"""Train :math:`W_Q, W_K` on :class:`RetrievalTask` with a given score scale.
 
     ``scale=None`` means :math:`1/\sqrt{d_k}`; ``scale=1.0`` is "no scaling". Weights
     start as :math:`\mathcal{N}(0, 1/d_\text{model})`, so with unit-variance embeddings
@@ -415,14 +419,14 @@ def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int 
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
     scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
-    task, w_q, w_k = _init_retrieval(d_k, d_model, seed)
-    params = [w_q, w_k]
+    task, W_Q, W_K = _init_retrieval(d_k, d_model, seed)
+    params = [W_Q, W_K]
     moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]  # Adam's m, v
     data_g = torch.Generator().manual_seed(seed + 2)
     losses, grad_norms = [], []
     with single_thread():  # tiny matrices: one thread is faster than several competing
         for step in range(1, steps + 1):
-            loss, _ = retrieval_loss(task.batch(batch_size, data_g), w_q, w_k, scale)
+            loss, _ = retrieval_loss(task.batch(batch_size, data_g), W_Q, W_K, scale)
             grads = torch.autograd.grad(loss, params)  # (d_model, d_k) each
             grad_norms.append(float(torch.sqrt(sum((g ** 2).sum() for g in grads))))
             for p, g, (m, v) in zip(params, grads, moments):
@@ -432,16 +436,16 @@ def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int 
                     with torch.no_grad():
                         p.add_(g, alpha=-lr)  # (d_model, d_k)
             losses.append(loss.item())
-    return TrainResult(np.asarray(losses), scale, w_q.detach(), w_k.detach(),
+    return TrainResult(np.asarray(losses), scale, W_Q.detach(), W_K.detach(),
                        np.asarray(grad_norms))
 
 
 def evaluate_retrieval(result: TrainResult, scale: float | None = None, *, seed: int = 0,
                        batch_size: int = 512, eval_seed: int = 12345) -> float:
     """Loss of trained weights on a fresh batch, optionally with a different ``scale``."""
-    task = RetrievalTask(d_model=result.w_q.shape[0], seed=seed)
+    task = RetrievalTask(d_model=result.W_Q.shape[0], seed=seed)
     g = torch.Generator().manual_seed(eval_seed)
     with torch.no_grad():
-        loss, _ = retrieval_loss(task.batch(batch_size, g), result.w_q, result.w_k,
+        loss, _ = retrieval_loss(task.batch(batch_size, g), result.W_Q, result.W_K,
                                  result.scale if scale is None else float(scale))
     return float(loss)

@@ -51,15 +51,15 @@ def test_the_visible_check_names_off_by_one_mistakes():
         first = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0
         return torch.cat([first[:, None], H], dim=1)
 
-    with pytest.raises(CheckFailed, match=r"T \+ 1 states, starting with h0"):
+    with pytest.raises(CheckFailed, match=r"N \+ 1 states, starting with h0"):
         check("01.1", rnn_forward)
 
-    def jacobian_norms_through_time(x, W_xh, W_hh, b_h):  # differentiates h_{T-1}
+    def jacobian_norms_through_time(x, W_xh, W_hh, b_h):  # differentiates h_{N-1}
         J = torch.autograd.functional.jacobian(
             lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -2], x)
         return J.pow(2).sum(dim=(0, 2)).sqrt()
 
-    with pytest.raises(CheckFailed, match=r"differentiated h_\{T-1\}"):
+    with pytest.raises(CheckFailed, match=r"differentiated h_\{N-1\}"):
         check("01.3", jacobian_norms_through_time)
 
 
@@ -81,14 +81,14 @@ def test_the_cheap_01_3_twins_equal_their_definitions():
     from course_lib.checks import ch01
 
     g = torch.Generator().manual_seed(0)
-    T, d_in, d_h = 7, 3, 4
+    seq_len, d_in, d_hidden = 7, 3, 4
     x, W_xh, b = (torch.randn(*s, generator=g, dtype=torch.float64) for s in
-                  ((T, d_in), (d_h, d_in), (d_h,)))
-    W_hh = torch.randn(d_h, d_h, generator=g, dtype=torch.float64) / 2
+                  ((seq_len, d_in), (d_hidden, d_in), (d_hidden,)))
+    W_hh = torch.randn(d_hidden, d_hidden, generator=g, dtype=torch.float64) / 2
     J = torch.autograd.functional.jacobian(
-        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b)[0], x)  # (T, d_h, T, d_in)
-    t = torch.arange(T)
+        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b)[0], x)  # (N, d_hidden, N, d_in)
+    t = torch.arange(seq_len)
     torch.testing.assert_close(ch01._local_jacobian(x, W_xh, W_hh, b),
                                J[t, :, t].pow(2).sum(dim=(1, 2)).sqrt())  # dh_t/dx_t
     torch.testing.assert_close(ch01._previous_state(x, W_xh, W_hh, b),
-                               J[-2].pow(2).sum(dim=(0, 2)).sqrt())  # dh_{T-1}/dx_t
+                               J[-2].pow(2).sum(dim=(0, 2)).sqrt())  # dh_{N-1}/dx_t

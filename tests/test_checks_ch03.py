@@ -37,9 +37,9 @@ def test_references_agree_with_course_lib():
 
 def test_multihead_reference_matches_course_lib_projection():
     x = torch.randn(2, 5, 12, dtype=torch.float64)
-    w_q, w_k = torch.randn(12, 12, dtype=torch.float64), torch.randn(12, 12, dtype=torch.float64)
-    torch.testing.assert_close(get_exercise("03.5").reference(x @ w_q, x @ w_k, 3),
-                               scaling.multihead_scores(x, w_q, w_k, 3))
+    W_Q, W_K = torch.randn(12, 12, dtype=torch.float64), torch.randn(12, 12, dtype=torch.float64)
+    torch.testing.assert_close(get_exercise("03.5").reference(x @ W_Q, x @ W_K, 3),
+                               scaling.multihead_scores(x, W_Q, W_K, 3))
 
 
 def test_naive_softmax_gets_the_overflow_explanation():

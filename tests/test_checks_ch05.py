@@ -53,14 +53,14 @@ def test_05_4_reference_preserves_multi_head_scores():
     from course_lib.positional import apply_rope
 
     g = torch.Generator().manual_seed(1)
-    H, d_head, d_model, n = 3, 8, 10, 7
+    H, head_dim, d_model, n = 3, 8, 10, 7
     x = torch.randn(n, d_model, dtype=torch.float64, generator=g)
-    wq = torch.randn(d_model, H * d_head, dtype=torch.float64, generator=g)
-    wk = torch.randn(d_model, H * d_head, dtype=torch.float64, generator=g)
+    wq = torch.randn(d_model, H * head_dim, dtype=torch.float64, generator=g)
+    wk = torch.randn(d_model, H * head_dim, dtype=torch.float64, generator=g)
 
     def scores(wq, wk, interleaved):
-        q = (x @ wq).reshape(n, H, d_head).transpose(0, 1)  # (H, N, d)
-        k = (x @ wk).reshape(n, H, d_head).transpose(0, 1)  # (H, N, d)
+        q = (x @ wq).reshape(n, H, head_dim).transpose(0, 1)  # (H, N, d)
+        k = (x @ wk).reshape(n, H, head_dim).transpose(0, 1)  # (H, N, d)
         return apply_rope(q, interleaved=interleaved) @ apply_rope(k, interleaved=interleaved).mT
 
     want = scores(wq, wk, True)

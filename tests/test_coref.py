@@ -69,7 +69,7 @@ def test_vocab_round_trip_and_unknown_words(data):
 
 def test_model_shapes_and_mask(data):
     train, _ = data
-    model = coref.make_model(train.vocab, n_layers=2, d_model=8)
+    model = coref.make_model(train.vocab, num_layers=2, d_model=8)
     maps = model(train.tokens[:4], train.mask[:4])
     assert len(maps) == 2 and maps[0].shape == (4, train.tokens.shape[1], train.tokens.shape[1])
     # padded keys get no weight; causal maps have none above the diagonal
@@ -77,16 +77,16 @@ def test_model_shapes_and_mask(data):
     assert (maps[1][pad] == 0).all()
     causal = model(train.tokens[:4], train.mask[:4], is_causal=True)[0]
     assert torch.triu(causal, diagonal=1).abs().max() == 0
-    with pytest.raises(ValueError, match="n_layers"):
-        coref.CorefAttention(10, n_layers=0)
+    with pytest.raises(ValueError, match="num_layers"):
+        coref.CorefAttention(10, num_layers=0)
 
 
 def test_one_layer_is_blind_to_the_deciding_word(data):
     train, test = data
-    for n_layers in (1, 2):
-        model = coref.make_model(train.vocab, n_layers=n_layers, seed=3)
+    for num_layers in (1, 2):
+        model = coref.make_model(train.vocab, num_layers=num_layers, seed=3)
         assert coref.one_layer_ratio_is_blind(model, test) < 1e-4
-    model = coref.make_model(train.vocab, n_layers=1)
+    model = coref.make_model(train.vocab, num_layers=1)
     history = coref.train(model, train, steps=15)
     # twins point the same way, so one of each twin pair is wrong; the loss cannot beat log 2
     assert abs(coref.pointer_accuracy(model, test) - 0.5) < 0.1
@@ -96,7 +96,7 @@ def test_one_layer_is_blind_to_the_deciding_word(data):
 
 def test_two_layers_learn_the_antecedent(data):
     train, test = data
-    model = coref.make_model(train.vocab, n_layers=2)
+    model = coref.make_model(train.vocab, num_layers=2)
     before = coref.pointer_accuracy(model, test)
     seen = []
     history = coref.train(model, train, steps=40, log_every=10,

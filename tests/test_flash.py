@@ -320,13 +320,13 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
 
 
 @pytest.mark.parametrize("shapes,match", [
-    (((2, 8, 16), (2, 8, 16), (2, 8, 16)), r"\[B, H, N, d\]"),
+    (((2, 8, 16), (2, 8, 16), (2, 8, 16)), r"\[B, H, N, d_h\]"),
     (((1, 1, 8, 16), (1, 1, 8, 32), (1, 1, 8, 16)), "share the last dimension"),
     (((1, 1, 8, 16), (1, 1, 9, 16), (1, 1, 8, 16)), "same number of keys"),
     (((1, 2, 8, 16), (1, 1, 8, 16), (1, 1, 8, 16)), "same batch dimensions"),
     (((1, 1, 8, 16), (1, 1, 8, 16), (1, 1, 8, 32)), "same head dimension"),
-    (((1, 1, 8, 8), (1, 1, 8, 8), (1, 1, 8, 8)), "d = 8 is not supported"),
-    (((1, 1, 8, 256), (1, 1, 8, 256), (1, 1, 8, 256)), "d = 256 is not supported"),
+    (((1, 1, 8, 8), (1, 1, 8, 8), (1, 1, 8, 8)), "d_h = 8 is not supported"),
+    (((1, 1, 8, 256), (1, 1, 8, 256), (1, 1, 8, 256)), "d_h = 256 is not supported"),
     (((1, 1, 0, 16), (1, 1, 8, 16), (1, 1, 8, 16)), "no queries"),
     (((1, 1, 8, 16), (1, 1, 0, 16), (1, 1, 0, 16)), "no keys"),
 ])
@@ -334,8 +334,8 @@ def test_kernel_shape_errors(shapes, match):
     q, k, v = (torch.randn(s) for s in shapes)
     with pytest.raises(ValueError, match=match) as info:
         flash_attention(q, k, v)
-    if "d = " in match or "B, H" in match:
-        assert str(tuple(q.shape)) in str(info.value) or "d =" in str(info.value)
+    if "d_h = " in match or "B, H" in match:
+        assert str(tuple(q.shape)) in str(info.value) or "d_h =" in str(info.value)
 
 
 def test_kernel_dtype_device_scale_errors():

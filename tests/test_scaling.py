@@ -126,15 +126,15 @@ def test_saturation_unscaled_collapses_scaled_does_not():
 def test_multihead_scores_equal_per_head_computation_and_bug_factor():
     b, n, d_model, h = 2, 5, 24, 4
     x = torch.randn(b, n, d_model, dtype=torch.float64, generator=gen(7))
-    w_q = torch.randn(d_model, d_model, dtype=torch.float64, generator=gen(8))
-    w_k = torch.randn(d_model, d_model, dtype=torch.float64, generator=gen(9))
-    good = scaling.multihead_scores(x, w_q, w_k, h)
-    bad = scaling.multihead_scores(x, w_q, w_k, h, scale_by="d_model")
+    W_Q = torch.randn(d_model, d_model, dtype=torch.float64, generator=gen(8))
+    W_K = torch.randn(d_model, d_model, dtype=torch.float64, generator=gen(9))
+    good = scaling.multihead_scores(x, W_Q, W_K, h)
+    bad = scaling.multihead_scores(x, W_Q, W_K, h, scale_by="d_model")
     assert good.shape == (b, h, n, n)
-    d_head = d_model // h
+    head_dim = d_model // h
     for i in range(h):
-        cols = slice(i * d_head, (i + 1) * d_head)
-        ref = (x @ w_q[:, cols]) @ (x @ w_k[:, cols]).transpose(-1, -2) / math.sqrt(d_head)
+        cols = slice(i * head_dim, (i + 1) * head_dim)
+        ref = (x @ W_Q[:, cols]) @ (x @ W_K[:, cols]).transpose(-1, -2) / math.sqrt(head_dim)
         torch.testing.assert_close(good[:, i], ref)
     torch.testing.assert_close(bad * math.sqrt(h), good)
 
@@ -194,12 +194,12 @@ def test_adam_update_is_torch_adam_step_for_step():
 
 def test_train_retrieval_sgd_is_plain_gradient_descent():
     one = scaling.train_retrieval(steps=1, d_k=8, optimizer="sgd", lr=0.1, seed=4)
-    task, w_q, w_k = scaling._init_retrieval(8, 64, 4)
-    loss, _ = scaling.retrieval_loss(task.batch(64, torch.Generator().manual_seed(6)), w_q, w_k,
+    task, W_Q, W_K = scaling._init_retrieval(8, 64, 4)
+    loss, _ = scaling.retrieval_loss(task.batch(64, torch.Generator().manual_seed(6)), W_Q, W_K,
                                      1 / math.sqrt(8))
-    g_q, g_k = torch.autograd.grad(loss, [w_q, w_k])
-    torch.testing.assert_close(one.w_q, (w_q - 0.1 * g_q).detach())
-    torch.testing.assert_close(one.w_k, (w_k - 0.1 * g_k).detach())
+    g_q, g_k = torch.autograd.grad(loss, [W_Q, W_K])
+    torch.testing.assert_close(one.W_Q, (W_Q - 0.1 * g_q).detach())
+    torch.testing.assert_close(one.W_K, (W_K - 0.1 * g_k).detach())
     assert one.losses[0] == pytest.approx(loss.item())
 
 

@@ -2,7 +2,7 @@
 
 * 01.1 ``rnn_forward``: the recurrence, step by step (3 points);
 * 01.2 ``scale_to_spectral_radius``: eigenvalues, not singular values (1 point);
-* 01.3 ``jacobian_norms_through_time``: how much ``h_T`` still feels ``x_t`` (3 points);
+* 01.3 ``jacobian_norms_through_time``: how much ``h_N`` still feels ``x_t`` (3 points);
 * 01.4 ``critical_path``: sequential depth versus total work (2 points).
 """
 
@@ -19,13 +19,13 @@ def _t(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
 
 
-def _rnn_args(rng: np.random.Generator, B: int, T: int, d_in: int, d_h: int, *,
+def _rnn_args(rng: np.random.Generator, batch_size: int, seq_len: int, d_in: int, d_hidden: int, *,
               h0: bool = False, gain: float = 0.8) -> tuple:
-    x = _t(rng.normal(size=(B, T, d_in)))  # (B, T, d_in)
-    W_xh = _t(rng.normal(size=(d_h, d_in)) / np.sqrt(d_in))  # (d_h, d_in)
-    W_hh = _t(rng.normal(size=(d_h, d_h)) * gain / np.sqrt(d_h))  # (d_h, d_h) not symmetric
-    b_h = _t(rng.normal(size=(d_h,)) * 0.5)  # (d_h,)
-    return (x, W_xh, W_hh, b_h) + ((_t(rng.normal(size=(B, d_h))),) if h0 else ())
+    x = _t(rng.normal(size=(batch_size, seq_len, d_in)))  # (B, N, d_in)
+    W_xh = _t(rng.normal(size=(d_hidden, d_in)) / np.sqrt(d_in))  # (d_hidden, d_in)
+    W_hh = _t(rng.normal(size=(d_hidden, d_hidden)) * gain / np.sqrt(d_hidden))  # (d_hidden, d_hidden) not symmetric
+    b_h = _t(rng.normal(size=(d_hidden,)) * 0.5)  # (d_hidden,)
+    return (x, W_xh, W_hh, b_h) + ((_t(rng.normal(size=(batch_size, d_hidden))),) if h0 else ())
 
 
 # --------------------------------------------------------------------------- 01.1 rnn_forward
@@ -34,14 +34,14 @@ def _rnn_args(rng: np.random.Generator, B: int, T: int, d_in: int, d_h: int, *,
 def _rnn_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("B=2, T=5, d_in=3, d_h=4, h0=None", _rnn_args(rng, 2, 5, 3, 4)),
-            Case("B=3, T=4, d_in=2, d_h=5, with an initial state h0",
+            Case("B=2, N=5, d_in=3, d_hidden=4, h0=None", _rnn_args(rng, 2, 5, 3, 4)),
+            Case("B=3, N=4, d_in=2, d_hidden=5, with an initial state h0",
                  _rnn_args(rng, 3, 4, 2, 5, h0=True)),
         ]
     return [
-        Case("a single step, T=1", _rnn_args(rng, 2, 1, 3, 4, h0=True)),
-        Case("B=1, T=40, d_in=6, d_h=8", _rnn_args(rng, 1, 40, 6, 8)),
-        Case("B=4, T=12, d_in=7, d_h=3, with h0", _rnn_args(rng, 4, 12, 7, 3, h0=True)),
+        Case("a single step, N=1", _rnn_args(rng, 2, 1, 3, 4, h0=True)),
+        Case("B=1, N=40, d_in=6, d_hidden=8", _rnn_args(rng, 1, 40, 6, 8)),
+        Case("B=4, N=12, d_in=7, d_hidden=3, with h0", _rnn_args(rng, 4, 12, 7, 3, h0=True)),
     ]
 
 
@@ -50,12 +50,12 @@ def _zero_h0(x, W_xh, W_hh, b_h, h0=None):
 
 
 def _no_tanh(x, W_xh, W_hh, b_h, h0=None):
-    h = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0  # (B, d_h)
+    h = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0  # (B, d_hidden)
     out = []
     for t in range(x.shape[1]):
-        h = x[:, t] @ W_xh.T + h @ W_hh.T + b_h  # (B, d_h)
+        h = x[:, t] @ W_xh.T + h @ W_hh.T + b_h  # (B, d_hidden)
         out.append(h)
-    return torch.stack(out, 1)  # (B, T, d_h)
+    return torch.stack(out, 1)  # (B, N, d_hidden)
 
 
 def _untransposed_W_hh(x, W_xh, W_hh, b_h, h0=None):
@@ -63,31 +63,31 @@ def _untransposed_W_hh(x, W_xh, W_hh, b_h, h0=None):
 
 
 def _last_state_only(x, W_xh, W_hh, b_h, h0=None):
-    return R.rnn_forward(x, W_xh, W_hh, b_h, h0)[:, -1]  # (B, d_h)
+    return R.rnn_forward(x, W_xh, W_hh, b_h, h0)[:, -1]  # (B, d_hidden)
 
 
 def _shifted_states(x, W_xh, W_hh, b_h, h0=None):
-    H = R.rnn_forward(x, W_xh, W_hh, b_h, h0)  # (B, T, d_h)
-    first = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0  # (B, d_h)
-    return torch.cat([first[:, None], H[:, :-1]], dim=1)  # (B, T, d_h): h_0 .. h_{T-1}
+    H = R.rnn_forward(x, W_xh, W_hh, b_h, h0)  # (B, N, d_hidden)
+    first = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0  # (B, d_hidden)
+    return torch.cat([first[:, None], H[:, :-1]], dim=1)  # (B, N, d_hidden): h_0 .. h_{N-1}
 
 
 def _no_recurrence(x, W_xh, W_hh, b_h, h0=None):
-    return torch.tanh(x @ W_xh.T + b_h)  # (B, T, d_h)
+    return torch.tanh(x @ W_xh.T + b_h)  # (B, N, d_hidden)
 
 
 def _no_bias(x, W_xh, W_hh, b_h, h0=None):
-    return R.rnn_forward(x, W_xh, W_hh, torch.zeros_like(b_h), h0)  # (B, T, d_h)
+    return R.rnn_forward(x, W_xh, W_hh, torch.zeros_like(b_h), h0)  # (B, N, d_hidden)
 
 
 def _h0_included(x, W_xh, W_hh, b_h, h0=None):
-    H = R.rnn_forward(x, W_xh, W_hh, b_h, h0)  # (B, T, d_h)
-    first = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0  # (B, d_h)
-    return torch.cat([first[:, None], H], dim=1)  # (B, T + 1, d_h): h_0 .. h_T
+    H = R.rnn_forward(x, W_xh, W_hh, b_h, h0)  # (B, N, d_hidden)
+    first = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0  # (B, d_hidden)
+    return torch.cat([first[:, None], H], dim=1)  # (B, N + 1, d_hidden): h_0 .. h_N
 
 
 def _skipped_first_input(x, W_xh, W_hh, b_h, h0=None):
-    return R.rnn_forward(x[:, 1:], W_xh, W_hh, b_h, h0)  # (B, T - 1, d_h): range(1, T)
+    return R.rnn_forward(x[:, 1:], W_xh, W_hh, b_h, h0)  # (B, N - 1, d_hidden): range(1, N)
 
 
 register(Exercise(
@@ -105,22 +105,22 @@ register(Exercise(
         "you forgot the tanh: h_t = tanh(x_t W_xhᵀ + h_{t-1} W_hhᵀ + b_h).": _no_tanh,
         "you multiplied h_{t-1} by W_hh instead of W_hhᵀ. With row vectors (one row per "
         "sequence) the product is h @ W_hh.T, as in torch.nn.RNN.": _untransposed_W_hh,
-        "you returned only the last hidden state h_T: return all of them, stacked along "
-        "dim 1, shape [B, T, d_h].": _last_state_only,
+        "you returned only the last hidden state h_N: return all of them, stacked along "
+        "dim 1, shape [B, N, d_hidden].": _last_state_only,
         "your states are shifted by one step: you stored h_{t-1} at position t. Append the "
         "new state after computing it, so position t holds h_t.": _shifted_states,
         "your h_t does not depend on h_{t-1}: the recurrence term h_{t-1} W_hhᵀ is missing, "
         "or h is never updated inside the loop.": _no_recurrence,
         "you left out the bias: add b_h inside the tanh at every step.": _no_bias,
-        "you returned T + 1 states, starting with h0. h0 is the state before the first "
-        "input; return h_1 .. h_T only (append each new state after computing it).":
+        "you returned N + 1 states, starting with h0. h0 is the state before the first "
+        "input; return h_1 .. h_N only (append each new state after computing it).":
             _h0_included,
-        "you returned T - 1 states and skipped the first input: loop over every t in "
-        "range(T) (x[:, 0] is x_1, the first input).": _skipped_first_input,
+        "you returned N - 1 states and skipped the first input: loop over every t in "
+        "range(N) (x[:, 0] is x_1, the first input).": _skipped_first_input,
     },
-    hint="start from h = h0 (or x.new_zeros(B, d_h) if h0 is None); for each t in "
-         "range(T), compute the new h from x[:, t] and the previous h with the formula of "
-         "the statement, keep it, and stack all T states along dim 1.",
+    hint="start from h = h0 (or x.new_zeros(B, d_hidden) if h0 is None); for each t in "
+         "range(N), compute the new h from x[:, t] and the previous h with the formula of "
+         "the statement, keep it, and stack all N states along dim 1.",
 ))
 
 
@@ -207,25 +207,25 @@ register(Exercise(
 # --------------------------------------------------------------------------- 01.3 Jacobian norms
 
 
-def _jac_args(rng: np.random.Generator, T: int, d_in: int, d_h: int, gain: float,
+def _jac_args(rng: np.random.Generator, seq_len: int, d_in: int, d_hidden: int, gain: float,
               x_scale: float = 1.0) -> tuple:
-    x = _t(rng.normal(size=(T, d_in)) * x_scale)  # (T, d_in)
-    W_xh = _t(rng.normal(size=(d_h, d_in)) / np.sqrt(d_in))  # (d_h, d_in)
-    W_hh = _t(rng.normal(size=(d_h, d_h)) * gain / np.sqrt(d_h))  # (d_h, d_h)
-    b_h = _t(rng.normal(size=(d_h,)) * 0.1)  # (d_h,)
+    x = _t(rng.normal(size=(seq_len, d_in)) * x_scale)  # (N, d_in)
+    W_xh = _t(rng.normal(size=(d_hidden, d_in)) / np.sqrt(d_in))  # (d_hidden, d_in)
+    W_hh = _t(rng.normal(size=(d_hidden, d_hidden)) * gain / np.sqrt(d_hidden))  # (d_hidden, d_hidden)
+    b_h = _t(rng.normal(size=(d_hidden,)) * 0.1)  # (d_hidden,)
     return x, W_xh, W_hh, b_h
 
 
 def _jac_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("T=6, d_in=3, d_h=4", _jac_args(rng, 6, 3, 4, 0.9)),
-            Case("T=10, d_in=2, d_h=5, small inputs", _jac_args(rng, 10, 2, 5, 1.2, 0.1)),
+            Case("N=6, d_in=3, d_hidden=4", _jac_args(rng, 6, 3, 4, 0.9)),
+            Case("N=10, d_in=2, d_hidden=5, small inputs", _jac_args(rng, 10, 2, 5, 1.2, 0.1)),
         ]
     return [
-        Case("T=1: only dh_1/dx_1", _jac_args(rng, 1, 3, 4, 1.0)),
-        Case("T=30, d_in=4, d_h=6, large gain", _jac_args(rng, 30, 4, 6, 2.0)),
-        Case("T=25, d_in=5, d_h=3, small gain", _jac_args(rng, 25, 5, 3, 0.5, 0.1)),
+        Case("N=1: only dh_1/dx_1", _jac_args(rng, 1, 3, 4, 1.0)),
+        Case("N=30, d_in=4, d_hidden=6, large gain", _jac_args(rng, 30, 4, 6, 2.0)),
+        Case("N=25, d_in=5, d_hidden=3, small gain", _jac_args(rng, 25, 5, 3, 0.5, 0.1)),
     ]
 
 
@@ -234,32 +234,32 @@ def _reversed(x, W_xh, W_hh, b_h):
 
 
 def _sum_gradient(x, W_xh, W_hh, b_h):
-    xx = x.detach().clone().requires_grad_(True)  # (T, d_in)
-    h_T = R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -1]  # (d_h,)
-    (g,) = torch.autograd.grad(h_T.sum(), xx)  # (T, d_in)
-    return g.norm(dim=1)  # (T,)
+    xx = x.detach().clone().requires_grad_(True)  # (N, d_in)
+    h_N = R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -1]  # (d_hidden,)
+    (g,) = torch.autograd.grad(h_N.sum(), xx)  # (N, d_in)
+    return g.norm(dim=1)  # (N,)
 
 
 def _spectral_norm(x, W_xh, W_hh, b_h):
     J = torch.autograd.functional.jacobian(
         lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -1], x,
-        vectorize=True)  # (d_h, T, d_in)
-    return torch.linalg.matrix_norm(J.permute(1, 0, 2), ord=2)  # (T,)
+        vectorize=True)  # (d_hidden, N, d_in)
+    return torch.linalg.matrix_norm(J.permute(1, 0, 2), ord=2)  # (N,)
 
 
 def _previous_state(x, W_xh, W_hh, b_h):
-    n = R.jacobian_norms_through_time(x[:-1], W_xh, W_hh, b_h)  # (T-1,) dh_{T-1}/dx_t
-    return torch.cat([n, n.new_zeros(1)])  # (T,): h_{T-1} does not depend on x_T
+    n = R.jacobian_norms_through_time(x[:-1], W_xh, W_hh, b_h)  # (N-1,) dh_{N-1}/dx_t
+    return torch.cat([n, n.new_zeros(1)])  # (N,): h_{N-1} does not depend on x_T
 
 
 def _squared_norm(x, W_xh, W_hh, b_h):
-    return R.jacobian_norms_through_time(x, W_xh, W_hh, b_h).pow(2)  # (T,)
+    return R.jacobian_norms_through_time(x, W_xh, W_hh, b_h).pow(2)  # (N,)
 
 
 def _local_jacobian(x, W_xh, W_hh, b_h):
-    H = R.rnn_forward(x[None], W_xh, W_hh, b_h)[0]  # (T, d_h)
+    H = R.rnn_forward(x[None], W_xh, W_hh, b_h)[0]  # (N, d_hidden)
     # dh_t/dx_t = D_t W_xh with D_t = diag(1 - h_t^2): row i is scaled by D_t[i]
-    return ((1 - H**2).pow(2) @ W_xh.pow(2).sum(dim=1)).sqrt()  # (T,)
+    return ((1 - H**2).pow(2) @ W_xh.pow(2).sum(dim=1)).sqrt()  # (N,)
 
 
 register(Exercise(
@@ -272,23 +272,23 @@ register(Exercise(
     atol=1e-10,
     rtol=1e-6,
     mistakes={
-        "your norms are in reverse order: entry t must be ‖∂h_T/∂x_t‖ for t = 1..T "
-        "(position in the sequence), not ordered by the distance T − t.": _reversed,
-        "you differentiated h_T.sum(): that is one gradient (the sum of the Jacobian's rows), "
-        "not the whole d_h × d_in Jacobian. Differentiate every component of h_T, e.g. with "
+        "your norms are in reverse order: entry t must be ‖∂h_N/∂x_t‖ for t = 1..T "
+        "(position in the sequence), not ordered by the distance N − t.": _reversed,
+        "you differentiated h_N.sum(): that is one gradient (the sum of the Jacobian's rows), "
+        "not the whole d_hidden × d_in Jacobian. Differentiate every component of h_N, e.g. with "
         "torch.autograd.functional.jacobian, and take the Frobenius norm.": _sum_gradient,
         "you took the spectral norm (largest singular value) of each Jacobian; the exercise "
         "asks for the Frobenius norm, sqrt of the sum of squared entries.": _spectral_norm,
         "you measured ∂h_t/∂x_t (each state against its own input); the question is how much "
-        "the LAST state h_T depends on each x_t.": _local_jacobian,
-        "you differentiated h_{T-1}, the state one step before the last (an off-by-one, "
+        "the LAST state h_N depends on each x_t.": _local_jacobian,
+        "you differentiated h_{N-1}, the state one step before the last (an off-by-one, "
         "e.g. H[0, -2]). The last state is H[0, -1]; only it depends on the last input "
         "x_T, so your last entry is 0.": _previous_state,
         "you returned the squared Frobenius norm: take the square root of the sum of "
         "squares.": _squared_norm,
     },
-    hint="the Jacobian of h_T (shape (d_h,)) with respect to x (shape (T, d_in)) has shape "
-         "(d_h, T, d_in); for each t, square its entries, sum over the d_h and d_in axes "
+    hint="the Jacobian of h_N (shape (d_hidden,)) with respect to x (shape (N, d_in)) has shape "
+         "(d_hidden, N, d_in); for each t, square its entries, sum over the d_hidden and d_in axes "
          "and take the square root.",
 ))
 

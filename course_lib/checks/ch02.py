@@ -55,9 +55,9 @@ def _attention_scaled_by_d_v(q, k, v):
 
 
 def _attention_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    def qkv(batch, n_q, n_k, d_k, d_v):
-        return (rng.normal(size=(*batch, n_q, d_k)), rng.normal(size=(*batch, n_k, d_k)),
-                rng.normal(size=(*batch, n_k, d_v)))
+    def qkv(batch_shape, n_q, n_k, d_k, d_v):
+        return (rng.normal(size=(*batch_shape, n_q, d_k)), rng.normal(size=(*batch_shape, n_k, d_k)),
+                rng.normal(size=(*batch_shape, n_k, d_v)))
 
     if not hidden:
         return [Case("one sequence: 4 tokens, d_k = 8, d_v = 6", qkv((), 4, 4, 8, 6)),
@@ -143,18 +143,23 @@ register(Exercise(
 # --------------------------------------------------------------------------- 02.3
 
 
-def padding_mask_reference(lengths: np.ndarray, n: int) -> np.ndarray:
-    """Boolean ``[B, n]``: True at positions ``j < lengths[b]`` (real tokens)."""
-    return np.arange(n)[None, :] < np.asarray(lengths)[:, None]  # (B, n)
+def padding_mask_reference(lengths: np.ndarray, n_k: int) -> np.ndarray:
+    """Boolean ``[B, 1, Nk]``: True at key positions ``j < lengths[b]`` (real tokens).
+
+    The same mask as ``course_lib.attention.padding_mask``: the singleton query axis lets it
+    broadcast against scores ``[B, Nq, Nk]``.
+    """
+    real = np.arange(n_k)[None, :] < np.asarray(lengths)[:, None]  # (B, Nk)
+    return real[:, None, :]  # (B, 1, Nk)
 
 
 def _padding_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
-        return [Case("lengths [3, 1, 4], n = 4", (np.array([3, 1, 4]), 4)),
-                Case("lengths [2, 5], n = 6", (np.array([2, 5]), 6))]
+        return [Case("lengths [3, 1, 4], n_k = 4", (np.array([3, 1, 4]), 4)),
+                Case("lengths [2, 5], n_k = 6", (np.array([2, 5]), 6))]
     b = int(rng.integers(4, 8))
-    n = int(rng.integers(5, 9))
-    return [Case(f"{b} random lengths, n = {n}", (rng.integers(1, n + 1, size=b), n)),
+    n_k = int(rng.integers(5, 9))
+    return [Case(f"{b} random lengths, n_k = {n_k}", (rng.integers(1, n_k + 1, size=b), n_k)),
             Case("a length-0 sequence among others", (np.array([0, 3]), 3))]
 
 
@@ -168,15 +173,18 @@ register(Exercise(
     mistakes={
         "off by one: position j is a real token when j < length, not j ≤ length "
         "(positions start at 0).":
-            lambda lengths, n: np.arange(n)[None, :] <= np.asarray(lengths)[:, None],
+            lambda lengths, n_k: (np.arange(n_k)[None, :] <= np.asarray(lengths)[:, None])[:, None],
         "your mask is inverted: True must mark the real tokens (may attend), False the "
         "padding.":
-            lambda lengths, n: np.arange(n)[None, :] >= np.asarray(lengths)[:, None],
-        "your mask is transposed, (n, B): the result has one row per sequence, (B, n); "
-        "compare arange(n)[None, :] with lengths[:, None].":
-            lambda lengths, n: np.arange(n)[:, None] < np.asarray(lengths)[None, :],
+            lambda lengths, n_k: (np.arange(n_k)[None, :] >= np.asarray(lengths)[:, None])[:, None],
+        "your mask has no query axis, (B, Nk): add it with mask[:, None, :] so that it "
+        "broadcasts against scores (B, Nq, Nk).":
+            lambda lengths, n_k: np.arange(n_k)[None, :] < np.asarray(lengths)[:, None],
+        "your mask is transposed: the result has one row per sequence, (B, 1, Nk); "
+        "compare arange(n_k)[None, :] with lengths[:, None].":
+            lambda lengths, n_k: (np.arange(n_k)[:, None] < np.asarray(lengths)[None, :])[:, None],
     },
-    hint="np.arange(n)[None, :] < lengths[:, None] broadcasts to (B, n).",
+    hint="(np.arange(n_k)[None, :] < lengths[:, None])[:, None, :] has shape (B, 1, Nk).",
 ))
 
 
@@ -277,12 +285,12 @@ register(Exercise(
 # --------------------------------------------------------------------------- 02.5
 
 
-def attention_weights_reference(x: np.ndarray, w_q: np.ndarray, w_k: np.ndarray) -> np.ndarray:
+def attention_weights_reference(x: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray) -> np.ndarray:
     r"""Weights ``[N, N]`` = softmax((x W_Q)(x W_K)^T / \sqrt{d_k}) for ``x [N, d_model]``,
     ``W_Q, W_K [d_model, d_k]``."""
-    q = x @ w_q  # (N, d_k)
-    k = x @ w_k  # (N, d_k)
-    return _plain_softmax(q @ k.T / np.sqrt(w_q.shape[1]))  # (N, N)
+    q = x @ W_Q  # (N, d_k)
+    k = x @ W_K  # (N, d_k)
+    return _plain_softmax(q @ k.T / np.sqrt(W_Q.shape[1]))  # (N, N)
 
 
 def _weights_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -308,20 +316,20 @@ register(Exercise(
     rtol=1e-6,
     mistakes={
         "you scaled by sqrt(d_model) instead of sqrt(d_k): the dot products live in the "
-        "d_k-dimensional query/key space (w_q.shape[1]).":
-            lambda x, w_q, w_k: _plain_softmax((x @ w_q) @ (x @ w_k).T / np.sqrt(x.shape[1])),
-        "you used W_Q for the keys too: keys are x @ w_k.":
-            lambda x, w_q, w_k: _plain_softmax((x @ w_q) @ (x @ w_q).T / np.sqrt(w_q.shape[1])),
+        "d_k-dimensional query/key space (W_Q.shape[1]).":
+            lambda x, W_Q, W_K: _plain_softmax((x @ W_Q) @ (x @ W_K).T / np.sqrt(x.shape[1])),
+        "you used W_Q for the keys too: keys are x @ W_K.":
+            lambda x, W_Q, W_K: _plain_softmax((x @ W_Q) @ (x @ W_Q).T / np.sqrt(W_Q.shape[1])),
         "you computed K Q^T instead of Q K^T: row i must hold query i's weights over the "
         "keys (the transpose of what you have before the softmax).":
-            lambda x, w_q, w_k: _plain_softmax((x @ w_k) @ (x @ w_q).T / np.sqrt(w_q.shape[1])),
+            lambda x, W_Q, W_K: _plain_softmax((x @ W_K) @ (x @ W_Q).T / np.sqrt(W_Q.shape[1])),
         "your softmax normalises columns (axis 0); each row must sum to 1.":
-            lambda x, w_q, w_k: _plain_softmax((x @ w_q) @ (x @ w_k).T / np.sqrt(w_q.shape[1]),
+            lambda x, W_Q, W_K: _plain_softmax((x @ W_Q) @ (x @ W_K).T / np.sqrt(W_Q.shape[1]),
                                                axis=0),
         "you returned the scaled scores: the weights are their softmax over each row.":
-            lambda x, w_q, w_k: (x @ w_q) @ (x @ w_k).T / np.sqrt(w_q.shape[1]),
+            lambda x, W_Q, W_K: (x @ W_Q) @ (x @ W_K).T / np.sqrt(W_Q.shape[1]),
         "you forgot to divide the scores by sqrt(d_k).":
-            lambda x, w_q, w_k: _plain_softmax((x @ w_q) @ (x @ w_k).T),
+            lambda x, W_Q, W_K: _plain_softmax((x @ W_Q) @ (x @ W_K).T),
     },
-    hint="q = x @ w_q; k = x @ w_k; weights = softmax(q @ k.T / sqrt(d_k)) over the last axis.",
+    hint="q = x @ W_Q; k = x @ W_K; weights = softmax(q @ k.T / sqrt(d_k)) over the last axis.",
 ))

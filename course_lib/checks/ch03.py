@@ -4,7 +4,7 @@
 03.2 ``stable_softmax``: softmax(s / τ) that survives huge scores and −inf;
 03.3 ``softmax_jacobian``: diag(p) − p pᵀ, batched;
 03.4 ``attention_entropy``: entropy of attention rows with 0 log 0 = 0;
-03.5 ``multihead_scores``: per-head scores scaled by 1/√d_head (not 1/√d_model).
+03.5 ``multihead_scores``: per-head scores scaled by 1/√d_h (not 1/√d_model).
 """
 
 from __future__ import annotations
@@ -279,12 +279,12 @@ register(Exercise(
 
 
 def multihead_reference(q: torch.Tensor, k: torch.Tensor, num_heads: int) -> torch.Tensor:
-    r"""Per-head scores :math:`Q_h K_h^\top/\sqrt{d_\text{head}}`: ``[B, H, N, N]``."""
+    r"""Per-head scores :math:`Q_h K_h^\top/\sqrt{d_h}`: ``[B, H, N, N]``."""
     b, n, d_model = q.shape
-    d_head = d_model // num_heads
-    qh = q.view(b, n, num_heads, d_head).transpose(1, 2)  # (B, H, N, d_head)
-    kh = k.view(b, n, num_heads, d_head).transpose(1, 2)  # (B, H, N, d_head)
-    return qh @ kh.transpose(-2, -1) / math.sqrt(d_head)  # (B, H, N, N)
+    head_dim = d_model // num_heads
+    qh = q.view(b, n, num_heads, head_dim).transpose(1, 2)  # (B, H, N, d_h)
+    kh = k.view(b, n, num_heads, head_dim).transpose(1, 2)  # (B, H, N, d_h)
+    return qh @ kh.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, N, N)
 
 
 def _dmodel_bug(q, k, num_heads):
@@ -294,10 +294,10 @@ def _dmodel_bug(q, k, num_heads):
 
 def _view_bug(q, k, num_heads):
     b, n, d_model = q.shape
-    d_head = d_model // num_heads
-    qh = q.reshape(b, num_heads, n, d_head)  # wrong: mixes tokens and features
-    kh = k.reshape(b, num_heads, n, d_head)
-    return qh @ kh.transpose(-2, -1) / math.sqrt(d_head)
+    head_dim = d_model // num_heads
+    qh = q.reshape(b, num_heads, n, head_dim)  # wrong: mixes tokens and features
+    kh = k.reshape(b, num_heads, n, head_dim)
+    return qh @ kh.transpose(-2, -1) / math.sqrt(head_dim)
 
 
 def _mh_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -308,9 +308,9 @@ def _mh_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             Case("B=2, N=5, d_model=32, H=4", (t((2, 5, 32)), t((2, 5, 32)), 4)),
         ]
     return [
-        Case("one head (H=1): d_head = d_model", (t((2, 3, 6)), t((2, 3, 6)), 1)),
+        Case("one head (H=1): d_h = d_model", (t((2, 3, 6)), t((2, 3, 6)), 1)),
         Case("B=1, N=6, d_model=64, H=8", (t((1, 6, 64)), t((1, 6, 64)), 8)),
-        Case("H = d_model (d_head = 1)", (t((1, 3, 4)), t((1, 3, 4)), 4)),
+        Case("H = d_model (d_h = 1)", (t((1, 3, 4)), t((1, 3, 4)), 4)),
     ]
 
 
@@ -324,21 +324,21 @@ register(Exercise(
     atol=1e-9,
     rtol=1e-7,
     mistakes={
-        "you divided by √d_model: each head's dot product sums only d_head = d_model / H "
-        "terms, so divide by √d_head (your scores are √H times too small).": _dmodel_bug,
-        "you did not scale the scores at all: divide by √d_head.":
+        "you divided by √d_model: each head's dot product sums only d_h = d_model / H "
+        "terms, so divide by √d_h (your scores are √H times too small).": _dmodel_bug,
+        "you did not scale the scores at all: divide by √d_h.":
             lambda q, k, num_heads: multihead_reference(q, k, num_heads)
             * math.sqrt(q.shape[-1] // num_heads),
-        "you divided by d_head instead of √d_head: that shrinks the scores by another "
-        "√d_head (μP does this on purpose; the exercise asks for the standard 1/√d_head).":
+        "you divided by d_h instead of √d_h: that shrinks the scores by another "
+        "√d_h (μP does this on purpose; the exercise asks for the standard 1/√d_h).":
             lambda q, k, num_heads: multihead_reference(q, k, num_heads)
             / math.sqrt(q.shape[-1] // num_heads),
         "your scores are transposed: row i is query i, so S = Q_h K_hᵀ (q_h @ k_h.transpose"
         "(-2, -1)), not K_h Q_hᵀ.":
             lambda q, k, num_heads: multihead_reference(q, k, num_heads).transpose(-2, -1),
-        "you reshaped straight to (B, H, N, d_head), which mixes tokens and features; "
-        "view as (B, N, H, d_head) first, then transpose(1, 2).": _view_bug,
+        "you reshaped straight to (B, H, N, d_h), which mixes tokens and features; "
+        "view as (B, N, H, d_h) first, then transpose(1, 2).": _view_bug,
     },
-    hint="d_head = d_model // H; q.view(B, N, H, d_head).transpose(1, 2) gives "
-         "(B, H, N, d_head); then q_h @ k_h.transpose(-2, -1) / sqrt(d_head).",
+    hint="d_h = d_model // H; q.view(B, N, H, d_h).transpose(1, 2) gives "
+         "(B, H, N, d_h); then q_h @ k_h.transpose(-2, -1) / sqrt(d_h).",
 ))

@@ -4,8 +4,8 @@ Six exercises, each a function the learner writes, on torch tensors in float64:
 
 * 04.1 ``split_heads(x, num_heads)``: ``[B, N, H*d_h] -> [B, H, N, d_h]``
 * 04.2 ``merge_heads(x)``: ``[B, H, N, d_h] -> [B, N, H*d_h]``
-* 04.3 ``mha_forward(x, W_q, W_k, W_v, W_o, num_heads)``: multi-head self-attention
-* 04.4 ``repeat_kv(x, n_rep)``: GQA's key/value heads for every query head
+* 04.3 ``mha_forward(x, W_Q, W_K, W_V, W_O, num_heads)``: multi-head self-attention
+* 04.4 ``repeat_kv(x, num_groups)``: GQA's key/value heads for every query head
 * 04.5 ``decode_step(q_new, k_new, v_new, k_cache, v_cache)``: one cached decoding step
 * 04.6 ``kv_cache_bytes_from_config(config, seq_len, batch_size, bytes_per_value)``
 """
@@ -44,7 +44,7 @@ def _split_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         ]
     return [
         Case("one head: only a new axis", (_t(rng, 2, 3, 6), 1)),
-        Case("d_head = 1: one feature per head", (_t(rng, 3, 4, 5), 5)),
+        Case("d_h = 1: one feature per head", (_t(rng, 3, 4, 5), 5)),
         Case("x of shape (2, 7, 24) into 3 heads", (_t(rng, 2, 7, 24), 3)),
     ]
 
@@ -69,12 +69,12 @@ register(Exercise(
     atol=1e-12,
     rtol=1e-10,
     mistakes={
-        "you reshaped straight to (B, H, N, d_head). The shape is right but the numbers are "
+        "you reshaped straight to (B, H, N, d_h). The shape is right but the numbers are "
         "not: a reshape keeps the memory order, so it cuts the token axis, not the features. "
-        "Reshape to (B, N, H, d_head) first, then transpose axes 1 and 2.": _split_no_transpose,
-        "you split the features as (d_head, H): head i then gets features i, i+H, i+2H, ... "
-        "Head i must get the contiguous block i*d_head ... (i+1)*d_head-1, so reshape to "
-        "(B, N, H, d_head).": _split_wrong_order,
+        "Reshape to (B, N, H, d_h) first, then transpose axes 1 and 2.": _split_no_transpose,
+        "you split the features as (d_h, H): head i then gets features i, i+H, i+2H, ... "
+        "Head i must get the contiguous block i*d_h ... (i+1)*d_h-1, so reshape to "
+        "(B, N, H, d_h).": _split_wrong_order,
     },
     hint="x.reshape(B, N, H, D // H) then .transpose(1, 2).",
 ))
@@ -121,13 +121,13 @@ register(Exercise(
     atol=1e-12,
     rtol=1e-10,
     mistakes={
-        "you reshaped (B, H, N, d_head) straight to (B, N, H*d_head) without moving the head "
+        "you reshaped (B, H, N, d_h) straight to (B, N, H*d_h) without moving the head "
         "axis: tokens and heads get mixed up. Transpose axes 1 and 2 first.": _merge_no_transpose,
         "you interleaved the heads' features (feature c of every head, then c+1, ...). "
-        "Concat puts head 1's d_head features first, then head 2's: transpose(1, 2), then "
+        "Concat puts head 1's d_h features first, then head 2's: transpose(1, 2), then "
         "reshape.": _merge_wrong_order,
     },
-    hint="x.transpose(1, 2).reshape(B, N, H * d_head) (reshape, not view: the transpose is "
+    hint="x.transpose(1, 2).reshape(B, N, H * d_h) (reshape, not view: the transpose is "
          "not contiguous).",
 ))
 
@@ -135,25 +135,25 @@ register(Exercise(
 # --------------------------------------------------------------------------- 04.3 MHA forward
 
 
-def _mha(x, W_q, W_k, W_v, W_o, num_heads, *, scale_dim=None, use_wo=True, transpose=False,
+def _mha(x, W_Q, W_K, W_V, W_O, num_heads, *, scale_dim=None, use_wo=True, transpose=False,
          softmax_dim=-1, split=split_heads, merge=merge_heads):
     t = (lambda w: w.T) if transpose else (lambda w: w)
-    q = split(x @ t(W_q), num_heads)  # (B, H, N, d_h)
-    k = split(x @ t(W_k), num_heads)  # (B, H, N, d_h)
-    v = split(x @ t(W_v), num_heads)  # (B, H, N, d_h)
+    q = split(x @ t(W_Q), num_heads)  # (B, H, N, d_h)
+    k = split(x @ t(W_K), num_heads)  # (B, H, N, d_h)
+    v = split(x @ t(W_V), num_heads)  # (B, H, N, d_h)
     d = q.shape[-1] if scale_dim is None else scale_dim
     scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (B, H, N, N)
     heads = torch.softmax(scores, dim=softmax_dim) @ v  # (B, H, N, d_h)
     merged = merge(heads)  # (B, N, D)
-    return merged @ t(W_o) if use_wo else merged  # (B, N, D)
+    return merged @ t(W_O) if use_wo else merged  # (B, N, D)
 
 
-def mha_forward_reference(x, W_q, W_k, W_v, W_o, num_heads):
-    q = split_heads(x @ W_q, num_heads)  # (B, H, N, d_h)
-    k = split_heads(x @ W_k, num_heads)  # (B, H, N, d_h)
-    v = split_heads(x @ W_v, num_heads)  # (B, H, N, d_h)
+def mha_forward_reference(x, W_Q, W_K, W_V, W_O, num_heads):
+    q = split_heads(x @ W_Q, num_heads)  # (B, H, N, d_h)
+    k = split_heads(x @ W_K, num_heads)  # (B, H, N, d_h)
+    v = split_heads(x @ W_V, num_heads)  # (B, H, N, d_h)
     heads, _ = scaled_dot_product_attention(q, k, v)  # (B, H, N, d_h)
-    return merge_heads(heads) @ W_o  # (B, N, D)
+    return merge_heads(heads) @ W_O  # (B, N, D)
 
 
 def _mha_case(rng, name, b, n, d, h):
@@ -184,10 +184,10 @@ register(Exercise(
     atol=1e-9,
     rtol=1e-7,
     mistakes={
-        "you scaled the scores by 1/sqrt(d_model). Each head is an attention in d_head = "
-        "d_model / H dimensions: divide by sqrt(d_head).":
+        "you scaled the scores by 1/sqrt(d_model). Each head is an attention in d_h = "
+        "d_model / H dimensions: divide by sqrt(d_h).":
             lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, scale_dim=x.shape[-1]),
-        "you forgot the output projection: MultiHead = Concat(heads) @ W_o.":
+        "you forgot the output projection: MultiHead = Concat(heads) @ W_O.":
             lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, use_wo=False),
         "you applied the weights transposed (x @ W.T, as nn.Linear stores them). Here the "
         "matrices are (d_in, d_out) and the projection is x @ W.":
@@ -198,39 +198,39 @@ register(Exercise(
         "you computed one big head (no split): that is attention with d_k = d_model, not "
         "multi-head attention. Split Q, K and V into heads before the scores.":
             lambda x, a, b, c, o, h: _mha(x, a, b, c, o, 1),
-        "you split the heads by reshaping straight to (B, H, N, d_head), without the "
+        "you split the heads by reshaping straight to (B, H, N, d_h), without the "
         "transpose: the shape is right, but each 'head' is then a slice of the tokens. "
-        "Reshape to (B, N, H, d_head), then transpose(1, 2) (exercise 04.1).":
+        "Reshape to (B, N, H, d_h), then transpose(1, 2) (exercise 04.1).":
             lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, split=_split_no_transpose,
                                           merge=_merge_no_transpose),
-        "the heads are split correctly but merged by a plain reshape of (B, H, N, d_head) to "
+        "the heads are split correctly but merged by a plain reshape of (B, H, N, d_h) to "
         "(B, N, D): tokens and heads get mixed up. transpose(1, 2) before the reshape "
         "(exercise 04.2).":
             lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, merge=_merge_no_transpose),
     },
-    hint="Q = x @ W_q, split into heads; the same for K and V; softmax(Q K^T / sqrt(d_head)) "
-         "V per head; merge the heads; @ W_o.",
+    hint="Q = x @ W_Q, split into heads; the same for K and V; softmax(Q K^T / sqrt(d_h)) "
+         "V per head; merge the heads; @ W_O.",
 ))
 
 
 # --------------------------------------------------------------------------- 04.4 repeat KV
 
 
-def repeat_kv_reference(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    return repeat_kv(x, n_rep)  # (B, H_kv * n_rep, N, d)
+def repeat_kv_reference(x: torch.Tensor, num_groups: int) -> torch.Tensor:
+    return repeat_kv(x, num_groups)  # (B, Hkv * G, N, d_h)
 
 
 def _repeat_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     labelled = torch.arange(2, dtype=DT).reshape(1, 2, 1, 1).expand(1, 2, 3, 2).clone()
     if not hidden:
         return [
-            Case("2 KV heads filled with their index, n_rep=2: heads 0,0,1,1", (labelled, 2)),
-            Case("x of shape (2, 3, 4, 5), n_rep=2", (_t(rng, 2, 3, 4, 5), 2)),
+            Case("2 KV heads filled with their index, G=2: heads 0,0,1,1", (labelled, 2)),
+            Case("x of shape (2, 3, 4, 5), G=2", (_t(rng, 2, 3, 4, 5), 2)),
         ]
     return [
-        Case("n_rep=1: plain multi-head attention, unchanged", (_t(rng, 2, 4, 3, 2), 1)),
+        Case("G=1: plain multi-head attention, unchanged", (_t(rng, 2, 4, 3, 2), 1)),
         Case("multi-query: one KV head for 6 query heads", (_t(rng, 2, 1, 5, 4), 6)),
-        Case("Llama-3-8B-like grouping: 8 KV heads, n_rep=4", (_t(rng, 1, 8, 3, 2), 4)),
+        Case("Llama-3-8B-like grouping: 8 KV heads, G=4", (_t(rng, 1, 8, 3, 2), 4)),
     ]
 
 
@@ -244,15 +244,15 @@ register(Exercise(
     atol=1e-12,
     rtol=1e-10,
     mistakes={
-        "you tiled the heads (0,1,0,1: x.repeat(1, n_rep, 1, 1)). Query heads 0..G-1 share KV "
+        "you tiled the heads (0,1,0,1: x.repeat(1, num_groups, 1, 1)). Query heads 0..G-1 share KV "
         "head 0, so each KV head must be repeated in place: 0,0,1,1 "
         "(repeat_interleave on dim 1).":
             lambda x, n: x.repeat(1, n, 1, 1),
         "you repeated along the token axis (dim 2) instead of the head axis (dim 1).":
             lambda x, n: x.repeat_interleave(n, dim=2),
     },
-    hint="x.repeat_interleave(n_rep, dim=1), or x[:, :, None].expand(B, H_kv, n_rep, N, d) "
-         "reshaped to (B, H_kv * n_rep, N, d).",
+    hint="x.repeat_interleave(num_groups, dim=1), or x[:, :, None].expand(B, Hkv, G, N, d_h) "
+         "reshaped to (B, Hkv * G, N, d_h).",
 ))
 
 
@@ -260,8 +260,8 @@ register(Exercise(
 
 
 def decode_step_reference(q_new, k_new, v_new, k_cache, v_cache):
-    k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, H_kv, T+1, d)
-    v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, H_kv, T+1, d)
+    k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d)
+    v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
     g = q_new.shape[1] // k_all.shape[1]
     out, _ = scaled_dot_product_attention(q_new, repeat_kv(k_all, g),
                                           repeat_kv(v_all, g))  # (B, H, 1, d)
@@ -271,11 +271,11 @@ def decode_step_reference(q_new, k_new, v_new, k_cache, v_cache):
 def _decode_wrong(q_new, k_new, v_new, k_cache, v_cache, *, append_first=True, tile=False,
                   only_new=False, top_left_causal=False, prepend=False):
     if prepend:
-        k_all = torch.cat([k_new, k_cache], dim=-2)  # (B, H_kv, T+1, d) new token first
-        v_all = torch.cat([v_new, v_cache], dim=-2)  # (B, H_kv, T+1, d)
+        k_all = torch.cat([k_new, k_cache], dim=-2)  # (B, Hkv, T+1, d) new token first
+        v_all = torch.cat([v_new, v_cache], dim=-2)  # (B, Hkv, T+1, d)
     else:
-        k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, H_kv, T+1, d)
-        v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, H_kv, T+1, d)
+        k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d)
+        v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
     k_att, v_att = (k_all, v_all) if append_first else (k_cache, v_cache)
     if only_new:
         k_att, v_att = k_new, v_new

@@ -2,7 +2,7 @@ r"""Checks for chapter 05 (positional information: sinusoids and RoPE).
 
 Four exercises, each a function the learner writes:
 
-* 05.1 ``sinusoidal_table(n_positions, d_model)``: the sinusoidal encoding, ``[n, d]``
+* 05.1 ``sinusoidal_table(seq_len, d_model)``: the sinusoidal encoding, ``[N, D]``
 * 05.2 ``rope_interleaved(x, positions)``: RoPE with pairs :math:`(2i, 2i+1)`, torch
 * 05.3 ``relative_score(q, k, delta)``: the RoPE score from the offset :math:`m-n` alone
 * 05.4 ``interleaved_to_half_weights(W, num_heads)``: convert :math:`W_Q`/:math:`W_K`
@@ -30,10 +30,10 @@ def _t(rng: np.random.Generator, *shape: int) -> torch.Tensor:
 # --------------------------------------------------------------------------- 05.1 sinusoids
 
 
-def sinusoidal_table_reference(n_positions: int, d_model: int) -> np.ndarray:
+def sinusoidal_table_reference(seq_len: int, d_model: int) -> np.ndarray:
     r""":math:`PE_{p,2i} = \sin(p\,\omega_i)`, :math:`PE_{p,2i+1} = \cos(p\,\omega_i)`,
-    :math:`\omega_i = 10000^{-2i/d}`; float64 ``[n_positions, d_model]``."""
-    return sinusoidal_encoding(n_positions, d_model, BASE, dtype=DT).numpy()  # (n, d)
+    :math:`\omega_i = 10000^{-2i/d}`; float64 ``[seq_len, d_model]``."""
+    return sinusoidal_encoding(seq_len, d_model, BASE, dtype=DT).numpy()  # (n, d)
 
 
 def _sin_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -308,34 +308,34 @@ register(Exercise(
 
 
 def interleaved_to_half_weights_reference(W: torch.Tensor, num_heads: int) -> torch.Tensor:
-    r"""Permute the columns of each head's block of ``W [d_model, H*d_head]`` by
+    r"""Permute the columns of each head's block of ``W [d_model, H*d_h]`` by
     ``[0, 2, …, d-2, 1, 3, …, d-1]`` so that half-split RoPE on ``x @ W'`` gives the
     same scores as interleaved RoPE on ``x @ W``."""
     d_model, width = W.shape
-    d_head = width // num_heads
-    w = W.reshape(d_model, num_heads, d_head)  # (d_model, H, d_head)
-    return w[..., rope_permutation(d_head)].reshape(d_model, width)  # (d_model, H*d_head)
+    head_dim = width // num_heads
+    w = W.reshape(d_model, num_heads, head_dim)  # (d_model, H, d_h)
+    return w[..., rope_permutation(head_dim)].reshape(d_model, width)  # (d_model, H*d_h)
 
 
 def _conv_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("one head, W = the column indices 0..7 (d_model 1, d_head 8)",
+            Case("one head, W = the column indices 0..7 (d_model 1, d_h 8)",
                  (torch.arange(8, dtype=DT)[None, :], 1)),
-            Case("W (12, 16), 2 heads of d_head 8", (_t(rng, 12, 16), 2)),
+            Case("W (12, 16), 2 heads of d_h 8", (_t(rng, 12, 16), 2)),
         ]
     return [
-        Case("W (6, 24), 4 heads of d_head 6", (_t(rng, 6, 24), 4)),
-        Case("W (32, 64), 1 head of d_head 64", (_t(rng, 32, 64), 1)),
-        Case("W (8, 48), 3 heads of d_head 16", (_t(rng, 8, 48), 3)),
+        Case("W (6, 24), 4 heads of d_h 6", (_t(rng, 6, 24), 4)),
+        Case("W (32, 64), 1 head of d_h 64", (_t(rng, 32, 64), 1)),
+        Case("W (8, 48), 3 heads of d_h 16", (_t(rng, 8, 48), 3)),
     ]
 
 
 def _conv_inverse(W, num_heads):
     d_model, width = W.shape
-    d_head = width // num_heads
-    inv = torch.argsort(rope_permutation(d_head))
-    return W.reshape(d_model, num_heads, d_head)[..., inv].reshape(d_model, width)
+    head_dim = width // num_heads
+    inv = torch.argsort(rope_permutation(head_dim))
+    return W.reshape(d_model, num_heads, head_dim)[..., inv].reshape(d_model, width)
 
 
 def _conv_global(W, num_heads):
@@ -355,10 +355,10 @@ register(Exercise(
         "you applied the inverse permutation: new column j must be old column perm[j] with "
         "perm = [0, 2, 4, ..., 1, 3, 5, ...] (W_new = W[:, perm]), not W_new[:, perm] = W.":
             _conv_inverse,
-        "you permuted all H*d_head columns at once; RoPE pairs features within each head, so "
-        "permute each head's d_head columns separately (reshape to (d_model, H, d_head)).":
+        "you permuted all H*d_h columns at once; RoPE pairs features within each head, so "
+        "permute each head's d_h columns separately (reshape to (d_model, H, d_h)).":
             _conv_global,
     },
-    hint="reshape W to (d_model, H, d_head), index the last axis with "
-         "perm = [0, 2, ..., d_head-2, 1, 3, ..., d_head-1], reshape back.",
+    hint="reshape W to (d_model, H, d_h), index the last axis with "
+         "perm = [0, 2, ..., d_h-2, 1, 3, ..., d_h-1], reshape back.",
 ))

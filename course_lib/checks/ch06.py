@@ -112,10 +112,10 @@ register(Exercise(
 
 
 def _tiled(Q, K, V, block_size, *, rescale=True, scaled=True, lse_log=True, rescale_l=True):
-    N, d = Q.shape
+    N, head_dim = Q.shape
     O = np.empty((N, V.shape[1]))  # (N, d_v)
     L = np.empty(N)  # (N,)
-    s = 1.0 / math.sqrt(d) if scaled else 1.0
+    s = 1.0 / math.sqrt(head_dim) if scaled else 1.0
     for i in range(0, N, block_size):
         Qi = Q[i:i + block_size]  # (Br, d)
         m = np.full(len(Qi), -np.inf)  # (Br,)
@@ -334,10 +334,10 @@ def _backward(q, k, v, o, lse, do, scale, *, use_delta=True, scaled=True, transp
 
 
 def _backward_case(rng, name, shape_q, n_k, scale=None):
-    *batch, n_q, d = shape_q
+    *batch_shape, n_q, head_dim = shape_q
     g = lambda *s: torch.from_numpy(rng.normal(size=s))  # float64
-    q, k, v, do = g(*batch, n_q, d), g(*batch, n_k, d), g(*batch, n_k, d), g(*batch, n_q, d)
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    q, k, v, do = g(*batch_shape, n_q, head_dim), g(*batch_shape, n_k, head_dim), g(*batch_shape, n_k, head_dim), g(*batch_shape, n_q, head_dim)
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     s = scale * q @ k.transpose(-2, -1)  # (..., Nq, Nk)
     lse = torch.logsumexp(s, dim=-1)  # (..., Nq)
     o = torch.softmax(s, dim=-1) @ v  # (..., Nq, d)

@@ -25,8 +25,8 @@ Two implementations, same algorithm:
   compiled; on a CPU they run in Triton's interpreter (``TRITON_INTERPRET=1``, set by
   ``course_lib.env.setup()``), slowly but exactly.
 
-Conventions follow ``torch.nn.functional.scaled_dot_product_attention``: ``q [B, H, Nq, d]``,
-``k, v [B, H, Nk, d]``; ``scale`` defaults to :math:`1/\sqrt{d}`; ``is_causal`` is aligned
+Conventions follow ``torch.nn.functional.scaled_dot_product_attention``: ``q [B, H, Nq, d_h]``,
+``k, v [B, H, Nk, d_h]``; ``scale`` defaults to :math:`1/\sqrt{d_h}`; ``is_causal`` is aligned
 top-left (query :math:`i` sees keys :math:`j \le i`).
 """
 
@@ -83,14 +83,14 @@ def flash_attention_reference(
 
     for i0 in range(0, n_q, bq):
         i1 = min(i0 + bq, n_q)
-        qi = q[..., i0:i1, :].to(work)  # (..., bq, d)
+        qi = q[..., i0:i1, :].to(work)  # (..., bq, d_h)
         m = torch.full(qi.shape[:-1], -math.inf, dtype=work, device=q.device)  # (..., bq)
         ell = torch.zeros_like(m)  # (..., bq)
         acc = torch.zeros(*qi.shape[:-1], v.shape[-1], dtype=work, device=q.device)  # (..., bq, dv)
         hi = min(n_k, i1) if is_causal else n_k  # causal: skip key blocks past the last row
         for j0 in range(0, hi, bk):
             j1 = min(j0 + bk, hi)
-            kj = k[..., j0:j1, :].to(work)  # (..., bk, d)
+            kj = k[..., j0:j1, :].to(work)  # (..., bk, d_h)
             vj = v[..., j0:j1, :].to(work)  # (..., bk, dv)
             s = (qi @ kj.transpose(-2, -1)) * scale  # (..., bq, bk)
             if is_causal and j1 - 1 > i0:  # this tile crosses the diagonal
@@ -145,12 +145,12 @@ def kernel_config(head_dim: int, device: torch.device | str, *,
 
     Each entry is a list of configs ``{BLOCK_M, BLOCK_N, num_warps, num_stages}``
     (``BLOCK_M`` counts queries, ``BLOCK_N`` keys). One candidate: launched as is. Several
-    (on a GPU): Triton's autotuner times them once per (sequence lengths, d, causal, dtype)
+    (on a GPU): Triton's autotuner times them once per (sequence lengths, d_h, causal, dtype)
     and keeps the fastest; configs that need more shared memory than the GPU has are
     discarded, so the same list works on an H100 and on a T4.
 
     The first GPU candidate is the classic choice: 128 queries x 64 keys per forward program
-    (a Q tile that stays on chip while K, V tiles stream past), 8 warps for d > 64, three
+    (a Q tile that stays on chip while K, V tiles stream past), 8 warps for d_h > 64, three
     pipeline stages. In the interpreter the blocks are small so that tests on short
     sequences still cross several blocks (ragged ends, the causal diagonal); there the cost
     is per element, not per program. ``COURSE_FLASH_AUTOTUNE=0`` in the environment keeps
@@ -227,17 +227,17 @@ _DTYPES_CUDA = (torch.float16, torch.bfloat16, torch.float32)
 def _check_kernel_inputs(q, k, v, scale) -> float:
     scale = check_flash_inputs(q, k, v, scale, who="flash_attention")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"flash_attention: expected q, k, v of shape [B, H, N, d] (4 "
+        raise ValueError(f"flash_attention: expected q, k, v of shape [B, H, N, d_h] (4 "
                          f"dimensions), got q {tuple(q.shape)}, k {tuple(k.shape)}, v "
                          f"{tuple(v.shape)}")
-    d = q.shape[-1]
-    if v.shape[-1] != d:
+    head_dim = q.shape[-1]
+    if v.shape[-1] != head_dim:
         raise ValueError(f"flash_attention: v must have the same head dimension as q and k "
-                         f"(d = {d}), got v {tuple(v.shape)}")
+                         f"(d_h = {head_dim}), got v {tuple(v.shape)}")
     lo, hi = SUPPORTED_HEAD_DIMS
-    if not lo <= d <= hi:
-        raise ValueError(f"flash_attention: head dimension d = {d} is not supported; the "
-                         f"kernel takes {lo} <= d <= {hi} (use "
+    if not lo <= head_dim <= hi:
+        raise ValueError(f"flash_attention: head dimension d_h = {head_dim} is not supported; the "
+                         f"kernel takes {lo} <= d_h <= {hi} (use "
                          f"flash_attention_reference or torch SDPA otherwise)")
     if q.shape[-2] == 0:
         raise ValueError("flash_attention: there are no queries (Nq = 0)")
@@ -279,8 +279,8 @@ def _on_device(x: torch.Tensor):
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
-    """``[B, H, N, d]`` → contiguous ``[B*H, N, d]``."""
-    return x.reshape(-1, x.shape[-2], x.shape[-1]).contiguous()  # (BH, N, d)
+    """``[B, H, N, d_h]`` → contiguous ``[B*H, N, d_h]``."""
+    return x.reshape(-1, x.shape[-2], x.shape[-1]).contiguous()  # (BH, N, d_h)
 
 
 def _prepare(q):
@@ -296,25 +296,25 @@ def _prepare(q):
 
 
 def _forward(q, k, v, is_causal: bool, scale: float):
-    """Run the forward kernel: returns ``O [B, H, Nq, d]`` and ``LSE [B*H, Nq]`` (float32)."""
+    """Run the forward kernel: returns ``O [B, H, Nq, d_h]`` and ``LSE [B*H, Nq]`` (float32)."""
     import triton
 
     kernels, interpreted = _prepare(q)
-    B, H, n_q, d = q.shape
+    B, H, n_q, head_dim = q.shape
     n_k = k.shape[-2]
-    qf, kf, vf = _flat(q), _flat(k), _flat(v)  # (BH, Nq, d), (BH, Nk, d), (BH, Nk, d)
-    o = torch.empty_like(qf)  # (BH, Nq, d)
+    qf, kf, vf = _flat(q), _flat(k), _flat(v)  # (BH, Nq, d_h), (BH, Nk, d), (BH, Nk, d)
+    o = torch.empty_like(qf)  # (BH, Nq, d_h)
     lse = torch.empty(qf.shape[:2], dtype=torch.float32, device=q.device)  # (BH, Nq)
-    cfg = kernel_config(d, q.device, interpreted=interpreted, dtype=q.dtype)
+    cfg = kernel_config(head_dim, q.device, interpreted=interpreted, dtype=q.dtype)
     _launch(kernels, "_fwd_kernel", cfg["fwd"],
             lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), B * H),  # (query blocks, B*H)
             qf, kf, vf, o, lse, scale * kernels.LOG2E,
             qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
             vf.stride(0), vf.stride(1), o.stride(0), o.stride(1),
             n_q, n_k,
-            HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=bool(is_causal),
+            HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), IS_CAUSAL=bool(is_causal),
             DOT_PRECISION=_dot_precision(q.dtype))
-    return o.view(B, H, n_q, d), lse
+    return o.view(B, H, n_q, head_dim), lse
 
 
 def _backward(do, q, k, v, o, lse, is_causal: bool, scale: float):
@@ -322,24 +322,24 @@ def _backward(do, q, k, v, o, lse, is_causal: bool, scale: float):
     import triton
 
     kernels, interpreted = _prepare(q)
-    B, H, n_q, d = q.shape
+    B, H, n_q, head_dim = q.shape
     n_k = k.shape[-2]
-    qf, kf, vf, of, dof = _flat(q), _flat(k), _flat(v), _flat(o), _flat(do)  # (BH, N, d)
-    cfg = kernel_config(d, q.device, interpreted=interpreted, dtype=q.dtype)
-    block_d = max(16, triton.next_power_of_2(d))
+    qf, kf, vf, of, dof = _flat(q), _flat(k), _flat(v), _flat(o), _flat(do)  # (BH, N, d_h)
+    cfg = kernel_config(head_dim, q.device, interpreted=interpreted, dtype=q.dtype)
+    block_d = max(16, triton.next_power_of_2(head_dim))
 
     delta = torch.empty_like(lse)  # (BH, Nq) D_i = rowsum(dO * O)
     kernels._bwd_preprocess_kernel[(triton.cdiv(n_q, 64), B * H)](
         of, dof, delta, of.stride(0), of.stride(1), dof.stride(0), dof.stride(1), n_q,
-        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=64,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64,
     )
-    dq = torch.empty_like(qf)  # (BH, Nq, d)
-    dk = torch.empty_like(kf)  # (BH, Nk, d)
-    dv = torch.empty_like(vf)  # (BH, Nk, d)
+    dq = torch.empty_like(qf)  # (BH, Nq, d_h)
+    dk = torch.empty_like(kf)  # (BH, Nk, d_h)
+    dv = torch.empty_like(vf)  # (BH, Nk, d_h)
     args = (qf, kf, vf, dof, lse, delta)
     strides = (qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
                vf.stride(0), vf.stride(1), dof.stride(0), dof.stride(1))
-    meta = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(is_causal),
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=bool(is_causal),
                 DOT_PRECISION=_dot_precision(q.dtype))
     _launch(kernels, "_bwd_dkdv_kernel", cfg["dkdv"],
             lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), B * H),
@@ -356,7 +356,7 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, is_causal, scale):
         with _on_device(q):
-            o, lse = _forward(q, k, v, is_causal, scale)  # (B, H, Nq, d), (BH, Nq)
+            o, lse = _forward(q, k, v, is_causal, scale)  # (B, H, Nq, d_h), (BH, Nq)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.is_causal, ctx.scale = is_causal, scale
         return o
@@ -373,7 +373,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                     is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
     r"""Exact attention :math:`\mathrm{softmax}(\text{scale}\cdot QK^\top)V` by Triton kernels.
 
-    ``q [B, H, Nq, d]``, ``k, v [B, H, Nk, d]`` with :math:`16 \le d \le 128`; any
+    ``q [B, H, Nq, d_h]``, ``k, v [B, H, Nk, d_h]`` with :math:`16 \le d_h \le 128`; any
     sequence lengths. Differentiable in q, k, v (the backward recomputes the attention
     weights from the saved log-sum-exp). dtypes: float16/bfloat16 on CUDA (the fast path;
     float32 works too, in true float32 matmuls without tensor cores — for checking, not
@@ -385,7 +385,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 
 def flash_attention_with_lse(q, k, v, *, is_causal: bool = False,
                              scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The forward kernel's two outputs, ``O [B, H, Nq, d]`` and ``LSE [B, H, Nq]`` (no autograd)."""
+    """The forward kernel's two outputs, ``O [B, H, Nq, d_h]`` and ``LSE [B, H, Nq]`` (no autograd)."""
     scale = _check_kernel_inputs(q, k, v, scale)
     with _on_device(q):
         o, lse = _forward(q, k, v, bool(is_causal), scale)

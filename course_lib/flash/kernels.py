@@ -31,7 +31,6 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634  # log2(e)
-LN2 = 0.6931471805599453  # ln(2)
 
 
 @triton.jit

@@ -105,7 +105,7 @@ class AttentionExplorer:
         self.draws = 0
         self._quiet = False
         self._default_query = query
-        n_layers = max(m.n_layers for m in self.models.values())
+        num_layers = max(m.num_layers for m in self.models.values())
 
         self.model = w.Dropdown(options=list(self.models), description="model")
         self.sentence = w.Dropdown(options=list(sentences), description="sentence",
@@ -114,8 +114,8 @@ class AttentionExplorer:
                            placeholder="a sentence using the vocabulary, then Enter",
                            layout=w.Layout(width="560px"))
         self.query = w.Dropdown(options=[], description="query")
-        self.layer = w.ToggleButtons(options=[str(i + 1) for i in range(n_layers)],
-                                     value=str(n_layers), description="layer",
+        self.layer = w.ToggleButtons(options=[str(i + 1) for i in range(num_layers)],
+                                     value=str(num_layers), description="layer",
                                      style={"button_width": "48px"})
         self.causal = w.Checkbox(value=False, description="causal mask")
         self.scaled = w.Checkbox(value=True, description="scale by 1/√d")

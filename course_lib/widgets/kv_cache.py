@@ -5,7 +5,7 @@ Three sliders choose the number of key/value heads :math:`H_{kv}`, the context l
 dimensions (layers :math:`L`, head size :math:`d_h`, weight bytes) are fixed when the
 calculator is built. The cache is
 
-.. math:: \text{bytes} = 2 \times L \times H_{kv} \times d_h \times T \times B \times
+.. math:: \text{bytes} = 2 \times L \times H_{kv} \times d_h \times N \times B \times
           \text{bytes per value},
 
 computed by :func:`course_lib.multihead.kv_cache_bytes`; the widget only chooses the inputs,
