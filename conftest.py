@@ -34,8 +34,10 @@ def pytest_collection_modifyitems(config, items):
 
     if torch.cuda.is_available():
         return
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (the CPU twin of this test runs the "
-                                       "same kernel in Triton's interpreter)")
+    skip_gpu = pytest.mark.skip(
+        reason="needs a CUDA GPU (the CPU twin of this test runs the "
+        "same kernel in Triton's interpreter)"
+    )
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
@@ -60,16 +62,26 @@ def pytest_terminal_summary(terminalreporter):
     for path, secs in sorted(_times.items()):
         name = Path(path).name
         budget = next((b for p, b in BUDGET_S.items() if name.startswith(p)), DEFAULT_BUDGET_S)
-        rows.append({"notebook": path, "seconds": round(secs, 2), "budget_s": budget,
-                     "within_budget": secs <= budget, "failed": path in _failed})
+        rows.append(
+            {
+                "notebook": path,
+                "seconds": round(secs, 2),
+                "budget_s": budget,
+                "within_budget": secs <= budget,
+                "failed": path in _failed,
+            }
+        )
     tr = terminalreporter
     tr.section("notebook execution times")
     for r in rows:
         flag = "" if r["within_budget"] else "  OVER BUDGET"
         tr.write_line(f"{r['seconds']:8.1f} s / {r['budget_s']:5.0f} s  {r['notebook']}{flag}")
     OUTPUT.mkdir(exist_ok=True)
-    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
-              "parallel_workers": os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"),
-              "notebooks": rows}
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "parallel_workers": os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"),
+        "notebooks": rows,
+    }
     (OUTPUT / "notebook_times.json").write_text(json.dumps(report, indent=2) + "\n")
     tr.write_line(f"(written to {OUTPUT / 'notebook_times.json'})")

@@ -32,17 +32,24 @@ from course_lib import env  # noqa: E402  (env.setup() must run before triton is
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true",
-                        help="tiny sizes on the CPU through Triton's interpreter")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="tiny sizes on the CPU through Triton's interpreter"
+    )
     parser.add_argument("--quick", action="store_true", help="GPU: N in {1024, 4096} only")
     parser.add_argument("--out", type=Path, default=None, help="output JSON path")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--no-autotune", action="store_true",
-                        help="flash_attention: first candidate config only (skips compiling "
-                             "and timing every candidate; faster start, maybe slower kernels)")
-    parser.add_argument("--impls", nargs="*", default=None,
-                        help="subset of: flash_attention sdpa_flash sdpa_efficient sdpa_math "
-                             "sdpa_cudnn")
+    parser.add_argument(
+        "--no-autotune",
+        action="store_true",
+        help="flash_attention: first candidate config only (skips compiling "
+        "and timing every candidate; faster start, maybe slower kernels)",
+    )
+    parser.add_argument(
+        "--impls",
+        nargs="*",
+        default=None,
+        help="subset of: flash_attention sdpa_flash sdpa_efficient sdpa_math sdpa_cudnn",
+    )
     args = parser.parse_args(argv)
     import os
 
@@ -58,17 +65,21 @@ def main(argv: list[str] | None = None) -> int:
 
     cuda = torch.cuda.is_available()
     if not cuda and not args.dry_run:
-        print("No CUDA GPU: nothing meaningful to measure. Use --dry-run --out PATH to check "
-              "that the script works (tiny sizes, Triton's interpreter).", file=sys.stderr)
+        print(
+            "No CUDA GPU: nothing meaningful to measure. Use --dry-run --out PATH to check "
+            "that the script works (tiny sizes, Triton's interpreter).",
+            file=sys.stderr,
+        )
         return 2
     impls = args.impls or (["flash_attention"] + list(bench.sdpa_backends()))
     if args.dry_run:
         device = "cpu"
         impls = [i for i in impls if i in ("flash_attention", "sdpa_math")]
         # Every N, d and causal flag once, in four points (the interpreter is slow).
-        grid = [dict(B=1, H=2, N=n, d=d, dtype=torch.float32, is_causal=c)
-                for n, d, c in ((16, 16, False), (16, 32, True), (48, 16, True),
-                                (48, 32, False))]
+        grid = [
+            dict(B=1, H=2, N=n, d=d, dtype=torch.float32, is_causal=c)
+            for n, d, c in ((16, 16, False), (16, 32, True), (48, 16, True), (48, 32, False))
+        ]
         repeats, warmup = args.repeats or 1, 0
     else:
         device = "cuda"
@@ -82,35 +93,56 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for cfg in grid:
         for impl in impls:
-            if impl == "sdpa_math" and device == "cuda" and not bench.math_is_feasible(
-                    cfg["B"], cfg["H"], cfg["N"]):
-                rec = dict(impl=impl, B=cfg["B"], H=cfg["H"], N=cfg["N"], d=cfg["d"],
-                           dtype=str(cfg["dtype"]).replace("torch.", ""),
-                           causal=cfg["is_causal"], error="skipped: N x N matrices too large")
+            if (
+                impl == "sdpa_math"
+                and device == "cuda"
+                and not bench.math_is_feasible(cfg["B"], cfg["H"], cfg["N"])
+            ):
+                rec = dict(
+                    impl=impl,
+                    B=cfg["B"],
+                    H=cfg["H"],
+                    N=cfg["N"],
+                    d=cfg["d"],
+                    dtype=str(cfg["dtype"]).replace("torch.", ""),
+                    causal=cfg["is_causal"],
+                    error="skipped: N x N matrices too large",
+                )
             else:
-                rec = bench.bench_one(impl, **cfg, device=device, repeats=repeats,
-                                      warmup=warmup)
+                rec = bench.bench_one(impl, **cfg, device=device, repeats=repeats, warmup=warmup)
             results.append(rec)
             if "error" in rec:
                 msg = rec["error"]
             else:
                 mem = rec["peak_mem_mib"]
-                msg = (f"fwd {rec['fwd_tflops']:8.3g} TFLOP/s  bwd {rec['bwd_tflops']:8.3g} "
-                       + (f"TFLOP/s  err {rec['max_abs_err']:.1e}" if rec["max_abs_err"]
-                          is not None else "TFLOP/s")
-                       + (f"  peak {mem:8.1f} MiB" if mem is not None else ""))
-            print(f"{impl:16s} N={cfg['N']:6d} d={cfg['d']:3d} {rec['dtype']:8s} "
-                  f"causal={int(cfg['is_causal'])}  {msg}", flush=True)
+                msg = (
+                    f"fwd {rec['fwd_tflops']:8.3g} TFLOP/s  bwd {rec['bwd_tflops']:8.3g} "
+                    + (
+                        f"TFLOP/s  err {rec['max_abs_err']:.1e}"
+                        if rec["max_abs_err"] is not None
+                        else "TFLOP/s"
+                    )
+                    + (f"  peak {mem:8.1f} MiB" if mem is not None else "")
+                )
+            print(
+                f"{impl:16s} N={cfg['N']:6d} d={cfg['d']:3d} {rec['dtype']:8s} "
+                f"causal={int(cfg['is_causal'])}  {msg}",
+                flush=True,
+            )
 
     if args.out is None:
         slug = re.sub(r"[^A-Za-z0-9]+", "-", meta.get("gpu") or "cpu").strip("-").lower()
-        args.out = ROOT / "benchmarks" / "results" / f"flash_attention_{slug}_{meta['date'][:10]}.json"
+        args.out = (
+            ROOT / "benchmarks" / "results" / f"flash_attention_{slug}_{meta['date'][:10]}.json"
+        )
     path = bench.write_results(args.out, meta, results)
     for causal in (False, True):
         s = bench.speedups({"results": results}, causal=causal)
         if s:
-            print(f"N=4096 d=128 bf16 causal={causal}: forward {s['fwd']:.2f}x, backward "
-                  f"{s['bwd']:.2f}x SDPA flash (targets 0.8x / 0.5x)")
+            print(
+                f"N=4096 d=128 bf16 causal={causal}: forward {s['fwd']:.2f}x, backward "
+                f"{s['bwd']:.2f}x SDPA flash (targets 0.8x / 0.5x)"
+            )
     print(f"wrote {path}")
     return 0
 

@@ -35,8 +35,13 @@ def main() -> None:
             nb = nbformat.read(path, as_version=4)
             t0 = time.perf_counter()
             # Blank exercises raise on purpose only in learner code; their checks just print.
-            NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
-                           resources={"metadata": {"path": str(path.parent)}}).execute()
+            NotebookClient(
+                nb,
+                timeout=600,
+                kernel_name="python3",
+                allow_errors=False,
+                resources={"metadata": {"path": str(path.parent)}},
+            ).execute()
             secs = time.perf_counter() - t0
             budget = 120 if path.name.startswith("06_") else 60
             rel = str(path.relative_to(ROOT))
@@ -48,10 +53,13 @@ def main() -> None:
     report = {
         "what": "each notebook executed alone, in sequence, with nbclient; kernel start included",
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{os.cpu_count()} CPUs ({platform.machine()}), no GPU" if not
-        torch.cuda.is_available() else torch.cuda.get_device_name(0),
-        "python": platform.python_version(), "torch": torch.__version__,
-        "triton": triton.__version__, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "machine": f"{os.cpu_count()} CPUs ({platform.machine()}), no GPU"
+        if not torch.cuda.is_available()
+        else torch.cuda.get_device_name(0),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "total_seconds": round(sum(r["seconds"] for r in rows), 1),
         "notebooks": rows,
     }

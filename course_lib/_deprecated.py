@@ -18,13 +18,17 @@ def warn_once(old: str, new: str, *, stacklevel: int = 3) -> None:
     if old in _warned:
         return
     _warned.add(old)
-    warnings.warn(f"{old} is a retired name: use {new} instead (docs/notation.md, one name "
-                  "per concept); the old name will be removed in a later release.",
-                  FutureWarning, stacklevel=stacklevel)
+    warnings.warn(
+        f"{old} is a retired name: use {new} instead (docs/notation.md, one name "
+        "per concept); the old name will be removed in a later release.",
+        FutureWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def renamed_kwargs(renames: dict[str, str]):
     """Decorator: keyword arguments under their old names still work (and warn once)."""
+
     def decorate(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -43,8 +47,10 @@ def renamed_kwargs(renames: dict[str, str]):
 
 def renamed_attributes(renames: dict[str, str]):
     """Class decorator: attributes under their old names still read and write (and warn)."""
+
     def decorate(cls):
         for old, new in renames.items():
+
             def fget(self, old=old, new=new):
                 warn_once(f"{type(self).__name__}.{old}", f".{new}")
                 return getattr(self, new)

@@ -97,8 +97,9 @@ def padding_mask(lengths, n_k: int | None = None) -> torch.Tensor:
         n_k = int(lengths.max())
     n_k = int(n_k)
     if lengths.numel() and int(lengths.max()) > n_k:
-        raise ValueError(f"a length exceeds the number of keys n_k={n_k}: got lengths "
-                         f"{lengths.tolist()}")
+        raise ValueError(
+            f"a length exceeds the number of keys n_k={n_k}: got lengths {lengths.tolist()}"
+        )
     positions = torch.arange(n_k, device=lengths.device)  # (Nk,)
     return (positions[None, :] < lengths[:, None])[:, None, :]  # (B, 1, Nk)
 
@@ -106,8 +107,9 @@ def padding_mask(lengths, n_k: int | None = None) -> torch.Tensor:
 # --------------------------------------------------------------------------- softmax
 
 
-def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
-                   dim: int = -1) -> torch.Tensor:
+def masked_softmax(
+    scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1
+) -> torch.Tensor:
     r"""Softmax that ignores masked entries and gives all-zero rows when everything is masked.
 
     .. math::
@@ -122,21 +124,25 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
     """
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError("expected a boolean mask (True = keep), got "
-                            f"{getattr(mask, 'dtype', type(mask).__name__)}: use mask.bool() "
-                            "for 0/1 masks")
+            raise TypeError(
+                "expected a boolean mask (True = keep), got "
+                f"{getattr(mask, 'dtype', type(mask).__name__)}: use mask.bool() "
+                "for 0/1 masks"
+            )
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., Nq, Nk)
     row_max = scores.amax(dim=dim, keepdim=True)  # (..., Nq, 1)
-    row_max = torch.where(torch.isfinite(row_max), row_max,
-                          torch.zeros_like(row_max)).detach()  # (..., Nq, 1)
+    row_max = torch.where(
+        torch.isfinite(row_max), row_max, torch.zeros_like(row_max)
+    ).detach()  # (..., Nq, 1)
     e = torch.exp(scores - row_max)  # (..., Nq, Nk); exp(-inf) = 0 at masked keys
     denom = e.sum(dim=dim, keepdim=True)  # (..., Nq, 1); 0 on fully masked rows
     tiny = torch.finfo(e.dtype).tiny if e.is_floating_point() else 1e-38
     return e / denom.clamp_min(tiny)  # (..., Nq, Nk); 0 / tiny = 0 on fully masked rows
 
 
-def numpy_masked_softmax(scores: np.ndarray, mask: np.ndarray | None = None,
-                         axis: int = -1) -> np.ndarray:
+def numpy_masked_softmax(
+    scores: np.ndarray, mask: np.ndarray | None = None, axis: int = -1
+) -> np.ndarray:
     """:func:`masked_softmax` for numpy arrays (fully masked rows give zeros)."""
     scores = np.asarray(scores)
     if mask is not None:
@@ -247,8 +253,16 @@ def numpy_attention(
 # --------------------------------------------------------------------------- plotting
 
 
-def plot_attention(weights, q_tokens=None, k_tokens=None, *, ax=None, title=None,
-                   annotate: bool | None = None, colorbar: bool = True):
+def plot_attention(
+    weights,
+    q_tokens=None,
+    k_tokens=None,
+    *,
+    ax=None,
+    title=None,
+    annotate: bool | None = None,
+    colorbar: bool = True,
+):
     """Heatmap of attention weights ``[Nq, Nk]`` with token labels; returns the axes.
 
     Rows are queries, columns keys; each row sums to 1 (or 0 when fully masked).
@@ -264,14 +278,19 @@ def plot_attention(weights, q_tokens=None, k_tokens=None, *, ax=None, title=None
     n_q, n_k = weights.shape
     for name, toks, n in (("q_tokens", q_tokens, n_q), ("k_tokens", k_tokens, n_k)):
         if toks is not None and len(toks) != n:
-            raise ValueError(f"{name} has {len(toks)} labels but the weights {weights.shape} "
-                             f"have {n} {'rows' if name == 'q_tokens' else 'columns'}")
+            raise ValueError(
+                f"{name} has {len(toks)} labels but the weights {weights.shape} "
+                f"have {n} {'rows' if name == 'q_tokens' else 'columns'}"
+            )
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * n_k + 2.0, 0.4 * n_q + 1.2))
     im = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap="viridis")
-    ax.set_xticks(range(n_k), k_tokens if k_tokens is not None else range(n_k),
-                  rotation=60 if k_tokens is not None else 0,
-                  ha="right" if k_tokens is not None else "center")
+    ax.set_xticks(
+        range(n_k),
+        k_tokens if k_tokens is not None else range(n_k),
+        rotation=60 if k_tokens is not None else 0,
+        ha="right" if k_tokens is not None else "center",
+    )
     ax.set_yticks(range(n_q), q_tokens if q_tokens is not None else range(n_q))
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -283,8 +302,15 @@ def plot_attention(weights, q_tokens=None, k_tokens=None, *, ax=None, title=None
     if annotate:
         for i in range(n_q):
             for j in range(n_k):
-                ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if weights[i, j] < 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{weights[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if weights[i, j] < 0.6 else "black",
+                )
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046)
     return ax

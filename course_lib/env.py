@@ -75,8 +75,10 @@ def choose_triton_mode(*, warn: bool = False) -> bool:
     """
     if not _cuda_available() and "TRITON_INTERPRET" not in os.environ:
         if "triton" in sys.modules and warn:
-            print("warning: triton was imported before env.setup(); restart the kernel "
-                  "and call env.setup() first so the interpreter can be turned on.")
+            print(
+                "warning: triton was imported before env.setup(); restart the kernel "
+                "and call env.setup() first so the interpreter can be turned on."
+            )
         os.environ["TRITON_INTERPRET"] = "1"
     return triton_interpreter_on()
 
@@ -127,8 +129,7 @@ def setup(seed: int = DEFAULT_SEED, *, quiet: bool = False, plots: bool = True) 
             where = f"CUDA GPU ({torch.cuda.get_device_name(0)})"
         else:
             where = "CPU (no CUDA GPU)"
-        print(f"course_lib: device={env.device} on {where}; Triton: {env.triton_mode}; "
-              f"seed={seed}")
+        print(f"course_lib: device={env.device} on {where}; Triton: {env.triton_mode}; seed={seed}")
     return env
 
 
@@ -137,15 +138,17 @@ def _plot_defaults() -> None:
         import matplotlib as mpl
     except ImportError:  # pragma: no cover
         return
-    mpl.rcParams.update({
-        "figure.figsize": (6.4, 3.6),
-        "figure.dpi": 100,
-        "axes.grid": True,
-        "grid.alpha": 0.3,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "image.cmap": "viridis",
-    })
+    mpl.rcParams.update(
+        {
+            "figure.figsize": (6.4, 3.6),
+            "figure.dpi": 100,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "image.cmap": "viridis",
+        }
+    )
 
 
 def versions() -> dict[str, str]:
@@ -176,8 +179,13 @@ def report() -> dict[str, str]:
     else:
         info["gpu"] = "none (CPU only)"
     interp = triton_interpreter_on()
-    info["triton mode"] = ("not installed" if info.get("triton") == "missing"
-                           else "interpreter (CPU)" if interp else "compiled (GPU)")
+    info["triton mode"] = (
+        "not installed"
+        if info.get("triton") == "missing"
+        else "interpreter (CPU)"
+        if interp
+        else "compiled (GPU)"
+    )
     width = max(len(k) for k in info)
     for k, v in info.items():
         print(f"{k:<{width}} : {v}")

@@ -77,7 +77,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"expected x of shape [B, H, N, d_h], got {shape_of(x)}")
     batch_size, num_heads, seq_len, head_dim = x.shape
     x = x.transpose(1, 2)  # (B, N, H, d_h)
-    return x.reshape(batch_size, seq_len, num_heads * head_dim)  # (B, N, H*d_h); reshape copies: x is not contiguous
+    return x.reshape(
+        batch_size, seq_len, num_heads * head_dim
+    )  # (B, N, H*d_h); reshape copies: x is not contiguous
 
 
 @renamed_kwargs({"n_rep": "num_groups"})
@@ -97,13 +99,20 @@ def repeat_kv(x: torch.Tensor, num_groups: int) -> torch.Tensor:
     if num_groups == 1:
         return x
     batch_size, num_kv_heads, seq_len, head_dim = x.shape
-    x = x[:, :, None, :, :].expand(batch_size, num_kv_heads, num_groups, seq_len,
-                                   head_dim)  # (B, Hkv, G, N, d_h) a view
+    x = x[:, :, None, :, :].expand(
+        batch_size, num_kv_heads, num_groups, seq_len, head_dim
+    )  # (B, Hkv, G, N, d_h) a view
     return x.reshape(batch_size, num_kv_heads * num_groups, seq_len, head_dim)  # (B, H, N, d_h)
 
 
-def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, seq_len: int,
-                   batch_size: int = 1, bytes_per_value: int = 2) -> int:
+def kv_cache_bytes(
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    seq_len: int,
+    batch_size: int = 1,
+    bytes_per_value: int = 2,
+) -> int:
     r"""Bytes of a KV cache: keys **and** values of every layer, head and token.
 
     .. math::
@@ -113,13 +122,17 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, seq_len: i
 
     (the leading 2 counts K and V; ``bytes_per_value`` = 2 for bf16/fp16, 4 for fp32).
     """
-    for name, val in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
-                      ("head_dim", head_dim), ("seq_len", seq_len),
-                      ("batch_size", batch_size), ("bytes_per_value", bytes_per_value)):
+    for name, val in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("seq_len", seq_len),
+        ("batch_size", batch_size),
+        ("bytes_per_value", bytes_per_value),
+    ):
         if int(val) != val or val < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
-    return int(2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size
-               * bytes_per_value)
+    return int(2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value)
 
 
 # --------------------------------------------------------------------------- the KV cache
@@ -153,20 +166,26 @@ class KVCache:
             return 0
         return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
 
-    def update(self, k_new: torch.Tensor, v_new: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``[B, Hkv, n, d_h]`` keys/values; return all of them ``[B, Hkv, N+n, d_h]``."""
         if k_new.ndim != 4 or v_new.ndim != 4 or k_new.shape[:-1] != v_new.shape[:-1]:
-            raise ValueError(f"expected k_new and v_new of shape [B, Hkv, n, d_h], got "
-                             f"{shape_of(k_new)} and {shape_of(v_new)}")
+            raise ValueError(
+                f"expected k_new and v_new of shape [B, Hkv, n, d_h], got "
+                f"{shape_of(k_new)} and {shape_of(v_new)}"
+            )
         if self.k is None:
             self.k, self.v = k_new, v_new  # (B, Hkv, n, d_h)
         else:
-            if (k_new.shape[:2] != self.k.shape[:2] or k_new.shape[-1] != self.k.shape[-1]
-                    or v_new.shape[-1] != self.v.shape[-1]):
-                raise ValueError(f"new keys/values {shape_of(k_new)}, {shape_of(v_new)} do not "
-                                 f"match the cache's [B, Hkv, N, d_h] = {shape_of(self.k)}, "
-                                 f"{shape_of(self.v)}")
+            if (
+                k_new.shape[:2] != self.k.shape[:2]
+                or k_new.shape[-1] != self.k.shape[-1]
+                or v_new.shape[-1] != self.v.shape[-1]
+            ):
+                raise ValueError(
+                    f"new keys/values {shape_of(k_new)}, {shape_of(v_new)} do not "
+                    f"match the cache's [B, Hkv, N, d_h] = {shape_of(self.k)}, "
+                    f"{shape_of(self.v)}"
+                )
             self.k = torch.cat([self.k, k_new], dim=-2)  # (B, Hkv, N+n, d_h)
             self.v = torch.cat([self.v, v_new], dim=-2)  # (B, Hkv, N+n, d_h)
         return self.k, self.v
@@ -192,8 +211,15 @@ class MultiHeadAttention(nn.Module):
     ``dropout`` is applied to the attention weights in training mode.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None,
-                 bias: bool = True, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check_mha_config(d_model, num_heads, num_kv_heads, dropout)
@@ -224,16 +250,25 @@ class MultiHeadAttention(nn.Module):
         return self.num_heads // self.num_kv_heads
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
-                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-                f"dropout={self.dropout}")
+        return (
+            f"d_model={self.d_model}, num_heads={self.num_heads}, "
+            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
+            f"dropout={self.dropout}"
+        )
 
     # ------------------------------------------------------------------ forward
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
-                value: torch.Tensor | None = None, *, mask: torch.Tensor | None = None,
-                is_causal: bool = False, need_weights: bool = True,
-                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = True,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         r"""``(output [B, Nq, d_model], weights [B, H, Nq, Nk] or None)``.
 
         ``key`` and ``value`` default to ``query`` (self-attention); ``key`` alone sets
@@ -273,8 +308,8 @@ class MultiHeadAttention(nn.Module):
 
         # head_i = softmax(Q_i K_i^T / sqrt(d_h)) V_i, for all heads at once
         heads, weights = scaled_dot_product_attention(
-            q, k, v, mask, is_causal=is_causal,
-            dropout_p=self.dropout if self.training else 0.0)  # (B, H, Nq, d_h), (B, H, Nq, Nk)
+            q, k, v, mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
+        )  # (B, H, Nq, d_h), (B, H, Nq, Nk)
 
         # MultiHead = Concat(head_1, ..., head_H) W_O
         out = self.W_O(merge_heads(heads))  # (B, Nq, d_model)
@@ -289,12 +324,16 @@ class MultiHeadAttention(nn.Module):
         if mask.ndim == 3:
             mask = mask[:, None]  # (B, 1, Nq or 1, Nk)
         elif mask.ndim not in (2, 4):
-            raise ValueError(f"expected mask of shape [Nq, Nk], [B, Nq, Nk] or "
-                             f"[B, H, Nq, Nk] with Nq={n_q}, Nk={n_k}, got {shape_of(mask)}")
+            raise ValueError(
+                f"expected mask of shape [Nq, Nk], [B, Nq, Nk] or "
+                f"[B, H, Nq, Nk] with Nq={n_q}, Nk={n_k}, got {shape_of(mask)}"
+            )
         if mask.shape[-1] != n_k or mask.shape[-2] not in (1, n_q):
-            raise ValueError(f"mask of shape {shape_of(mask)} does not match the scores "
-                             f"[..., Nq={n_q}, Nk={n_k}] (with a cache, Nk counts the cached "
-                             "tokens too)")
+            raise ValueError(
+                f"mask of shape {shape_of(mask)} does not match the scores "
+                f"[..., Nq={n_q}, Nk={n_k}] (with a cache, Nk counts the cached "
+                "tokens too)"
+            )
         return mask
 
     @staticmethod
@@ -319,8 +358,10 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(m, nn.MultiheadAttention):
             raise TypeError(f"expected a torch.nn.MultiheadAttention, got {type(m).__name__}")
         if not m._qkv_same_embed_dim:
-            raise ValueError(f"kdim={m.kdim} / vdim={m.vdim} different from "
-                             f"embed_dim={m.embed_dim} are not supported")
+            raise ValueError(
+                f"kdim={m.kdim} / vdim={m.vdim} different from "
+                f"embed_dim={m.embed_dim} are not supported"
+            )
         if m.bias_k is not None or m.add_zero_attn:
             raise ValueError("add_bias_kv=True and add_zero_attn=True are not supported")
         d_model = m.embed_dim
@@ -343,8 +384,9 @@ class MultiHeadAttention(nn.Module):
         return new
 
 
-def mha_num_params(d_model: int, num_heads: int, num_kv_heads: int | None = None,
-                   bias: bool = True) -> int:
+def mha_num_params(
+    d_model: int, num_heads: int, num_kv_heads: int | None = None, bias: bool = True
+) -> int:
     r"""Parameters of :class:`MultiHeadAttention`, by formula.
 
     .. math:: 2 d^2 + 2 d \cdot H_{kv} d_h \;(+\; 2d + 2 H_{kv} d_h \text{ biases})
@@ -355,12 +397,10 @@ def mha_num_params(d_model: int, num_heads: int, num_kv_heads: int | None = None
     if num_heads < 1 or d_model % num_heads != 0:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
     if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
-        raise ValueError(f"num_heads={num_heads} is not divisible by "
-                         f"num_kv_heads={num_kv_heads}")
+        raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
     head_dim = d_model // num_heads
     kv = num_kv_heads * head_dim  # Hkv * d_h: the width of K and of V
     n = 2 * d_model * d_model + 2 * d_model * kv
     if bias:
         n += 2 * d_model + 2 * kv
     return int(n)
-

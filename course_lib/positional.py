@@ -80,8 +80,14 @@ def sinusoidal_frequencies(d_model: int, base: float = 10000.0) -> torch.Tensor:
 
 
 @renamed_kwargs({"n_positions": "seq_len"})
-def sinusoidal_encoding(seq_len: int, d_model: int, base: float = 10000.0, *,
-                        dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+def sinusoidal_encoding(
+    seq_len: int,
+    d_model: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+) -> torch.Tensor:
     r"""The sinusoidal position table of Vaswani et al. (2017), shape ``[seq_len, d_model]``.
 
     .. math::
@@ -105,8 +111,9 @@ def sinusoidal_encoding(seq_len: int, d_model: int, base: float = 10000.0, *,
     return pe.to(dtype=dtype, device=device)  # (N, D)
 
 
-def sinusoidal_shift_matrix(k: float, d_model: int, base: float = 10000.0, *,
-                            dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def sinusoidal_shift_matrix(
+    k: float, d_model: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     r"""The matrix :math:`R_k` with :math:`PE(p + k) = R_k\, PE(p)` for every position p.
 
     Per pair, by the angle-addition formulas,
@@ -167,8 +174,14 @@ def rope_angles(positions, d: int, base: float = 10000.0, *, scale: float = 1.0)
     return (pos / scale)[..., None] * theta.to(pos.device)  # (..., N, d/2)
 
 
-def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
-               interleaved: bool = True, scale: float = 1.0) -> torch.Tensor:
+def apply_rope(
+    x: torch.Tensor,
+    positions=None,
+    *,
+    base: float = 10000.0,
+    interleaved: bool = True,
+    scale: float = 1.0,
+) -> torch.Tensor:
     r"""Rotate each feature pair of ``x [..., N, d]`` by its position's angle (RoPE).
 
     For token position :math:`p` and pair :math:`i` with angle
@@ -206,7 +219,7 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
     if interleaved:
         xa, xb = x[..., 0::2], x[..., 1::2]  # (..., N, d/2) each: features 2i and 2i+1
     else:
-        xa, xb = x[..., : d // 2], x[..., d // 2:]  # (..., N, d/2) each: features i and i+d/2
+        xa, xb = x[..., : d // 2], x[..., d // 2 :]  # (..., N, d/2) each: features i and i+d/2
     ya = xa * cos - xb * sin  # (..., N, d/2)
     yb = xa * sin + xb * cos  # (..., N, d/2)
     if interleaved:
@@ -214,8 +227,9 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
     return torch.cat((ya, yb), dim=-1)  # (..., N, d)
 
 
-def apply_rope_complex(x: torch.Tensor, positions=None, *, base: float = 10000.0,
-                       scale: float = 1.0) -> torch.Tensor:
+def apply_rope_complex(
+    x: torch.Tensor, positions=None, *, base: float = 10000.0, scale: float = 1.0
+) -> torch.Tensor:
     r"""RoPE as complex multiplication (interleaved pairing), the way Meta's LLaMA code does it.
 
     Read features :math:`(x_{2i}, x_{2i+1})` as :math:`z_i = x_{2i} + \mathrm{i}\,x_{2i+1}`,
@@ -226,19 +240,23 @@ def apply_rope_complex(x: torch.Tensor, positions=None, *, base: float = 10000.0
     Equal to ``apply_rope(x, positions, interleaved=True)``; computed in float64/complex128.
     """
     if not isinstance(x, torch.Tensor) or x.ndim < 2:
-        raise ValueError(f"expected a tensor x of shape [..., N, d], got "
-                         f"{tuple(getattr(x, 'shape', ()))}")
+        raise ValueError(
+            f"expected a tensor x of shape [..., N, d], got {tuple(getattr(x, 'shape', ()))}"
+        )
     *lead, n, d = x.shape
     check_even(d, f" (x of shape {tuple(x.shape)})")
     pos = positions_for(positions, n, tuple(lead), x.device)  # (..., N)
     phi = rope_angles(pos, d, base, scale=scale)  # (..., N, d/2)
-    z = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2))  # (..., N, d/2)
+    z = torch.view_as_complex(
+        x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2)
+    )  # (..., N, d/2)
     rot = torch.polar(torch.ones_like(phi), phi)  # (..., N, d/2) e^{i phi}
     return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)  # (..., N, d)
 
 
-def rope_rotation_matrix(position: float, d: int, base: float = 10000.0, *,
-                         interleaved: bool = True, scale: float = 1.0) -> torch.Tensor:
+def rope_rotation_matrix(
+    position: float, d: int, base: float = 10000.0, *, interleaved: bool = True, scale: float = 1.0
+) -> torch.Tensor:
     r"""The ``[d, d]`` orthogonal matrix :math:`R_p` with ``apply_rope(x)[p] == R_p @ x[p]``.
 
     Block diagonal (one 2×2 rotation by :math:`(p/s)\theta_i` per pair) when interleaved;
@@ -285,4 +303,3 @@ def half_to_interleaved(x: torch.Tensor) -> torch.Tensor:
     check_even(d, f" (x of shape {tuple(x.shape)})")
     inverse = torch.argsort(rope_permutation(d))  # (d,)
     return x[..., inverse.to(x.device)]  # (..., d)
-

@@ -69,8 +69,13 @@ __all__ = [
 # --------------------------------------------------------------------------- the recurrence
 
 
-def rnn_forward(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: torch.Tensor,
-                h0: torch.Tensor | None = None) -> torch.Tensor:
+def rnn_forward(
+    x: torch.Tensor,
+    W_xh: torch.Tensor,
+    W_hh: torch.Tensor,
+    b_h: torch.Tensor,
+    h0: torch.Tensor | None = None,
+) -> torch.Tensor:
     r"""Run a tanh RNN over ``x [B, N, d_in]`` and return every hidden state ``[B, N, d_hidden]``.
 
     Row-vector form, one batch row per sequence (this is what the code computes):
@@ -101,9 +106,11 @@ def rnn_forward(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: to
 def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(W_xh, W_hh, b_h)`` of a one-layer tanh ``torch.nn.RNN`` (its two biases summed)."""
     if rnn.num_layers != 1 or rnn.bidirectional or rnn.nonlinearity != "tanh":
-        raise ValueError("expected a one-layer, one-directional tanh torch.nn.RNN, got "
-                         f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}, "
-                         f"nonlinearity={rnn.nonlinearity!r}")
+        raise ValueError(
+            "expected a one-layer, one-directional tanh torch.nn.RNN, got "
+            f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}, "
+            f"nonlinearity={rnn.nonlinearity!r}"
+        )
     W_xh = rnn.weight_ih_l0.detach()  # (d_hidden, d_in)
     W_hh = rnn.weight_hh_l0.detach()  # (d_hidden, d_hidden)
     if rnn.bias:
@@ -161,8 +168,10 @@ def node_depths(parents: Sequence[Sequence[int]]) -> list[int]:
     for i, ps in enumerate(parents):
         bad = [p for p in ps if not 0 <= p < i]
         if bad:
-            raise ValueError(f"node {i} lists parents {bad}: parents must be earlier nodes "
-                             f"(0 <= p < {i}), so the list is in topological order")
+            raise ValueError(
+                f"node {i} lists parents {bad}: parents must be earlier nodes "
+                f"(0 <= p < {i}), so the list is in topological order"
+            )
         depth.append(1 + max((depth[p] for p in ps), default=0))
     return depth
 
@@ -192,8 +201,11 @@ def autograd_depth(output: torch.Tensor) -> int:
         node, expanded = stack.pop()
         if node in memo:
             continue
-        children = [f for f, _ in node.next_functions if f is not None
-                    and type(f).__name__ != "AccumulateGrad"]
+        children = [
+            f
+            for f, _ in node.next_functions
+            if f is not None and type(f).__name__ != "AccumulateGrad"
+        ]
         if expanded:
             memo[node] = 1 + max((memo[c] for c in children), default=0)
         else:
@@ -226,9 +238,14 @@ def scale_to_spectral_radius(W: torch.Tensor, rho: float) -> torch.Tensor:
 
 
 @renamed_kwargs({"d_h": "d_hidden"})
-def recurrent_matrix(d_hidden: int, rho: float, *, kind: str = "orthogonal",
-                     generator: torch.Generator | None = None,
-                     dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def recurrent_matrix(
+    d_hidden: int,
+    rho: float,
+    *,
+    kind: str = "orthogonal",
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
     r"""A random ``[d_hidden, d_hidden]`` recurrent matrix with spectral radius ``rho``.
 
     ``kind="orthogonal"``: :math:`\rho Q` with :math:`Q` a random orthogonal matrix, so every
@@ -246,9 +263,13 @@ def recurrent_matrix(d_hidden: int, rho: float, *, kind: str = "orthogonal",
     raise ValueError(f"kind must be 'orthogonal' or 'gaussian', got {kind!r}")
 
 
-def jacobian_norms_through_time(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor,
-                                b_h: torch.Tensor, h0: torch.Tensor | None = None
-                                ) -> torch.Tensor:
+def jacobian_norms_through_time(
+    x: torch.Tensor,
+    W_xh: torch.Tensor,
+    W_hh: torch.Tensor,
+    b_h: torch.Tensor,
+    h0: torch.Tensor | None = None,
+) -> torch.Tensor:
     r"""``[N]`` Frobenius norms :math:`\lVert \partial h_N / \partial x_t \rVert_F`, for ``x [N, d_in]``.
 
     By the chain rule, with :math:`D_k = \mathrm{diag}(1 - h_k^2)` the tanh derivative,
@@ -274,13 +295,16 @@ def jacobian_norms_through_time(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch
     seq_len, d_in = x.shape
     d_hidden = W_hh.shape[0]
     if h0 is not None and (not isinstance(h0, torch.Tensor) or tuple(h0.shape) != (d_hidden,)):
-        raise ValueError(f"expected h0 of shape [d_hidden] = [{d_hidden}] (one sequence), "
-                         f"got {shape_of(h0)}")
+        raise ValueError(
+            f"expected h0 of shape [d_hidden] = [{d_hidden}] (one sequence), got {shape_of(h0)}"
+        )
     if seq_len == 0:
         return x.new_zeros(0)  # (0,)
     xs = x.detach().unsqueeze(0).expand(d_hidden, seq_len, d_in).clone()  # (d_hidden, N, d_in)
     xs.requires_grad_(True)
-    h0s = None if h0 is None else h0.detach().expand(d_hidden, d_hidden)  # (d_hidden, d_hidden) one row per copy
+    h0s = (
+        None if h0 is None else h0.detach().expand(d_hidden, d_hidden)
+    )  # (d_hidden, d_hidden) one row per copy
     H = rnn_forward(xs, W_xh.detach(), W_hh.detach(), b_h.detach(), h0s)  # (d_hidden, N, d_hidden)
     h_N = H[:, -1, :]  # (d_hidden, d_hidden) row i: copy i's final state
     (grad,) = torch.autograd.grad(h_N.diagonal().sum(), xs)  # (d_hidden, N, d_in) = dh_T[i]/dx_t
@@ -312,9 +336,14 @@ class RecallBatch:
 
 
 @renamed_kwargs({"batch": "batch_size", "vocab": "vocab_size"})
-def make_recall_batch(batch_size: int, seq_len: int, vocab_size: int, *,
-                      positions: torch.Tensor | Sequence[int] | None = None,
-                      generator: torch.Generator | None = None) -> RecallBatch:
+def make_recall_batch(
+    batch_size: int,
+    seq_len: int,
+    vocab_size: int,
+    *,
+    positions: torch.Tensor | Sequence[int] | None = None,
+    generator: torch.Generator | None = None,
+) -> RecallBatch:
     """Sequences of random symbols with one marked position; the answer is the marked symbol.
 
     ``positions`` (one per row, each in ``0 .. seq_len - 2``) says where the marker goes;
@@ -322,8 +351,10 @@ def make_recall_batch(batch_size: int, seq_len: int, vocab_size: int, *,
     ("which symbol was marked?") whose answer lies ``t - position`` steps back.
     """
     if seq_len < 2 or vocab_size < 2 or batch_size < 1:
-        raise ValueError(f"expected batch_size >= 1, seq_len >= 2, vocab_size >= 2, got "
-                         f"{batch_size}, {seq_len}, {vocab_size}")
+        raise ValueError(
+            f"expected batch_size >= 1, seq_len >= 2, vocab_size >= 2, got "
+            f"{batch_size}, {seq_len}, {vocab_size}"
+        )
     tokens = torch.randint(vocab_size, (batch_size, seq_len), generator=generator)  # (B, N)
     if positions is None:
         position = torch.randint(0, seq_len - 1, (batch_size,), generator=generator)  # (B,)
@@ -332,8 +363,10 @@ def make_recall_batch(batch_size: int, seq_len: int, vocab_size: int, *,
         if position.shape != (batch_size,):
             raise ValueError(f"expected {batch_size} positions, got shape {shape_of(position)}")
         if position.min() < 0 or position.max() > seq_len - 2:
-            raise ValueError(f"positions must lie in 0..{seq_len - 2}, got "
-                             f"{int(position.min())}..{int(position.max())}")
+            raise ValueError(
+                f"positions must lie in 0..{seq_len - 2}, got "
+                f"{int(position.min())}..{int(position.max())}"
+            )
     rows = torch.arange(batch_size)  # (B,)
     marker = torch.zeros(batch_size, seq_len)  # (B, N)
     marker[rows, position] = 1.0
@@ -380,8 +413,7 @@ class RecallAttention(nn.Module):
         self.W_V = nn.Linear(d_model, d_model)
         self.readout = nn.Linear(d_model, vocab_size)
 
-    def forward(self, tokens: torch.Tensor, marker: torch.Tensor,
-                return_weights: bool = False):
+    def forward(self, tokens: torch.Tensor, marker: torch.Tensor, return_weights: bool = False):
         e = self.embed(tokens) + marker.unsqueeze(-1) * self.marker_vec  # (B, N, D)
         q, k, v = self.W_Q(e), self.W_K(e), self.W_V(e)  # (B, N, D) each
         out, w = scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, N, D), (B, N, N)
@@ -397,9 +429,17 @@ def recall_loss(logits: torch.Tensor, b: RecallBatch) -> torch.Tensor:
 
 
 @renamed_kwargs({"batch": "batch_size", "vocab": "vocab_size"})
-def train_recall(model: nn.Module, *, steps: int = 300, batch_size: int = 32, seq_len: int = 32,
-                 vocab_size: int = 8, lr: float = 1e-2, seed: int = 0,
-                 clip: float | None = 1.0) -> list[float]:
+def train_recall(
+    model: nn.Module,
+    *,
+    steps: int = 300,
+    batch_size: int = 32,
+    seq_len: int = 32,
+    vocab_size: int = 8,
+    lr: float = 1e-2,
+    seed: int = 0,
+    clip: float | None = 1.0,
+) -> list[float]:
     """Train on fresh recall batches with Adam; returns the loss of every step.
 
     Batches come from a generator seeded with ``seed``, so a run is reproducible.
@@ -425,14 +465,24 @@ def train_recall(model: nn.Module, *, steps: int = 300, batch_size: int = 32, se
 
 @torch.no_grad()
 @renamed_kwargs({"vocab": "vocab_size", "n": "batch_size"})
-def recall_accuracy_by_distance(model: nn.Module, *, seq_len: int = 32, vocab_size: int = 8,
-                                batch_size: int = 256, seed: int = 1
-                                ) -> tuple[torch.Tensor, torch.Tensor]:
+def recall_accuracy_by_distance(
+    model: nn.Module,
+    *,
+    seq_len: int = 32,
+    vocab_size: int = 8,
+    batch_size: int = 256,
+    seed: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(distances [N-1], accuracy [N-1])`` on ``batch_size`` fresh sequences marked at
     position 0, so that every distance ``1 .. seq_len - 1`` is asked exactly ``batch_size`` times."""
     gen = torch.Generator().manual_seed(seed)
-    b = make_recall_batch(batch_size, seq_len, vocab_size, positions=torch.zeros(batch_size, dtype=torch.long),
-                          generator=gen)
+    b = make_recall_batch(
+        batch_size,
+        seq_len,
+        vocab_size,
+        positions=torch.zeros(batch_size, dtype=torch.long),
+        generator=gen,
+    )
     model.eval()
     with single_thread():
         pred = model(b.tokens, b.marker).argmax(-1)  # (B, N)

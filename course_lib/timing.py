@@ -17,9 +17,15 @@ import torch
 __all__ = ["best_time", "single_thread"]
 
 
-def best_time(fn: Callable[[], object], repeats: int = 3, *, warmup: int = 1,
-              clock: Callable[[], float] = time.perf_counter, statistic: str = "min",
-              device: str = "cpu") -> float:
+def best_time(
+    fn: Callable[[], object],
+    repeats: int = 3,
+    *,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    statistic: str = "min",
+    device: str = "cpu",
+) -> float:
     """Seconds that ``fn()`` takes: the fastest of ``repeats`` runs after ``warmup`` runs.
 
     The minimum is the least noisy estimate on a shared machine: other programs can only add

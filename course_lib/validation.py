@@ -29,8 +29,10 @@ def shape_of(x) -> tuple | str:
 def require_tensor(name: str, x, hint: str = "") -> None:
     """TypeError unless ``x`` is a torch.Tensor (``hint`` is added to the message)."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"expected {name} to be a torch.Tensor, got {type(x).__name__}"
-                        + (f" ({hint})" if hint else ""))
+        raise TypeError(
+            f"expected {name} to be a torch.Tensor, got {type(x).__name__}"
+            + (f" ({hint})" if hint else "")
+        )
 
 
 def as_int(value, name: str) -> int:
@@ -51,8 +53,7 @@ def as_scalar(x) -> float | None:
         return float(x)
     if isinstance(x, np.ndarray) and x.ndim == 0 and np.issubdtype(x.dtype, np.number):
         return float(x)
-    if isinstance(x, torch.Tensor) and x.ndim == 0 and x.dtype != torch.bool \
-            and not x.is_complex():
+    if isinstance(x, torch.Tensor) and x.ndim == 0 and x.dtype != torch.bool and not x.is_complex():
         return float(x)
     return None
 
@@ -69,21 +70,29 @@ def check_qkv(q, k, v) -> tuple:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim < 2:
             what = {"q": "[..., Nq, d_k]", "k": "[..., Nk, d_k]", "v": "[..., Nk, d_v]"}[name]
-            raise ValueError(f"expected {name} of shape {what} (at least 2 dimensions), "
-                             f"got {shape_of(x)}")
+            raise ValueError(
+                f"expected {name} of shape {what} (at least 2 dimensions), got {shape_of(x)}"
+            )
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the last dimension d_k: expected q [..., Nq, d_k] "
-                         f"and k [..., Nk, d_k], got q {shape_of(q)} and k {shape_of(k)}")
+        raise ValueError(
+            f"q and k must share the last dimension d_k: expected q [..., Nq, d_k] "
+            f"and k [..., Nk, d_k], got q {shape_of(q)} and k {shape_of(k)}"
+        )
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same number of keys Nk: expected k "
-                         f"[..., Nk, d_k] and v [..., Nk, d_v], got k {shape_of(k)} and "
-                         f"v {shape_of(v)}")
+        raise ValueError(
+            f"k and v must have the same number of keys Nk: expected k "
+            f"[..., Nk, d_k] and v [..., Nk, d_v], got k {shape_of(k)} and "
+            f"v {shape_of(v)}"
+        )
     try:
-        batch = tuple(np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]),
-                                          tuple(v.shape[:-2])))
+        batch = tuple(
+            np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]))
+        )
     except (RuntimeError, ValueError) as err:
-        raise ValueError(f"the batch dimensions of q, k and v do not broadcast: got q "
-                         f"{shape_of(q)}, k {shape_of(k)}, v {shape_of(v)}") from err
+        raise ValueError(
+            f"the batch dimensions of q, k and v do not broadcast: got q "
+            f"{shape_of(q)}, k {shape_of(k)}, v {shape_of(v)}"
+        ) from err
     return batch + (int(q.shape[-2]), int(k.shape[-2]))
 
 
@@ -91,8 +100,10 @@ def check_mask(mask, scores_shape: tuple) -> None:
     try:
         np.broadcast_shapes(tuple(mask.shape), scores_shape)
     except (RuntimeError, ValueError) as err:
-        raise ValueError(f"mask of shape {shape_of(mask)} does not broadcast to the scores' "
-                         f"shape [..., Nq, Nk] = {scores_shape}") from err
+        raise ValueError(
+            f"mask of shape {shape_of(mask)} does not broadcast to the scores' "
+            f"shape [..., Nq, Nk] = {scores_shape}"
+        ) from err
 
 
 def check_scale_dropout(scale, dropout_p) -> tuple[float | None, float]:
@@ -130,8 +141,10 @@ def validate_attention(q, k, v, mask, scale, dropout_p, *, numpy: bool = False):
             fix = "mask.bool()"
         check_mask(mask, scores_shape)
         if not ok:
-            raise TypeError(f"expected a boolean mask (True = may attend) or a float mask to "
-                            f"add, got dtype {mask.dtype}: use {fix} for 0/1 masks")
+            raise TypeError(
+                f"expected a boolean mask (True = may attend) or a float mask to "
+                f"add, got dtype {mask.dtype}: use {fix} for 0/1 masks"
+            )
     return mask, scale, dropout_p
 
 
@@ -142,22 +155,28 @@ def check_head_split(x, num_heads: int) -> None:
     if x.ndim != 3:
         raise ValueError(f"expected x of shape [B, N, H*d_h], got {shape_of(x)}")
     if num_heads < 1 or x.shape[-1] % num_heads != 0:
-        raise ValueError(f"the feature size {x.shape[-1]} of x {shape_of(x)} is not divisible "
-                         f"by num_heads={num_heads}")
+        raise ValueError(
+            f"the feature size {x.shape[-1]} of x {shape_of(x)} is not divisible "
+            f"by num_heads={num_heads}"
+        )
 
 
 def check_mha_config(d_model, num_heads, num_kv_heads, dropout) -> None:
     if int(num_heads) != num_heads or num_heads < 1:
         raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
     if d_model % num_heads != 0:
-        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}: "
-                         f"each head gets d_model / num_heads features")
+        raise ValueError(
+            f"d_model={d_model} is not divisible by num_heads={num_heads}: "
+            f"each head gets d_model / num_heads features"
+        )
     if int(num_kv_heads) != num_kv_heads or num_kv_heads < 1:
         raise ValueError(f"num_kv_heads must be a positive integer, got {num_kv_heads!r}")
     if num_heads % num_kv_heads != 0:
-        raise ValueError(f"num_heads={num_heads} is not divisible by "
-                         f"num_kv_heads={num_kv_heads}: each key/value head must serve "
-                         "the same number of query heads")
+        raise ValueError(
+            f"num_heads={num_heads} is not divisible by "
+            f"num_kv_heads={num_kv_heads}: each key/value head must serve "
+            "the same number of query heads"
+        )
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 
@@ -167,14 +186,19 @@ def check_mha_inputs(query, key, value, d_model: int) -> None:
     for name, x in (("query", query), ("key", key), ("value", value)):
         require_tensor(name, x)
         if x.ndim != 3 or x.shape[-1] != d_model:
-            raise ValueError(f"expected {name} of shape [B, N, d_model={d_model}], got "
-                             f"{shape_of(x)}")
+            raise ValueError(
+                f"expected {name} of shape [B, N, d_model={d_model}], got {shape_of(x)}"
+            )
     if key.shape[:2] != value.shape[:2]:
-        raise ValueError(f"key and value must have the same [B, Nk], got key "
-                         f"{shape_of(key)} and value {shape_of(value)}")
+        raise ValueError(
+            f"key and value must have the same [B, Nk], got key "
+            f"{shape_of(key)} and value {shape_of(value)}"
+        )
     if query.shape[0] != key.shape[0]:
-        raise ValueError(f"query and key must have the same batch size B, got query "
-                         f"{shape_of(query)} and key {shape_of(key)}")
+        raise ValueError(
+            f"query and key must have the same batch size B, got query "
+            f"{shape_of(query)} and key {shape_of(key)}"
+        )
 
 
 # --------------------------------------------------------------------------- the RNN
@@ -188,23 +212,30 @@ def check_rnn_inputs(x, W_xh, W_hh, b_h, h0) -> None:
         raise ValueError(f"expected x of shape [B, N, d_in], got {shape_of(x)}")
     d_in = x.shape[-1]
     if W_hh.dim() != 2 or W_hh.shape[0] != W_hh.shape[1]:
-        raise ValueError(f"expected W_hh of shape [d_hidden, d_hidden] (square), got "
-                         f"{shape_of(W_hh)}")
+        raise ValueError(
+            f"expected W_hh of shape [d_hidden, d_hidden] (square), got {shape_of(W_hh)}"
+        )
     d_hidden = W_hh.shape[0]
     if W_xh.dim() != 2 or tuple(W_xh.shape) != (d_hidden, d_in):
-        raise ValueError(f"expected W_xh of shape [d_hidden, d_in] = [{d_hidden}, {d_in}] "
-                         f"(d_hidden from W_hh, d_in from x), got {shape_of(W_xh)}")
+        raise ValueError(
+            f"expected W_xh of shape [d_hidden, d_in] = [{d_hidden}, {d_in}] "
+            f"(d_hidden from W_hh, d_in from x), got {shape_of(W_xh)}"
+        )
     if tuple(b_h.shape) != (d_hidden,):
         raise ValueError(f"expected b_h of shape [d_hidden] = [{d_hidden}], got {shape_of(b_h)}")
     if h0 is not None:
         require_tensor("h0", h0, "or None")
         if tuple(h0.shape) != (x.shape[0], d_hidden):
-            raise ValueError(f"expected h0 of shape [B, d_hidden] = [{x.shape[0]}, {d_hidden}], "
-                             f"got {shape_of(h0)}")
+            raise ValueError(
+                f"expected h0 of shape [B, d_hidden] = [{x.shape[0]}, {d_hidden}], "
+                f"got {shape_of(h0)}"
+            )
     for name, t in (("W_xh", W_xh), ("W_hh", W_hh), ("b_h", b_h), ("h0", h0)):
         if t is not None and t.dtype != x.dtype:
-            raise TypeError(f"expected {name} to have x's dtype {x.dtype}, got {t.dtype} "
-                            f"(convert with .to(x.dtype))")
+            raise TypeError(
+                f"expected {name} to have x's dtype {x.dtype}, got {t.dtype} "
+                f"(convert with .to(x.dtype))"
+            )
 
 
 # --------------------------------------------------------------------------- positions
@@ -217,22 +248,26 @@ def check_base(base: float) -> None:
 
 def check_position_scale(scale: float) -> None:
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite number > 0 (1.0 = no interpolation), "
-                         f"got {scale!r}")
+        raise ValueError(
+            f"scale must be a finite number > 0 (1.0 = no interpolation), got {scale!r}"
+        )
 
 
 def check_even(d: int, what: str) -> None:
     if d <= 0 or d % 2:
-        raise ValueError(f"RoPE rotates features in pairs, so the feature dimension must be "
-                         f"even and positive; got d={d}{what}")
+        raise ValueError(
+            f"RoPE rotates features in pairs, so the feature dimension must be "
+            f"even and positive; got d={d}{what}"
+        )
 
 
 def check_rope_input(x, base: float, scale: float) -> None:
     """``x [..., N, d]``, real floating point, d even; a valid base and scale."""
     require_tensor("x", x)
     if x.ndim < 2:
-        raise ValueError(f"expected x of shape [..., N, d] (tokens, then features), got "
-                         f"{shape_of(x)}")
+        raise ValueError(
+            f"expected x of shape [..., N, d] (tokens, then features), got {shape_of(x)}"
+        )
     if not x.is_floating_point():
         raise TypeError(f"expected a real floating-point x, got dtype {x.dtype}")
     check_even(x.shape[-1], f" (x of shape {shape_of(x)})")
@@ -250,15 +285,19 @@ def positions_for(positions, n: int, lead: tuple, device) -> torch.Tensor:
         raise TypeError(f"positions must be real numbers, got dtype {pos.dtype}")
     pos = pos.to(torch.float64)
     if pos.ndim == 0 or pos.shape[-1] != n:
-        raise ValueError(f"expected positions of shape [N] or [..., N] with N={n} (one per "
-                         f"token of x), got shape {shape_of(pos)}")
+        raise ValueError(
+            f"expected positions of shape [N] or [..., N] with N={n} (one per "
+            f"token of x), got shape {shape_of(pos)}"
+        )
     try:
         torch.broadcast_shapes(tuple(pos.shape), (*lead, n))
     except RuntimeError as err:
-        raise ValueError(f"positions of shape {shape_of(pos)} do not broadcast against "
-                         f"x's token axes {(*lead, n)} (they align from the right: for x "
-                         f"[B, H, N, d] and one row of positions per sequence, pass "
-                         f"positions[:, None, :] of shape [B, 1, N])") from err
+        raise ValueError(
+            f"positions of shape {shape_of(pos)} do not broadcast against "
+            f"x's token axes {(*lead, n)} (they align from the right: for x "
+            f"[B, H, N, d] and one row of positions per sequence, pass "
+            f"positions[:, None, :] of shape [B, 1, N])"
+        ) from err
     return pos
 
 
@@ -269,23 +308,26 @@ def check_flash_inputs(q, k, v, scale, *, who: str) -> float:
     """The checks both FlashAttention implementations share; returns the scale."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{who}: expected {name} to be a torch.Tensor, got "
-                            f"{type(x).__name__}")
+            raise TypeError(f"{who}: expected {name} to be a torch.Tensor, got {type(x).__name__}")
     try:  # the shape rules of chapter 02's attention, with the same messages
         check_qkv(q, k, v)
     except ValueError as err:
         raise ValueError(f"{who}: {err}") from None
     if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise ValueError(f"{who}: q, k and v must have the same batch dimensions: got q "
-                         f"{shape_of(q)}, k {shape_of(k)}, v {shape_of(v)}")
+        raise ValueError(
+            f"{who}: q, k and v must have the same batch dimensions: got q "
+            f"{shape_of(q)}, k {shape_of(k)}, v {shape_of(v)}"
+        )
     if k.shape[-2] == 0:
         raise ValueError(f"{who}: there are no keys (Nk = 0): attention is undefined")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"{who}: q, k and v must be on the same device: got {q.device}, "
-                         f"{k.device}, {v.device}")
+        raise ValueError(
+            f"{who}: q, k and v must be on the same device: got {q.device}, {k.device}, {v.device}"
+        )
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"{who}: q, k and v must share one dtype: got {q.dtype}, {k.dtype}, "
-                        f"{v.dtype}")
+        raise TypeError(
+            f"{who}: q, k and v must share one dtype: got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     if not q.dtype.is_floating_point:
         raise TypeError(f"{who}: expected floating-point q, k, v, got {q.dtype}")
     if scale is None:

@@ -24,7 +24,8 @@ def course_root(given: str | Path | None = None) -> Path:
         if not (root / "solutions").is_dir():
             raise CourseRootError(
                 f"the current directory {root} is not a course folder (it has no solutions/): "
-                "run the command from the course checkout or pass --course ROOT")
+                "run the command from the course checkout or pass --course ROOT"
+            )
         return root
     root = Path(given).expanduser().resolve()
     if not (root / "solutions").is_dir():
@@ -36,9 +37,13 @@ def course_commit(root: str | Path) -> str:
     """The course's version as git describes it (``v0.2.0-3-g1a2b3c4d5e6f-dirty``), or
     ``"unknown"`` when the folder is not a git checkout (or git is missing)."""
     try:
-        proc = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty",
-                               "--tags", "--abbrev=12"], capture_output=True, text=True,
-                              timeout=30, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty", "--tags", "--abbrev=12"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     text = proc.stdout.strip()

@@ -39,8 +39,9 @@ def convert(text: str):
             return
         body = "\n".join(lines).strip("\n")
         if kind == "markdown":
-            body = "\n".join(l[2:] if l.startswith("# ") else l.lstrip("#")
-                             for l in body.splitlines())
+            body = "\n".join(
+                l[2:] if l.startswith("# ") else l.lstrip("#") for l in body.splitlines()
+            )
             cell = nbformat.v4.new_markdown_cell(body)
         else:
             cell = nbformat.v4.new_code_cell(body)
@@ -64,8 +65,11 @@ def convert(text: str):
             lines.append(line)
     flush()
     nb = nbformat.v4.new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
-                                 "name": "python3"}
+    nb.metadata["kernelspec"] = {
+        "display_name": "Python 3",
+        "language": "python",
+        "name": "python3",
+    }
     nb.metadata["language_info"] = {"name": "python"}
     return nb
 

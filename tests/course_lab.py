@@ -68,8 +68,11 @@ class LabServer:
 
     def api(self, path: str, method: str = "GET", timeout: float = 10.0):
         """Call the REST API with the token; returns the decoded JSON (or None if empty)."""
-        req = urllib.request.Request(self.base + path.lstrip("/"), method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+        req = urllib.request.Request(
+            self.base + path.lstrip("/"),
+            method=method,
+            headers={"Authorization": f"token {self.token}"},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             body = resp.read()
         return json.loads(body) if body else None
@@ -83,8 +86,10 @@ def _wait_until_serving(lab: LabServer, timeout: float) -> None:
     last_error: Exception | None = None
     while time.monotonic() < deadline:
         if lab.proc.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited with code {lab.proc.returncode} before it "
-                               f"served anything. Its log:\n{lab.log()[-4000:]}")
+            raise RuntimeError(
+                f"JupyterLab exited with code {lab.proc.returncode} before it "
+                f"served anything. Its log:\n{lab.log()[-4000:]}"
+            )
         try:
             lab.api("api/status", timeout=5.0)
             # The server answers before the lab extension is ready; wait for the page too.
@@ -94,8 +99,10 @@ def _wait_until_serving(lab: LabServer, timeout: float) -> None:
         except (urllib.error.URLError, ConnectionError, OSError, ValueError) as e:
             last_error = e
         time.sleep(0.25)
-    raise RuntimeError(f"JupyterLab did not serve within {timeout:.0f} s (last error: "
-                       f"{last_error!r}). Its log:\n{lab.log()[-4000:]}")
+    raise RuntimeError(
+        f"JupyterLab did not serve within {timeout:.0f} s (last error: "
+        f"{last_error!r}). Its log:\n{lab.log()[-4000:]}"
+    )
 
 
 def _stop(lab: LabServer) -> None:
@@ -122,9 +129,11 @@ def _stop(lab: LabServer) -> None:
 
 
 @contextlib.contextmanager
-def running_lab(settings_overrides: dict[str, dict] | None = None,
-                log_dir: Path | None = None,
-                timeout: float = START_TIMEOUT_S) -> Iterator[LabServer]:
+def running_lab(
+    settings_overrides: dict[str, dict] | None = None,
+    log_dir: Path | None = None,
+    timeout: float = START_TIMEOUT_S,
+) -> Iterator[LabServer]:
     """Run JupyterLab on the repository for the duration of the `with` block.
 
     settings_overrides: {"@jupyterlab/x-extension:plugin": {key: value}} merged over the
@@ -145,30 +154,52 @@ def running_lab(settings_overrides: dict[str, dict] | None = None,
         (tmp / sub).mkdir()
 
     env = dict(os.environ)
-    env.update({
-        "JUPYTERLAB_SETTINGS_DIR": str(settings),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),  # a learner's first open
-        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-        "JUPYTER_CONFIG_DIR": str(tmp / "config"),  # no personal jupyter config
-        "JUPYTER_DATA_DIR": str(tmp / "data"),  # no personal kernels or extensions
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "JUPYTERLAB_SETTINGS_DIR": str(settings),
+            "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),  # a learner's first open
+            "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+            "JUPYTER_CONFIG_DIR": str(tmp / "config"),  # no personal jupyter config
+            "JUPYTER_DATA_DIR": str(tmp / "data"),  # no personal kernels or extensions
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.pop("JUPYTER_TOKEN", None)
     token = secrets.token_hex(16)
     port = free_port()
     log_path = (log_dir or tmp) / "jupyterlab.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser",
-           "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-           "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-           f"--ServerApp.root_dir={ROOT}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={ROOT}",
+    ]
     if os.name == "posix" and os.geteuid() == 0:  # CI containers run as root
         cmd.append("--allow-root")
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=(os.name == "posix"))
-    lab = LabServer(base=f"http://127.0.0.1:{port}/", token=token, proc=proc,
-                    log_path=log_path, settings_dir=settings)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=(os.name == "posix"),
+        )
+    lab = LabServer(
+        base=f"http://127.0.0.1:{port}/",
+        token=token,
+        proc=proc,
+        log_path=log_path,
+        settings_dir=settings,
+    )
     try:
         _wait_until_serving(lab, timeout)
         yield lab

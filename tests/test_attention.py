@@ -74,9 +74,11 @@ def test_is_causal_top_left_like_torch(n_q, n_k):
 def test_causal_mask_values():
     m = causal_mask(3, 5)
     assert m.dtype == torch.bool and m.shape == (3, 5)
-    assert m.tolist() == [[True, False, False, False, False],
-                          [True, True, False, False, False],
-                          [True, True, True, False, False]]
+    assert m.tolist() == [
+        [True, False, False, False, False],
+        [True, True, False, False, False],
+        [True, True, True, False, False],
+    ]
     assert torch.equal(causal_mask(4), torch.ones(4, 4, dtype=torch.bool).tril())
     assert np.array_equal(numpy_causal_mask(3, 5), m.numpy())
     with pytest.raises(ValueError):
@@ -193,8 +195,9 @@ def test_dropout_only_when_positive():
 def test_dropout_keeps_expectation():
     q, k, v = _qkv((), 4, 5, 4, 4, seed=12)
     torch.manual_seed(1)
-    mean = torch.stack([scaled_dot_product_attention(q, k, v, dropout_p=0.3)[1]
-                        for _ in range(4000)]).mean(0)
+    mean = torch.stack(
+        [scaled_dot_product_attention(q, k, v, dropout_p=0.3)[1] for _ in range(4000)]
+    ).mean(0)
     _, w = scaled_dot_product_attention(q, k, v)
     torch.testing.assert_close(mean, w, atol=0.03, rtol=0)
 
@@ -243,8 +246,9 @@ def test_numpy_equals_torch(is_causal, n_q, n_k):
     mask = torch.rand(2, 1, n_q, n_k, generator=torch.Generator().manual_seed(0)) > 0.4
     mask[..., 1, :] = False  # a fully masked row as well
     out_t, w_t = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, scale=0.7)
-    out_n, w_n = numpy_attention(q.numpy(), k.numpy(), v.numpy(), mask.numpy(),
-                                 is_causal=is_causal, scale=0.7)
+    out_n, w_n = numpy_attention(
+        q.numpy(), k.numpy(), v.numpy(), mask.numpy(), is_causal=is_causal, scale=0.7
+    )
     assert isinstance(out_n, np.ndarray) and isinstance(w_n, np.ndarray)
     np.testing.assert_allclose(out_n, out_t.numpy(), atol=1e-12)
     np.testing.assert_allclose(w_n, w_t.numpy(), atol=1e-12)
@@ -281,8 +285,11 @@ def test_masked_softmax_matches_softmax_and_handles_empty_rows():
 def test_padding_mask():
     m = padding_mask([3, 1, 4])
     assert m.shape == (3, 1, 4) and m.dtype == torch.bool
-    assert m[:, 0].tolist() == [[True, True, True, False], [True, False, False, False],
-                                [True, True, True, True]]
+    assert m[:, 0].tolist() == [
+        [True, True, True, False],
+        [True, False, False, False],
+        [True, True, True, True],
+    ]
     assert padding_mask(torch.tensor([2]), n_k=5).shape == (1, 1, 5)
     assert padding_mask(np.array([0, 2])).tolist() == [[[False, False]], [[True, True]]]
     assert padding_mask([], n_k=3).shape == (0, 1, 3)
@@ -303,8 +310,9 @@ def test_masked_softmax_rejects_non_boolean_masks():
         masked_softmax(torch.randn(2, 3), torch.ones(2, 3, dtype=torch.int64))
 
 
-@pytest.mark.parametrize("scale", [np.float32(0.5), np.float64(0.5), torch.tensor(0.5),
-                                   np.array(0.5)])
+@pytest.mark.parametrize(
+    "scale", [np.float32(0.5), np.float64(0.5), torch.tensor(0.5), np.array(0.5)]
+)
 def test_scale_accepts_numpy_and_tensor_scalars(scale):
     q, k, v = _qkv((2,), 3, 4, 8, 5, seed=14)
     out, _ = scaled_dot_product_attention(q, k, v, scale=scale)
@@ -330,8 +338,9 @@ def test_mask_with_more_batch_dims_than_q():
     out, w = scaled_dot_product_attention(q, k, v, mask)
     assert out.shape == (2, 3, 2) and w.shape == (2, 3, 5)
     for b in range(2):
-        torch.testing.assert_close(out[b], F.scaled_dot_product_attention(q, k, v,
-                                                                          attn_mask=mask[b]))
+        torch.testing.assert_close(
+            out[b], F.scaled_dot_product_attention(q, k, v, attn_mask=mask[b])
+        )
     out_n, _ = numpy_attention(q.numpy(), k.numpy(), v.numpy(), mask.numpy())
     np.testing.assert_allclose(out_n, out.numpy(), atol=1e-12)
 

@@ -17,9 +17,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_dry_run_writes_json(tmp_path):
     out = tmp_path / "flash_attention_dry.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "flash_attention.py"),
-                           "--dry-run", "--no-autotune", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "flash_attention.py"),
+            "--dry-run",
+            "--no-autotune",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
     meta = data["meta"]
@@ -39,8 +50,13 @@ def test_dry_run_writes_json(tmp_path):
 def test_without_gpu_the_real_run_refuses_politely():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "flash_attention.py")],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "flash_attention.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2 and "--dry-run" in proc.stderr
 
 
@@ -56,9 +72,20 @@ def test_flop_model_and_grid():
 
 
 def test_speedups_and_plot(tmp_path):
-    rows = [dict(impl=i, N=4096, d=128, dtype="bfloat16", causal=False, B=4, H=16,
-                 fwd_tflops=f, bwd_tflops=b)
-            for i, f, b in (("flash_attention", 300.0, 150.0), ("sdpa_flash", 400.0, 200.0))]
+    rows = [
+        dict(
+            impl=i,
+            N=4096,
+            d=128,
+            dtype="bfloat16",
+            causal=False,
+            B=4,
+            H=16,
+            fwd_tflops=f,
+            bwd_tflops=b,
+        )
+        for i, f, b in (("flash_attention", 300.0, 150.0), ("sdpa_flash", 400.0, 200.0))
+    ]
     data = {"meta": {"gpu": "Test GPU", "date": "2026-01-01"}, "results": rows}
     s = bench.speedups(data)
     assert s == {"fwd": 0.75, "bwd": 0.75}

@@ -32,10 +32,14 @@ def _imported_modules(path: Path) -> set[str]:
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
-        elif (isinstance(node, ast.Call) and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-              and getattr(node.func, "attr", getattr(node.func, "id", "")) in
-              ("import_module", "__import__")):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and getattr(node.func, "attr", getattr(node.func, "id", ""))
+            in ("import_module", "__import__")
+        ):
             names.add(node.args[0].value)
     return names
 
@@ -43,25 +47,32 @@ def _imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize("path", sorted(LIB.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_course_lib_never_imports_course_tools(path: Path):
     bad = sorted(m for m in _imported_modules(path) if m.split(".")[0] == "course_tools")
-    assert not bad, (f"{path.relative_to(ROOT)} imports {bad}: course_lib is what learners "
-                     "read; the instructor's tools depend on it, not the other way round")
+    assert not bad, (
+        f"{path.relative_to(ROOT)} imports {bad}: course_lib is what learners "
+        "read; the instructor's tools depend on it, not the other way round"
+    )
 
 
 def test_the_scan_sees_every_kind_of_import(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("import course_tools.x\nfrom course_tools import y\n"
-                     "import importlib\nimportlib.import_module('course_tools.z')\n")
+    probe.write_text(
+        "import course_tools.x\nfrom course_tools import y\n"
+        "import importlib\nimportlib.import_module('course_tools.z')\n"
+    )
     assert _imported_modules(probe) >= {"course_tools.x", "course_tools", "course_tools.z"}
 
 
 def test_learner_modules_load_without_the_tools():
-    code = ("import sys, course_lib, course_lib.env, course_lib.attention, course_lib.multihead, "
-            "course_lib.positional, course_lib.rnn, course_lib.scaling, course_lib.coref, "
-            "course_lib.flash, course_lib.checks\n"
-            "from course_lib.checks import all_exercises\nall_exercises()\n"
-            "print(sorted(m for m in sys.modules if m.startswith('course_tools')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT).stdout
+    code = (
+        "import sys, course_lib, course_lib.env, course_lib.attention, course_lib.multihead, "
+        "course_lib.positional, course_lib.rnn, course_lib.scaling, course_lib.coref, "
+        "course_lib.flash, course_lib.checks\n"
+        "from course_lib.checks import all_exercises\nall_exercises()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('course_tools')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -69,9 +80,12 @@ def test_learner_modules_load_without_the_tools():
 def test_no_module_finds_the_checkout_from_its_own_location(pkg: Path):
     """A wheel lives in site-packages: paths climbing out of the package find nothing."""
     climb = re.compile(r"__file__.*(parents\[\d\]|\.parent\.parent)")
-    hits = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(pkg.rglob("*.py"))
-            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-            if climb.search(line)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sorted(pkg.rglob("*.py"))
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if climb.search(line)
+    ]
     assert not hits, f"these lines find the checkout through the package's location: {hits}"
 
 
@@ -84,7 +98,8 @@ def test_one_version_source():
     assert "version" not in pyproject["project"], "pyproject.toml must not repeat the version"
     assert pyproject["project"]["dynamic"] == ["version"]
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {
-        "attr": "course_lib.__version__"}
+        "attr": "course_lib.__version__"
+    }
     assert course_tools.__version__ == course_lib.__version__
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert f"## {course_lib.__version__}" in changelog, "CHANGELOG.md has no entry for this version"
@@ -109,15 +124,43 @@ def test_a_wheel_install_runs_both_commands_on_a_course_folder(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(wheels), str(src)],
-                   check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     (wheel,) = wheels.glob("course_lib-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     vpy = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "-q",
-                    "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(vpy),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
     # The dependencies (torch, nbclient, ...) come from this environment's site-packages,
     # on PYTHONPATH, which runs no .pth file: the editable install of the checkout is not
     # seen, so course_lib and course_tools are the wheel's.
@@ -127,11 +170,20 @@ def test_a_wheel_install_runs_both_commands_on_a_course_folder(tmp_path):
     elsewhere.mkdir()
 
     def run(*cmd, cwd=elsewhere):
-        return subprocess.run([str(venv / "bin" / cmd[0]), *cmd[1:]], capture_output=True,
-                              text=True, cwd=cwd, env=env, timeout=600)
+        return subprocess.run(
+            [str(venv / "bin" / cmd[0]), *cmd[1:]],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=env,
+            timeout=600,
+        )
 
-    where = run("python", "-c", "import course_lib, course_tools; print(course_lib.__file__);"
-                " print(course_tools.__file__)").stdout.split()
+    where = run(
+        "python",
+        "-c",
+        "import course_lib, course_tools; print(course_lib.__file__); print(course_tools.__file__)",
+    ).stdout.split()
     assert all(str(venv) in w for w in where), where
 
     proc = run("course-exercises", "--check", "--course", str(course))
@@ -144,13 +196,23 @@ def test_a_wheel_install_runs_both_commands_on_a_course_folder(tmp_path):
     sub = tmp_path / "subs" / "00_setup.ipynb"
     sub.parent.mkdir()
     sub.write_bytes((course / "solutions" / "00_setup.ipynb").read_bytes())
-    proc = run("course-grade", str(sub), "--out", str(tmp_path / "out"), "--course",
-               str(course), "--quiet", "--jobs", "1")
+    proc = run(
+        "course-grade",
+        str(sub),
+        "--out",
+        str(tmp_path / "out"),
+        "--course",
+        str(course),
+        "--quiet",
+        "--jobs",
+        "1",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with open(tmp_path / "out" / "grades.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert rows and all(r["status"] == "passed" for r in rows), rows
     assert {(r["course_commit"], r["grader_version"]) for r in rows} == {
-        ("unknown", course_lib.__version__)}  # a copy outside git: "unknown"
+        ("unknown", course_lib.__version__)
+    }  # a copy outside git: "unknown"
     proc = run("course-grade", str(sub), "--out", str(tmp_path / "out2"))
     assert proc.returncode == 2 and "not a course folder" in proc.stderr, proc.stderr

@@ -30,10 +30,17 @@ from course_lab import ROOT, running_lab
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SHOTS = ROOT / "test-output" / "browser"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 KERNEL_START_S = 120  # opening a notebook starts a kernel: slow on a busy 2-core machine
 RUN_ALL_S = 300  # a chapter notebook: ~25 s headless, more in a browser on 2 shared cores
 REDRAW_S = 60  # a widget callback round trip through the kernel
@@ -54,26 +61,38 @@ KERNEL_IDLE_JS = """() => {
 
 # -- the browser ----------------------------------------------------------------------------
 
+
 def _missing(what: str) -> None:
-    how = ("To run the browser tests: install the test extra (`make test` does; or "
-           "`.venv/bin/pip install playwright`) and Chromium (Debian/Ubuntu: `sudo apt "
-           "install chromium`; macOS: Google Chrome; or set COURSE_CHROMIUM=/path/to/chrome; "
-           "or `.venv/bin/python -m playwright install chromium`).")
+    how = (
+        "To run the browser tests: install the test extra (`make test` does; or "
+        "`.venv/bin/pip install playwright`) and Chromium (Debian/Ubuntu: `sudo apt "
+        "install chromium`; macOS: Google Chrome; or set COURSE_CHROMIUM=/path/to/chrome; "
+        "or `.venv/bin/python -m playwright install chromium`)."
+    )
     if os.environ.get("COURSE_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"{what}, but COURSE_REQUIRE_BROWSER=1 (CI) needs the browser tests. {how}",
-                    pytrace=False)
+        pytest.fail(
+            f"{what}, but COURSE_REQUIRE_BROWSER=1 (CI) needs the browser tests. {how}",
+            pytrace=False,
+        )
     pytest.skip(f"{what}. {how}")
 
 
-MAC_BROWSERS = ["/Applications/Chromium.app/Contents/MacOS/Chromium",
-                "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"]
+MAC_BROWSERS = [
+    "/Applications/Chromium.app/Contents/MacOS/Chromium",
+    "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+]
 
 
 def find_chromium(playwright=None) -> str | None:
     """COURSE_CHROMIUM, else a Chromium or Chrome on PATH or in /Applications, else the
     browser `python -m playwright install chromium` downloaded, if any."""
-    for candidate in (os.environ.get("COURSE_CHROMIUM"), "chromium", "chromium-browser",
-                      "google-chrome", "google-chrome-stable"):
+    for candidate in (
+        os.environ.get("COURSE_CHROMIUM"),
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "google-chrome-stable",
+    ):
         if candidate and (path := shutil.which(candidate)):
             return path
     for path in MAC_BROWSERS:
@@ -96,8 +115,10 @@ def browser():
     with sync_playwright() as p:
         executable = find_chromium(p)
         if executable is None:
-            _missing("no Chromium found (looked for COURSE_CHROMIUM, chromium, "
-                     "chromium-browser, google-chrome)")
+            _missing(
+                "no Chromium found (looked for COURSE_CHROMIUM, chromium, "
+                "chromium-browser, google-chrome)"
+            )
         b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
         try:
             yield b
@@ -118,6 +139,7 @@ def lab(browser):
 
 
 # -- one notebook in the browser ------------------------------------------------------------
+
 
 class NotebookPage:
     """A notebook opened in JupyterLab, with what the learner would see checked."""
@@ -155,7 +177,9 @@ class NotebookPage:
         # A kernel (idle) or a dialog in its way ("Select Kernel"): fail fast on the latter.
         self.page.wait_for_function(
             "() => document.querySelector('.jp-Dialog') !== null || (" + KERNEL_IDLE_JS + ")()",
-            timeout=KERNEL_START_S * 1000, polling=250)
+            timeout=KERNEL_START_S * 1000,
+            polling=250,
+        )
         self.assert_no_popups()
 
     def wait_for_kernel_idle(self, timeout_s: float) -> None:
@@ -173,7 +197,9 @@ class NotebookPage:
         self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
         self.page.wait_for_function(
             """() => {
-                if (!(""" + KERNEL_IDLE_JS + """)()) return false;
+                if (!("""
+            + KERNEL_IDLE_JS
+            + """)()) return false;
                 const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
                 const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
                     .map(e => e.textContent.trim());
@@ -181,7 +207,10 @@ class NotebookPage:
                 const failed = panel.querySelector(
                     '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]');
                 return prompts.every(p => /\\[\\d+\\]/.test(p)) || failed !== null;
-            }""", timeout=RUN_ALL_S * 1000, polling=500)
+            }""",
+            timeout=RUN_ALL_S * 1000,
+            polling=500,
+        )
         return time.monotonic() - t0
 
     # -- what must hold on every page --
@@ -189,16 +218,23 @@ class NotebookPage:
     # Text is read with textContent, not innerText: JupyterLab skips painting cells that
     # are off screen (CSS content-visibility), and their innerText reads as empty.
     def assert_ran_without_errors(self) -> None:
-        prompts = [t.strip() for t in self.panel.locator(".jp-CodeCell .jp-InputPrompt")
-                   .all_text_contents()]
+        prompts = [
+            t.strip()
+            for t in self.panel.locator(".jp-CodeCell .jp-InputPrompt").all_text_contents()
+        ]
         not_run = [i for i, p in enumerate(prompts) if not re.search(r"\[\d+\]", p)]
-        tracebacks = [t for t in self.panel.locator(
-            '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
-            .all_text_contents() if re.search(r"Traceback|Error\b", t)]
+        tracebacks = [
+            t
+            for t in self.panel.locator(
+                '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+            ).all_text_contents()
+            if re.search(r"Traceback|Error\b", t)
+        ]
         if tracebacks or not_run:
             self.shot("error")
         assert not tracebacks, f"{self.path}: a cell shows an error:\n" + "\n---\n".join(
-            t[-2000:] for t in tracebacks)
+            t[-2000:] for t in tracebacks
+        )
         assert not not_run, f"{self.path}: code cells {not_run} did not run (of {len(prompts)})"
 
     def assert_no_popups(self) -> None:
@@ -211,8 +247,11 @@ class NotebookPage:
         assert not toasts, f"a notification popped up: {toasts}"
 
     def assert_console_clean(self) -> None:
-        errors = [m for m in self.console
-                  if not any(pattern.search(m) for pattern, _why in BENIGN_CONSOLE)]
+        errors = [
+            m
+            for m in self.console
+            if not any(pattern.search(m) for pattern, _why in BENIGN_CONSOLE)
+        ]
         assert not errors, "JavaScript errors in the browser console:\n" + "\n".join(errors)
 
     def assert_not_saved(self) -> None:
@@ -251,8 +290,9 @@ class NotebookPage:
                 if drawing.screenshot() == after:
                     return after
         self.shot(f"no-redraw-{what}")
-        raise AssertionError(f"{self.path}: {what} did not change what is drawn "
-                             f"within {REDRAW_S} s")
+        raise AssertionError(
+            f"{self.path}: {what} did not change what is drawn within {REDRAW_S} s"
+        )
 
 
 @pytest.fixture
@@ -292,6 +332,7 @@ def _slider_step(slider, presses: int = 1, key: str = "ArrowRight") -> None:
 
 # -- the course's JupyterLab settings ------------------------------------------------------
 
+
 def test_a_notebook_without_kernel_opens_without_a_dialog(notebook):
     """A learner's own notebook that names no kernel starts the course's kernel directly,
     instead of a "Select Kernel" dialog (autoStartDefaultKernel in the course's settings)."""
@@ -313,10 +354,17 @@ def test_the_error_check_catches_a_failing_cell(notebook):
     import nbformat
 
     path = SHOTS / "failing-cell.ipynb"
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in (
-        "x = 1", "raise ValueError('the learner sees this')", "y = 2")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(src)
+            for src in ("x = 1", "raise ValueError('the learner sees this')", "y = 2")
+        ]
+    )
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path)
     page = notebook(str(path.relative_to(ROOT)))
     page.run_all()  # returns once the error stopped the run
@@ -325,6 +373,7 @@ def test_the_error_check_catches_a_failing_cell(notebook):
 
 
 # -- the notebooks ---------------------------------------------------------------------------
+
 
 def test_00_setup_widgets_render(notebook):
     """The infrastructure on the smallest notebook: the slider and its label render and talk."""
@@ -353,11 +402,15 @@ def test_02_attention_explorer_and_diagram(notebook):
     diagram.wait_for(state="attached", timeout=REDRAW_S * 1000)
     diagram.scroll_into_view_if_needed()
     assert "jp-mod-warning" not in (diagram.get_attribute("class") or ""), (
-        f"Mermaid could not draw the diagram: {diagram.text_content()[:500]}")
+        f"Mermaid could not draw the diagram: {diagram.text_content()[:500]}"
+    )
     drawn = diagram.locator("img[src^='data:image/svg+xml'], svg").first
     drawn.wait_for(state="visible", timeout=REDRAW_S * 1000)
-    svg = (urllib.parse.unquote(drawn.get_attribute("src").split(",", 1)[1])
-           if drawn.evaluate("e => e.tagName") == "IMG" else drawn.evaluate("e => e.outerHTML"))
+    svg = (
+        urllib.parse.unquote(drawn.get_attribute("src").split(",", 1)[1])
+        if drawn.evaluate("e => e.tagName") == "IMG"
+        else drawn.evaluate("e => e.outerHTML")
+    )
     assert "<svg" in svg and len(re.findall(r'class="node[ "]', svg)) >= 5, "no diagram nodes"
     assert "softmax" in svg, "the diagram's labels are missing"
     box = drawn.bounding_box()

@@ -12,8 +12,12 @@ IDS = ["01.1", "01.2", "01.3", "01.4"]
 
 def test_the_chapter_declares_four_exercises_worth_nine_points():
     exercises = [get_exercise(i) for i in IDS]
-    assert [e.target for e in exercises] == ["rnn_forward", "scale_to_spectral_radius",
-                                             "jacobian_norms_through_time", "critical_path"]
+    assert [e.target for e in exercises] == [
+        "rnn_forward",
+        "scale_to_spectral_radius",
+        "jacobian_norms_through_time",
+        "critical_path",
+    ]
     assert sum(e.points for e in exercises) == 9
 
 
@@ -56,7 +60,8 @@ def test_the_visible_check_names_off_by_one_mistakes():
 
     def jacobian_norms_through_time(x, W_xh, W_hh, b_h):  # differentiates h_{N-1}
         J = torch.autograd.functional.jacobian(
-            lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -2], x)
+            lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b_h)[0, -2], x
+        )
         return J.pow(2).sum(dim=(0, 2)).sqrt()
 
     with pytest.raises(CheckFailed, match=r"differentiated h_\{N-1\}"):
@@ -82,13 +87,18 @@ def test_the_cheap_01_3_twins_equal_their_definitions():
 
     g = torch.Generator().manual_seed(0)
     seq_len, d_in, d_hidden = 7, 3, 4
-    x, W_xh, b = (torch.randn(*s, generator=g, dtype=torch.float64) for s in
-                  ((seq_len, d_in), (d_hidden, d_in), (d_hidden,)))
+    x, W_xh, b = (
+        torch.randn(*s, generator=g, dtype=torch.float64)
+        for s in ((seq_len, d_in), (d_hidden, d_in), (d_hidden,))
+    )
     W_hh = torch.randn(d_hidden, d_hidden, generator=g, dtype=torch.float64) / 2
     J = torch.autograd.functional.jacobian(
-        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b)[0], x)  # (N, d_hidden, N, d_in)
+        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b)[0], x
+    )  # (N, d_hidden, N, d_in)
     t = torch.arange(seq_len)
-    torch.testing.assert_close(ch01._local_jacobian(x, W_xh, W_hh, b),
-                               J[t, :, t].pow(2).sum(dim=(1, 2)).sqrt())  # dh_t/dx_t
-    torch.testing.assert_close(ch01._previous_state(x, W_xh, W_hh, b),
-                               J[-2].pow(2).sum(dim=(0, 2)).sqrt())  # dh_{N-1}/dx_t
+    torch.testing.assert_close(
+        ch01._local_jacobian(x, W_xh, W_hh, b), J[t, :, t].pow(2).sum(dim=(1, 2)).sqrt()
+    )  # dh_t/dx_t
+    torch.testing.assert_close(
+        ch01._previous_state(x, W_xh, W_hh, b), J[-2].pow(2).sum(dim=(0, 2)).sqrt()
+    )  # dh_{N-1}/dx_t

@@ -12,8 +12,13 @@ IDS = ["02.1", "02.2", "02.3", "02.4", "02.5"]
 
 def test_five_exercises_with_points():
     exercises = [get_exercise(i) for i in IDS]
-    assert [e.target for e in exercises] == ["attention", "causal_mask", "padding_mask",
-                                             "masked_softmax", "attention_weights"]
+    assert [e.target for e in exercises] == [
+        "attention",
+        "causal_mask",
+        "padding_mask",
+        "masked_softmax",
+        "attention_weights",
+    ]
     assert all(1 <= e.points <= 2 for e in exercises)
     assert all(e.mistakes for e in exercises)
 
@@ -40,5 +45,3 @@ def test_float_mask_instead_of_bool_is_explained():
 
     with pytest.raises(CheckFailed, match="boolean"):
         check("02.2", causal_mask, quiet=True)
-
-

@@ -15,9 +15,13 @@ IDS = ["03.1", "03.2", "03.3", "03.4", "03.5"]
 
 def test_five_exercises_with_points():
     exercises = [get_exercise(i) for i in IDS]
-    assert [e.target for e in exercises] == ["dot_product_variance", "stable_softmax",
-                                             "softmax_jacobian", "attention_entropy",
-                                             "multihead_scores"]
+    assert [e.target for e in exercises] == [
+        "dot_product_variance",
+        "stable_softmax",
+        "softmax_jacobian",
+        "attention_entropy",
+        "multihead_scores",
+    ]
     assert all(1 <= e.points <= 2 for e in exercises)
     assert all(e.mistakes for e in exercises)
 
@@ -26,20 +30,25 @@ def test_references_agree_with_course_lib():
     for case in cases_for("03.1") + list(cases_for("03.1", hidden=True)):
         ex = get_exercise("03.1")
         assert ex.reference(*case.args, **case.kwargs) == pytest.approx(
-            scaling.dot_product_variance(*case.args, **case.kwargs), rel=1e-12)
+            scaling.dot_product_variance(*case.args, **case.kwargs), rel=1e-12
+        )
     for case in cases_for("03.3", hidden=True):
-        torch.testing.assert_close(get_exercise("03.3").reference(*case.args),
-                                   scaling.softmax_jacobian(*case.args))
+        torch.testing.assert_close(
+            get_exercise("03.3").reference(*case.args), scaling.softmax_jacobian(*case.args)
+        )
     for case in cases_for("03.4", hidden=True):
-        torch.testing.assert_close(get_exercise("03.4").reference(*case.args),
-                                   scaling.softmax_entropy(*case.args))
+        torch.testing.assert_close(
+            get_exercise("03.4").reference(*case.args), scaling.softmax_entropy(*case.args)
+        )
 
 
 def test_multihead_reference_matches_course_lib_projection():
     x = torch.randn(2, 5, 12, dtype=torch.float64)
     W_Q, W_K = torch.randn(12, 12, dtype=torch.float64), torch.randn(12, 12, dtype=torch.float64)
-    torch.testing.assert_close(get_exercise("03.5").reference(x @ W_Q, x @ W_K, 3),
-                               scaling.multihead_scores(x, W_Q, W_K, 3))
+    torch.testing.assert_close(
+        get_exercise("03.5").reference(x @ W_Q, x @ W_K, 3),
+        scaling.multihead_scores(x, W_Q, W_K, 3),
+    )
 
 
 def test_naive_softmax_gets_the_overflow_explanation():
@@ -100,5 +109,3 @@ def test_torch_var_user_is_told_about_ddof():
 def test_cases_are_deterministic_per_seed():
     a, b = cases_for("03.1", seed=5), cases_for("03.1", seed=5)
     np.testing.assert_array_equal(a[0].args[0], b[0].args[0])
-
-

@@ -11,8 +11,14 @@ from course_lib.checks import CheckFailed, check
 def test_kv_cache_bytes_forgetting_the_batch_is_named_in_the_notebook():
     def no_batch(config, seq_len, batch_size=1, bytes_per_value=2):
         head_dim = config["hidden_size"] // config["num_attention_heads"]
-        return (2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim
-                * seq_len * bytes_per_value)
+        return (
+            2
+            * config["num_hidden_layers"]
+            * config["num_key_value_heads"]
+            * head_dim
+            * seq_len
+            * bytes_per_value
+        )
 
     with pytest.raises(CheckFailed, match="you forgot the batch"):
         check("04.6", no_batch, quiet=True)
@@ -25,8 +31,9 @@ def test_decode_step_with_top_left_is_causal_is_named():
         k = torch.cat([k_cache, k_new], dim=-2)
         v = torch.cat([v_cache, v_new], dim=-2)
         g = q_new.shape[1] // k.shape[1]
-        o, _ = scaled_dot_product_attention(q_new, k.repeat_interleave(g, 1),
-                                            v.repeat_interleave(g, 1), is_causal=True)
+        o, _ = scaled_dot_product_attention(
+            q_new, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=True
+        )
         return o, k, v
 
     with pytest.raises(CheckFailed, match="you passed is_causal=True"):

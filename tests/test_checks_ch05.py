@@ -43,8 +43,9 @@ def test_05_3_reference_equals_absolute_positions():
     q = torch.randn(3, 16, dtype=torch.float64, generator=g)
     k = torch.randn(3, 16, dtype=torch.float64, generator=g)
     m, n = torch.tensor([5, 40, 2]), torch.tensor([1, 70, 2])
-    absolute = (apply_rope(q[:, None], m[:, None])[:, 0]
-                * apply_rope(k[:, None], n[:, None])[:, 0]).sum(-1)
+    absolute = (
+        apply_rope(q[:, None], m[:, None])[:, 0] * apply_rope(k[:, None], n[:, None])[:, 0]
+    ).sum(-1)
     assert torch.allclose(relative_score_reference(q, k, m - n), absolute, atol=1e-12)
 
 
@@ -71,6 +72,7 @@ def test_05_4_reference_preserves_multi_head_scores():
 
 def test_05_1_accepts_a_table_computed_in_float32():
     """float32 rounding (~1e-5 at position 200) is not a mistake; hidden cases must pass too."""
+
     def table32(n, d):
         p = torch.arange(n, dtype=torch.float32)[:, None]  # (n, 1)
         w = 10000.0 ** (-2 * torch.arange(d // 2, dtype=torch.float32) / d)  # (d/2,)

@@ -33,7 +33,7 @@ def test_online_update_reproduces_softmax_statistics():
     x = np.random.default_rng(0).normal(size=(3, 20)) * 4
     m, l = np.full(3, -np.inf), np.zeros(3)
     for j in range(0, 20, 6):
-        m, l = ex.reference(m, l, x[:, j:j + 6])
+        m, l = ex.reference(m, l, x[:, j : j + 6])
     assert np.allclose(m, x.max(1)) and np.allclose(l, np.exp(x - x.max(1, keepdims=True)).sum(1))
 
 
@@ -84,7 +84,7 @@ def test_triton_grid_that_skips_the_ragged_block_is_diagnosed():
 
     def skip_last_block(q, k, v):
         o = ex.reference(q, k, v).clone()  # (N, d)
-        o[q.shape[0] // 16 * 16:] = 7.0  # rows no program wrote
+        o[q.shape[0] // 16 * 16 :] = 7.0  # rows no program wrote
         return o
 
     with pytest.raises(CheckFailed, match=r"triton\.cdiv\(n, 16\) programs"):

@@ -56,8 +56,9 @@ def test_complex_results_are_refused_not_silently_cast():
 
 def test_torch_and_numpy_compare_equal():
     assert compare_values(torch.ones(2, 3), np.ones((2, 3)), 1e-6, 1e-6) is None
-    assert compare_values(torch.ones(2, 3, dtype=torch.bfloat16), np.ones((2, 3)),
-                          1e-6, 1e-6) is None
+    assert (
+        compare_values(torch.ones(2, 3, dtype=torch.bfloat16), np.ones((2, 3)), 1e-6, 1e-6) is None
+    )
 
 
 def test_none_return_and_tuples():
@@ -120,8 +121,7 @@ def test_hidden_cases_catch_an_overflowing_softmax(capsys):
         return np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True)
 
     check("00.1", naive)  # the visible cases are small numbers: it passes
-    with pytest.raises(CheckFailed, match="NaN"), np.errstate(over="ignore",
-                                                               invalid="ignore"):
+    with pytest.raises(CheckFailed, match="NaN"), np.errstate(over="ignore", invalid="ignore"):
         check("00.1", naive, hidden=True)
 
 

@@ -44,8 +44,10 @@ def test_test_pairs_never_seen_in_training(data):
     train, test = data
 
     def pairs(d):
-        return {(s.split()[a], s.split()[b]) for s, a, b in
-                zip(d.sentences, d.antecedent.tolist(), d.distractor.tolist())}
+        return {
+            (s.split()[a], s.split()[b])
+            for s, a, b in zip(d.sentences, d.antecedent.tolist(), d.distractor.tolist())
+        }
 
     assert not ({frozenset(p) for p in pairs(train)} & {frozenset(p) for p in pairs(test)})
 
@@ -99,8 +101,9 @@ def test_two_layers_learn_the_antecedent(data):
     model = coref.make_model(train.vocab, num_layers=2)
     before = coref.pointer_accuracy(model, test)
     seen = []
-    history = coref.train(model, train, steps=40, log_every=10,
-                          callback=lambda s, loss, acc: seen.append(s))
+    history = coref.train(
+        model, train, steps=40, log_every=10, callback=lambda s, loss, acc: seen.append(s)
+    )
     assert seen == [10, 20, 30, 40] and [h[0] for h in history] == seen
     assert history[-1][1] < history[0][1]
     after = coref.pointer_accuracy(model, test)
@@ -134,7 +137,8 @@ def test_explorer_runs_headless_and_redraws(data):
     # the layer buttons pick the layer that is drawn
     ex.text.value = "the cat did not cross the road because it was too wide"
     ex.layer.value = "1"
-    assert np.allclose(ex.current()[1], attention_maps(model, train.vocab, ex.sentence.value,
-                                                       causal=True)[1][0])
+    assert np.allclose(
+        ex.current()[1], attention_maps(model, train.vocab, ex.sentence.value, causal=True)[1][0]
+    )
     with pytest.raises(ValueError, match="positions up to"):
         attention_maps(model, train.vocab, " ".join(["the"] * 17))

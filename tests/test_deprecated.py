@@ -30,17 +30,22 @@ def test_old_and_new_keyword_together_is_an_error():
         positional.sinusoidal_encoding(n_positions=6, seq_len=6, d_model=4)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: rnn.dependency_graph("rnn", n_tokens=3, n_layers=2),
-    lambda: rnn.recurrent_matrix(d_h=4, rho=0.5),
-    lambda: rnn.make_recall_batch(batch=2, seq_len=5, vocab=3),
-    lambda: rnn.RecallRNN(vocab=4),
-    lambda: multihead.repeat_kv(torch.zeros(1, 2, 3, 4), n_rep=2),
-    lambda: scaling.multihead_scores(torch.zeros(1, 2, 4), w_q=torch.eye(4), w_k=torch.eye(4),
-                                     num_heads=2),
-    lambda: scaling.multihead_scores(torch.zeros(1, 2, 4), torch.eye(4), torch.eye(4), 2,
-                                     scale_by="d_head"),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: rnn.dependency_graph("rnn", n_tokens=3, n_layers=2),
+        lambda: rnn.recurrent_matrix(d_h=4, rho=0.5),
+        lambda: rnn.make_recall_batch(batch=2, seq_len=5, vocab=3),
+        lambda: rnn.RecallRNN(vocab=4),
+        lambda: multihead.repeat_kv(torch.zeros(1, 2, 3, 4), n_rep=2),
+        lambda: scaling.multihead_scores(
+            torch.zeros(1, 2, 4), w_q=torch.eye(4), w_k=torch.eye(4), num_heads=2
+        ),
+        lambda: scaling.multihead_scores(
+            torch.zeros(1, 2, 4), torch.eye(4), torch.eye(4), 2, scale_by="d_head"
+        ),
+    ],
+)
 def test_every_retired_keyword_still_works(call):
     with pytest.warns(FutureWarning, match="docs/notation.md"):
         call()

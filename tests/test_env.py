@@ -18,15 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(code: str, **extra_env) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     e.update(extra_env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=e, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=e, cwd=ROOT, timeout=120
+    )
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter is for machines "
-                                                      "without a CUDA GPU")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="the interpreter is for machines without a CUDA GPU"
+)
 def test_setup_turns_on_the_triton_interpreter_before_triton_is_imported():
-    proc = _run("from course_lib import env; e = env.setup(); import os, triton; "
-                "print('MODE', os.environ['TRITON_INTERPRET'], e.triton_mode)")
+    proc = _run(
+        "from course_lib import env; e = env.setup(); import os, triton; "
+        "print('MODE', os.environ['TRITON_INTERPRET'], e.triton_mode)"
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[0].startswith("course_lib: device=cpu"), "setup must say what it chose"
@@ -35,8 +39,11 @@ def test_setup_turns_on_the_triton_interpreter_before_triton_is_imported():
 
 
 def test_setup_respects_a_learners_own_choice():
-    proc = _run("from course_lib import env; env.setup(quiet=True); import os; "
-                "print(os.environ['TRITON_INTERPRET'])", TRITON_INTERPRET="0")
+    proc = _run(
+        "from course_lib import env; env.setup(quiet=True); import os; "
+        "print(os.environ['TRITON_INTERPRET'])",
+        TRITON_INTERPRET="0",
+    )
     assert proc.stdout.strip() == "0"
 
 
@@ -59,12 +66,15 @@ def test_report_lists_versions(capsys):
     for key in ("python", "numpy", "torch", "triton", "gpu", "triton mode"):
         assert key in info and key in out
     assert info["torch"] == torch.__version__.split("+")[0] or info["torch"].startswith(
-        torch.__version__.split("+")[0])
+        torch.__version__.split("+")[0]
+    )
 
 
 def test_bootstrap_refuses_a_too_old_python_with_a_clear_message():
-    code = ("import sys; sys.path.insert(0, 'tools'); import bootstrap; "
-            "bootstrap.MIN_PYTHON = (99, 0); bootstrap.check_python()")
+    code = (
+        "import sys; sys.path.insert(0, 'tools'); import bootstrap; "
+        "bootstrap.MIN_PYTHON = (99, 0); bootstrap.check_python()"
+    )
     proc = _run(code)
     assert proc.returncode == 1
     assert "needs Python 99.0 or newer" in proc.stderr
@@ -72,8 +82,12 @@ def test_bootstrap_refuses_a_too_old_python_with_a_clear_message():
 
 
 def test_bootstrap_usage_message():
-    proc = subprocess.run([sys.executable, "tools/bootstrap.py", "frobnicate"], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "tools/bootstrap.py", "frobnicate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1 and "usage:" in proc.stderr
 
 

@@ -39,8 +39,7 @@ def test_every_declared_mistake_fails_and_is_named(ex_id):
     ex = get_exercise(ex_id)
     assert ex.mistakes, f"{ex_id} declares no common mistakes to diagnose"
     for hint, wrong in ex.mistakes.items():
-        messages = [m for m in (_failure(ex_id, wrong), _failure(ex_id, wrong, hidden=True))
-                    if m]
+        messages = [m for m in (_failure(ex_id, wrong), _failure(ex_id, wrong, hidden=True)) if m]
         assert messages, f"{ex_id}: the mistake {hint[:60]!r}... passes every check"
         named = [h for h in ex.mistakes if any(h in m for m in messages)]
         assert named, f"{ex_id}: {hint[:60]!r}... is caught but not named: {messages}"

@@ -16,7 +16,7 @@ EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
 
 def test_committed_exercises_are_fresh(capsys):
     stale = gen.generate(ROOT, check=True)
-    assert stale == [], (f"stale: {stale}. Run `make exercises` and commit the result.")
+    assert stale == [], f"stale: {stale}. Run `make exercises` and commit the result."
 
 
 def test_check_mode_exits_non_zero_when_stale(tmp_path):
@@ -60,8 +60,11 @@ def _exercise_nb(solution_src: str, check_src: str, ex_id: str = "00.1"):
     nb.cells = [
         nbformat.v4.new_markdown_cell("statement"),
         nbformat.v4.new_code_cell(solution_src),
-        nbformat.v4.new_code_cell(check_src, outputs=[nbformat.v4.new_output(
-            "stream", text="old output")], execution_count=3),
+        nbformat.v4.new_code_cell(
+            check_src,
+            outputs=[nbformat.v4.new_output("stream", text="old output")],
+            execution_count=3,
+        ),
     ]
     for cell, role in zip(nb.cells, ("statement", "solution", "check")):
         cell.metadata["course"] = {"exercise": ex_id, "role": role}
@@ -89,7 +92,7 @@ def test_solution_becomes_a_placeholder_and_hidden_tests_vanish():
     out = gen.to_exercise(nb, "00_setup")
     sol, chk = out.cells[1].source, out.cells[2].source
     assert "np.exp" not in sol and "BEGIN SOLUTION" not in sol
-    assert "    raise NotImplementedError(\"Exercise 00.1" in sol  # keeps the indentation
+    assert '    raise NotImplementedError("Exercise 00.1' in sol  # keeps the indentation
     assert "def softmax(x):" in sol
     assert chk == 'check("00.1", softmax)'
     assert out.cells[2].outputs == [] and out.cells[2].execution_count is None
@@ -104,18 +107,35 @@ def test_solution_becomes_a_placeholder_and_hidden_tests_vanish():
         ns["softmax"](None)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda nb: nb.cells.pop(2), "exactly one check cell"),
-    (lambda nb: nb.cells.append(nbformat.v4.new_code_cell(
-        "check('00.1', softmax)", metadata={"course": {"exercise": "00.1", "role": "check"}})),
-     "exactly one check cell"),
-    (lambda nb: setattr(nb.cells[1], "source", SOLUTION.replace("    ### END SOLUTION\n", "")),
-     "never closed"),
-    (lambda nb: setattr(nb.cells[1], "source", SOLUTION.replace("def softmax", "def soft")),
-     "does not define `softmax`"),
-    (lambda nb: [c.metadata["course"].update(exercise="42.7") for c in nb.cells],
-     "unknown exercise"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda nb: nb.cells.pop(2), "exactly one check cell"),
+        (
+            lambda nb: nb.cells.append(
+                nbformat.v4.new_code_cell(
+                    "check('00.1', softmax)",
+                    metadata={"course": {"exercise": "00.1", "role": "check"}},
+                )
+            ),
+            "exactly one check cell",
+        ),
+        (
+            lambda nb: setattr(
+                nb.cells[1], "source", SOLUTION.replace("    ### END SOLUTION\n", "")
+            ),
+            "never closed",
+        ),
+        (
+            lambda nb: setattr(nb.cells[1], "source", SOLUTION.replace("def softmax", "def soft")),
+            "does not define `softmax`",
+        ),
+        (
+            lambda nb: [c.metadata["course"].update(exercise="42.7") for c in nb.cells],
+            "unknown exercise",
+        ),
+    ],
+)
 def test_format_errors_are_named(mutate, message):
     nb = _exercise_nb(SOLUTION, CHECK)
     mutate(nb)
@@ -143,8 +163,13 @@ def test_blank_exercise_notebook_runs_and_every_check_says_not_implemented(path:
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     client.execute()
     roles = gen.exercise_cells(nb)
     assert roles, f"{path.name} has no exercises"
@@ -156,8 +181,11 @@ def test_blank_exercise_notebook_runs_and_every_check_says_not_implemented(path:
         if i in check_cells:
             assert "not implemented yet" in _text(cell), (
                 f"{path.name} cell {i}: the check of a blank exercise must say 'not "
-                f"implemented yet', got: {_text(cell)[:300]!r}")
+                f"implemented yet', got: {_text(cell)[:300]!r}"
+            )
             assert not errors, f"{path.name} cell {i}: a blank check must not raise"
         else:
-            assert not errors, (f"{path.name} cell {i} fails in the blank notebook (does it "
-                                f"use the learner's answer?): {_text(cell)[-500:]}")
+            assert not errors, (
+                f"{path.name} cell {i} fails in the blank notebook (does it "
+                f"use the learner's answer?): {_text(cell)[-500:]}"
+            )

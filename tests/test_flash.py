@@ -36,8 +36,10 @@ from course_lib.flash import flash_attention, flash_attention_reference
 # (a CUDA machine), the GPU — a compiled kernel cannot read CPU tensors.
 DEVICE = "cpu" if flash.triton_mode() == "interpreter" else "cuda"
 
-TOL = {torch.float32: dict(out=(2e-5, 1e-4), grad=(2e-5, 1e-4)),
-       torch.float16: dict(out=(4e-3, 1e-2), grad=(1e-2, 1e-2))}
+TOL = {
+    torch.float32: dict(out=(2e-5, 1e-4), grad=(2e-5, 1e-4)),
+    torch.float16: dict(out=(4e-3, 1e-2), grad=(1e-2, 1e-2)),
+}
 
 
 def _inputs(B, H, n_q, n_k, d, dtype, device="cpu", seed=0):
@@ -64,11 +66,13 @@ def _assert_close(got, expected, tol, what):
     bound = atol + rtol * expected.abs()
     assert bool((err <= bound).all()), (
         f"{what}: max error {err.max().item():.3g} (atol={atol}, rtol={rtol}), "
-        f"at {tuple(int(i) for i in torch.nonzero(err > bound)[0])}")
+        f"at {tuple(int(i) for i in torch.nonzero(err > bound)[0])}"
+    )
 
 
-def _check_kernel(B, H, n_q, n_k, d, is_causal, scale=None, dtype=torch.float32,
-                  device=DEVICE, grads=True):
+def _check_kernel(
+    B, H, n_q, n_k, d, is_causal, scale=None, dtype=torch.float32, device=DEVICE, grads=True
+):
     q, k, v, do = _inputs(B, H, n_q, n_k, d, dtype, device)
     q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
     out = flash_attention(q, k, v, is_causal=is_causal, scale=scale)
@@ -215,10 +219,8 @@ def test_autotuning_can_be_switched_off(monkeypatch):
 def test_kernel_config_float32_on_cuda_is_one_small_config():
     # float32 dots run in true float32 (no tensor cores): one small tile, no autotuning.
     cfg = flash.kernel_config(128, "cuda", interpreted=False, dtype=torch.float32)
-    assert all(len(v) == 1 and v[0]["BLOCK_M"] * v[0]["BLOCK_N"] <= 64 * 64
-               for v in cfg.values())
-    assert len(flash.kernel_config(128, "cuda", interpreted=False,
-                                   dtype=torch.bfloat16)["fwd"]) > 1
+    assert all(len(v) == 1 and v[0]["BLOCK_M"] * v[0]["BLOCK_N"] <= 64 * 64 for v in cfg.values())
+    assert len(flash.kernel_config(128, "cuda", interpreted=False, dtype=torch.bfloat16)["fwd"]) > 1
 
 
 # ------------------------------------------------ what only a compiled (GPU) kernel would show
@@ -275,10 +277,16 @@ def test_kernels_compile_for_an_h100_without_a_gpu():
         "from course_lib.flash import aot\n"
         "out = [aot.compile_kernel(k, 'bfloat16', 48, True) for k in "
         "('fwd', 'dkdv', 'dq', 'preprocess')]\n"
-        "print(json.dumps(out))\n")
+        "print(json.dumps(out))\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0 and ("ptxas" in proc.stderr and "not found" in proc.stderr):
         pytest.skip("this Triton wheel ships no ptxas")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -302,9 +310,11 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
         ms = 1e3 * (time.perf_counter() - t0)
         return [ms, ms, ms]
 
-    two = {"fwd": [flash._cfg(32, 16), flash._cfg(16, 32)],
-           "dkdv": [flash._cfg(16, 32), flash._cfg(32, 16)],
-           "dq": [flash._cfg(32, 16), flash._cfg(16, 16)]}
+    two = {
+        "fwd": [flash._cfg(32, 16), flash._cfg(16, 32)],
+        "dkdv": [flash._cfg(16, 32), flash._cfg(32, 16)],
+        "dq": [flash._cfg(32, 16), flash._cfg(16, 16)],
+    }
     monkeypatch.setattr(flash, "kernel_config", lambda *a, **k: two)
     monkeypatch.setattr(flash, "_DO_BENCH", cpu_bench)
     _check_kernel(1, 2, 45, 45, 32, True, None, torch.float32)
@@ -319,17 +329,20 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
 # --------------------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize("shapes,match", [
-    (((2, 8, 16), (2, 8, 16), (2, 8, 16)), r"\[B, H, N, d_h\]"),
-    (((1, 1, 8, 16), (1, 1, 8, 32), (1, 1, 8, 16)), "share the last dimension"),
-    (((1, 1, 8, 16), (1, 1, 9, 16), (1, 1, 8, 16)), "same number of keys"),
-    (((1, 2, 8, 16), (1, 1, 8, 16), (1, 1, 8, 16)), "same batch dimensions"),
-    (((1, 1, 8, 16), (1, 1, 8, 16), (1, 1, 8, 32)), "same head dimension"),
-    (((1, 1, 8, 8), (1, 1, 8, 8), (1, 1, 8, 8)), "d_h = 8 is not supported"),
-    (((1, 1, 8, 256), (1, 1, 8, 256), (1, 1, 8, 256)), "d_h = 256 is not supported"),
-    (((1, 1, 0, 16), (1, 1, 8, 16), (1, 1, 8, 16)), "no queries"),
-    (((1, 1, 8, 16), (1, 1, 0, 16), (1, 1, 0, 16)), "no keys"),
-])
+@pytest.mark.parametrize(
+    "shapes,match",
+    [
+        (((2, 8, 16), (2, 8, 16), (2, 8, 16)), r"\[B, H, N, d_h\]"),
+        (((1, 1, 8, 16), (1, 1, 8, 32), (1, 1, 8, 16)), "share the last dimension"),
+        (((1, 1, 8, 16), (1, 1, 9, 16), (1, 1, 8, 16)), "same number of keys"),
+        (((1, 2, 8, 16), (1, 1, 8, 16), (1, 1, 8, 16)), "same batch dimensions"),
+        (((1, 1, 8, 16), (1, 1, 8, 16), (1, 1, 8, 32)), "same head dimension"),
+        (((1, 1, 8, 8), (1, 1, 8, 8), (1, 1, 8, 8)), "d_h = 8 is not supported"),
+        (((1, 1, 8, 256), (1, 1, 8, 256), (1, 1, 8, 256)), "d_h = 256 is not supported"),
+        (((1, 1, 0, 16), (1, 1, 8, 16), (1, 1, 8, 16)), "no queries"),
+        (((1, 1, 8, 16), (1, 1, 0, 16), (1, 1, 0, 16)), "no keys"),
+    ],
+)
 def test_kernel_shape_errors(shapes, match):
     q, k, v = (torch.randn(s) for s in shapes)
     with pytest.raises(ValueError, match=match) as info:
@@ -373,8 +386,9 @@ def test_cpu_tensors_in_compiled_mode_explain_the_fix(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n,d,is_causal", [(1024, 64, False), (1000, 128, True),
-                                           (4096, 128, True), (2047, 96, False)])
+@pytest.mark.parametrize(
+    "n,d,is_causal", [(1024, 64, False), (1000, 128, True), (4096, 128, True), (2047, 96, False)]
+)
 def test_kernel_matches_sdpa_on_gpu(dtype, n, d, is_causal):
     _check_kernel(2, 4, n, n, d, is_causal, None, dtype, device="cuda")
 
@@ -397,8 +411,9 @@ def test_kernel_offsets_past_int32_on_gpu():
     if torch.cuda.get_device_properties(0).total_memory < 1.2 * need:
         pytest.skip("needs ~45 GB of GPU memory")
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16, generator=g)
-                   for _ in range(4))  # (B, H, N, d)
+    q, k, v, do = (
+        torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4)
+    )  # (B, H, N, d)
     assert q.numel() > 2**31
     for t in (q, k, v):
         t.requires_grad_()

@@ -172,12 +172,34 @@ softmax = get_exercise("00.1").reference
 
 
 def _v3(source: str) -> bytes:
-    nb = {"nbformat": 3, "nbformat_minor": 0, "metadata": {"name": ""},
-          "worksheets": [{"cells": [
-              {"cell_type": "code", "input": "import numpy as np", "language": "python",
-               "outputs": [], "metadata": {}, "collapsed": False},
-              {"cell_type": "code", "input": source, "language": "python", "outputs": [],
-               "metadata": {}, "collapsed": False}], "metadata": {}}]}
+    nb = {
+        "nbformat": 3,
+        "nbformat_minor": 0,
+        "metadata": {"name": ""},
+        "worksheets": [
+            {
+                "cells": [
+                    {
+                        "cell_type": "code",
+                        "input": "import numpy as np",
+                        "language": "python",
+                        "outputs": [],
+                        "metadata": {},
+                        "collapsed": False,
+                    },
+                    {
+                        "cell_type": "code",
+                        "input": source,
+                        "language": "python",
+                        "outputs": [],
+                        "metadata": {},
+                        "collapsed": False,
+                    },
+                ],
+                "metadata": {},
+            }
+        ],
+    }
     return _dump(nb)
 
 
@@ -228,24 +250,41 @@ def _variants() -> dict[str, tuple[bytes, str]]:
     nb["cells"].insert(nb["cells"].index(chk), copy.deepcopy(chk))
     v["tamper_check_cell.ipynb"] = (_dump(nb), "missing")
     # --- loops, exits, crashes, floods
-    v["loop_in_function.ipynb"] = (_with_solution("def softmax(x):\n    while True:\n"
-                                                  "        pass\n"), "timeout")
+    v["loop_in_function.ipynb"] = (
+        _with_solution("def softmax(x):\n    while True:\n        pass\n"),
+        "timeout",
+    )
     # (this one sleeps rather than spins: the same for the grader, cheaper for the tests)
-    v["loop_at_top.ipynb"] = (_with_solution("import time\nwhile True:\n    time.sleep(0.1)\n"
-                                             + CORRECT), "timeout")
-    v["sys_exit_in_function.ipynb"] = (_with_solution("import sys\ndef softmax(x):\n"
-                                                      "    sys.exit(3)\n"), "failed")
-    v["sys_exit_at_top.ipynb"] = (_with_solution("import sys\nsys.exit(0)\n" + CORRECT),
-                                  "error")
-    v["os_exit_in_function.ipynb"] = (_with_solution("import os\ndef softmax(x):\n"
-                                                     "    os._exit(1)\n"), "error")
-    v["kill_self_at_top.ipynb"] = (_with_solution(
-        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n" + CORRECT), "error")
-    v["huge_output.ipynb"] = (_with_solution(CORRECT.replace(
-        "    e = np.exp(z)\n", "    e = np.exp(z)\n    print('x' * 2_000_000)\n")), "passed")
+    v["loop_at_top.ipynb"] = (
+        _with_solution("import time\nwhile True:\n    time.sleep(0.1)\n" + CORRECT),
+        "timeout",
+    )
+    v["sys_exit_in_function.ipynb"] = (
+        _with_solution("import sys\ndef softmax(x):\n    sys.exit(3)\n"),
+        "failed",
+    )
+    v["sys_exit_at_top.ipynb"] = (_with_solution("import sys\nsys.exit(0)\n" + CORRECT), "error")
+    v["os_exit_in_function.ipynb"] = (
+        _with_solution("import os\ndef softmax(x):\n    os._exit(1)\n"),
+        "error",
+    )
+    v["kill_self_at_top.ipynb"] = (
+        _with_solution("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n" + CORRECT),
+        "error",
+    )
+    v["huge_output.ipynb"] = (
+        _with_solution(
+            CORRECT.replace(
+                "    e = np.exp(z)\n", "    e = np.exp(z)\n    print('x' * 2_000_000)\n"
+            )
+        ),
+        "passed",
+    )
     # calloc'd, so harmless even without the cap; with --memory-limit it fails at once
-    v["memory_hog.ipynb"] = (_with_solution("def softmax(x):\n    block = bytes(8 * 2**30)\n"
-                                            "    return x\n"), "failed")
+    v["memory_hog.ipynb"] = (
+        _with_solution("def softmax(x):\n    block = bytes(8 * 2**30)\n    return x\n"),
+        "failed",
+    )
     # --- tampering
     v["tamper_patch.ipynb"] = (_with_solution(TAMPER_PATCH), "failed")
     v["tamper_fake_results.ipynb"] = (_with_solution(TAMPER_FAKE_RESULTS), "failed")
@@ -272,12 +311,20 @@ def _zip_bytes() -> bytes:
     return buf.getvalue()
 
 
-ZIP_EXPECT = {"subs/export.zip/alice/00_setup.ipynb": "passed",
-              "subs/export.zip/bob/00_setup.ipynb": "missing",
-              "subs/export.zip/escape/00_setup.ipynb": "error"}
+ZIP_EXPECT = {
+    "subs/export.zip/alice/00_setup.ipynb": "passed",
+    "subs/export.zip/bob/00_setup.ipynb": "missing",
+    "subs/export.zip/escape/00_setup.ipynb": "error",
+}
 ODD_NAMES = ["esc\x1b]0;owned\x07\x1b[2J.ipynb", "a?.ipynb", "a*.ipynb", "ünï 日本.ipynb"]
-SERIAL_SUBSET = ["solved.ipynb", "naive.ipynb", "tamper_patch.ipynb", "no_solution_cell.ipynb",
-                 "00_setup_truncated.ipynb", "homework.ipynb"]
+SERIAL_SUBSET = [
+    "solved.ipynb",
+    "naive.ipynb",
+    "tamper_patch.ipynb",
+    "no_solution_cell.ipynb",
+    "00_setup_truncated.ipynb",
+    "homework.ipynb",
+]
 
 
 # --------------------------------------------------------------------------- runs
@@ -285,9 +332,13 @@ SERIAL_SUBSET = ["solved.ipynb", "naive.ipynb", "tamper_patch.ipynb", "no_soluti
 
 def _hashes(folder: Path) -> dict[str, str]:
     # (a link's target is hashed as its path: the course file it points to is not ours)
-    return {str(p.relative_to(folder)): os.readlink(p) if p.is_symlink() else
-            hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): os.readlink(p)
+        if p.is_symlink()
+        else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _grade(inputs: list[Path], out: Path, *extra: str, integrity: bool = False) -> dict:
@@ -295,13 +346,19 @@ def _grade(inputs: list[Path], out: Path, *extra: str, integrity: bool = False) 
     # runs go on; the integrity check has a test of its own below.
     flags = [] if integrity else ["--no-integrity-check"]
     t0 = time.monotonic()
-    code = cli.main([*map(str, inputs), "--out", str(out), "--seed", str(SEED), "--quiet",
-                     *flags, *extra])
+    code = cli.main(
+        [*map(str, inputs), "--out", str(out), "--seed", str(SEED), "--quiet", *flags, *extra]
+    )
     secs = time.monotonic() - t0
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    return {"code": code, "rows": rows, "out": out, "seconds": secs,
-            "csv": (out / "grades.csv").read_text(encoding="utf-8")}
+    return {
+        "code": code,
+        "rows": rows,
+        "out": out,
+        "seconds": secs,
+        "csv": (out / "grades.csv").read_text(encoding="utf-8"),
+    }
 
 
 @pytest.fixture(scope="session")
@@ -313,13 +370,24 @@ def chapters(tmp_path_factory):
         for ch in CHAPTERS:
             (base / kind / f"{ch}.ipynb").write_bytes((ROOT / folder / f"{ch}.ipynb").read_bytes())
     run = _grade([base / "solved", base / "blank"], base / "out", "--jobs", "2")
-    print(f"\ngraded {2 * len(CHAPTERS)} notebooks (solved + blank) with --jobs 2 in "
-          f"{run['seconds']:.1f} s")
+    print(
+        f"\ngraded {2 * len(CHAPTERS)} notebooks (solved + blank) with --jobs 2 in "
+        f"{run['seconds']:.1f} s"
+    )
     out = ROOT / "test-output"
     out.mkdir(exist_ok=True)
-    (out / "grading_times.json").write_text(json.dumps(
-        {"notebooks": 2 * len(CHAPTERS), "jobs": 2, "seconds": round(run["seconds"], 1),
-         "cpus": os.cpu_count()}, indent=2) + "\n")
+    (out / "grading_times.json").write_text(
+        json.dumps(
+            {
+                "notebooks": 2 * len(CHAPTERS),
+                "jobs": 2,
+                "seconds": round(run["seconds"], 1),
+                "cpus": os.cpu_count(),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return run
 
 
@@ -331,8 +399,11 @@ def adversarial(tmp_path_factory):
     variants = _variants()
     for name, (data, _) in variants.items():
         if name == "daemon.ipynb":
-            data = _with_solution(DAEMON.replace("DAEMON_PID", repr(str(base / "daemon.pid")))
-                                  .replace("DAEMON_TARGET", repr(str(base / "out" / "grades.csv"))))
+            data = _with_solution(
+                DAEMON.replace("DAEMON_PID", repr(str(base / "daemon.pid"))).replace(
+                    "DAEMON_TARGET", repr(str(base / "out" / "grades.csv"))
+                )
+            )
         (subs / name).write_bytes(data)
     # odd names (no kernel needed: unreadable content); a link to the course's solution
     broken = b'{"cells": ['
@@ -347,8 +418,18 @@ def adversarial(tmp_path_factory):
     (subs / ".ipynb_checkpoints").mkdir()
     (subs / ".ipynb_checkpoints" / "solved-checkpoint.ipynb").write_bytes(b"{}")
     before = _hashes(subs)
-    run = _grade([subs], base / "out", "--jobs", "2", "--cell-timeout", str(CELL_TIMEOUT),
-                 "--timeout", "120", "--memory-limit", "4")
+    run = _grade(
+        [subs],
+        base / "out",
+        "--jobs",
+        "2",
+        "--cell-timeout",
+        str(CELL_TIMEOUT),
+        "--timeout",
+        "120",
+        "--memory-limit",
+        "4",
+    )
     run.update(variants=variants, before=before, after=_hashes(subs), subs=subs, base=base)
     return run
 
@@ -360,13 +441,13 @@ def serial(adversarial, tmp_path_factory):
     subs.mkdir()
     for name in SERIAL_SUBSET:
         (subs / name).write_bytes(adversarial["variants"][name][0])
-    return _grade([subs], base / "out", "--jobs", "1", "--cell-timeout", str(CELL_TIMEOUT),
-                  "--timeout", "120")
+    return _grade(
+        [subs], base / "out", "--jobs", "1", "--cell-timeout", str(CELL_TIMEOUT), "--timeout", "120"
+    )
 
 
 def _row(run: dict, submission: str, exercise: str = "00.1") -> dict:
-    hits = [r for r in run["rows"] if r["submission"] == submission
-            and r["exercise"] == exercise]
+    hits = [r for r in run["rows"] if r["submission"] == submission and r["exercise"] == exercise]
     assert len(hits) == 1, (submission, run["csv"])
     return hits[0]
 
@@ -403,12 +484,17 @@ def test_every_grade_names_the_course_commit_and_the_grader_version(chapters):
 
     commit = course_commit(ROOT)
     assert {(r["course_commit"], r["grader_version"]) for r in chapters["rows"]} == {
-        (commit, course_lib.__version__)}
+        (commit, course_lib.__version__)
+    }
     if (ROOT / ".git").exists():  # a checkout: git describe names its commit
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
-                              text=True, capture_output=True).stdout.strip()
-        tags = subprocess.run(["git", "-C", str(ROOT), "tag", "--points-at", "HEAD"],
-                              text=True, capture_output=True).stdout.split()
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+            text=True,
+            capture_output=True,
+        ).stdout.strip()
+        tags = subprocess.run(
+            ["git", "-C", str(ROOT), "tag", "--points-at", "HEAD"], text=True, capture_output=True
+        ).stdout.split()
         assert head in commit or commit.removesuffix("-dirty") in tags, (commit, head, tags)
 
 
@@ -416,10 +502,16 @@ def test_every_grade_names_the_course_commit_and_the_grader_version(chapters):
 
 
 def test_every_variant_gets_its_expected_status(adversarial):
-    got = {name: _row(adversarial, f"subs/{name}")["status"]
-           for name in adversarial["variants"] if name != "homework.ipynb"}
-    want = {name: status for name, (_, status) in adversarial["variants"].items()
-            if name != "homework.ipynb"}
+    got = {
+        name: _row(adversarial, f"subs/{name}")["status"]
+        for name in adversarial["variants"]
+        if name != "homework.ipynb"
+    }
+    want = {
+        name: status
+        for name, (_, status) in adversarial["variants"].items()
+        if name != "homework.ipynb"
+    }
     assert got == want, adversarial["csv"]
     assert adversarial["code"] == 0
 
@@ -461,26 +553,37 @@ def test_missing_and_duplicated_cells_are_explained(adversarial):
 
 def test_loops_exits_and_crashes_are_reported(adversarial):
     assert "did not finish within" in _feedback(adversarial, "subs/loop_in_function.ipynb")
-    assert "solution cell itself did not finish" in _feedback(adversarial,
-                                                              "subs/loop_at_top.ipynb")
+    assert "solution cell itself did not finish" in _feedback(adversarial, "subs/loop_at_top.ipynb")
     assert "SystemExit" in _feedback(adversarial, "subs/sys_exit_at_top.ipynb")
     assert "your function called sys.exit(3)" in _feedback(
-        adversarial, "subs/sys_exit_in_function.ipynb")
+        adversarial, "subs/sys_exit_in_function.ipynb"
+    )
     assert "crashed" in _feedback(adversarial, "subs/os_exit_in_function.ipynb")
     assert "crashed" in _feedback(adversarial, "subs/kill_self_at_top.ipynb")
     assert "printed" in _feedback(adversarial, "subs/huge_output.ipynb")
     assert "MemoryError" in _feedback(adversarial, "subs/memory_hog.ipynb")
     log = (adversarial["out"] / "grading.log").read_text(encoding="utf-8")
-    n = len(adversarial["variants"]) + len(ZIP_EXPECT) + len(ODD_NAMES) + \
-        sys.platform.startswith("linux") + hasattr(os, "symlink")
+    n = (
+        len(adversarial["variants"])
+        + len(ZIP_EXPECT)
+        + len(ODD_NAMES)
+        + sys.platform.startswith("linux")
+        + hasattr(os, "symlink")
+    )
     assert log.count(" start ") == log.count(" done ") == n
     # a huge output is never stored in what the grader writes
     assert os.path.getsize(feedback_path(adversarial["out"], "subs/huge_output.ipynb")) < 20_000
 
 
 def test_tampering_earns_nothing(adversarial):
-    for name in ("tamper_patch.ipynb", "tamper_fake_results.ipynb", "tamper_silence.ipynb",
-                 "tamper_check_cell.ipynb", "tamper_forge.ipynb", "tamper_fifo.ipynb"):
+    for name in (
+        "tamper_patch.ipynb",
+        "tamper_fake_results.ipynb",
+        "tamper_silence.ipynb",
+        "tamper_check_cell.ipynb",
+        "tamper_forge.ipynb",
+        "tamper_fifo.ipynb",
+    ):
         if name in adversarial["variants"]:
             assert float(_row(adversarial, f"subs/{name}")["points"]) == 0, name
 
@@ -500,8 +603,9 @@ def test_suspicious_code_is_flagged_for_review(adversarial):
 def test_zip_archives_are_graded_safely(adversarial):
     for sub, status in ZIP_EXPECT.items():
         assert _row(adversarial, sub)["status"] == status
-    assert not any("MACOSX" in r["submission"] or "checkpoint" in r["submission"]
-                   for r in adversarial["rows"])
+    assert not any(
+        "MACOSX" in r["submission"] or "checkpoint" in r["submission"] for r in adversarial["rows"]
+    )
     written = [p.resolve() for p in adversarial["base"].rglob("*.md")]
     assert all(adversarial["out"].resolve() in p.parents for p in written)
 
@@ -519,8 +623,7 @@ def test_feedback_is_readable(adversarial):
 
 def test_parallel_and_serial_gradebooks_agree(adversarial, serial):
     names = {f"subs/{n}" for n in SERIAL_SUBSET}
-    par = [line for line in adversarial["csv"].splitlines()[1:]
-           if line.split(",")[0] in names]
+    par = [line for line in adversarial["csv"].splitlines()[1:] if line.split(",")[0] in names]
     assert serial["csv"].splitlines()[1:] == par
     assert len(par) == len(SERIAL_SUBSET)
 
@@ -601,15 +704,27 @@ def test_feedback_paths_stay_inside_the_output_folder(tmp_path):
 
 
 def test_gradebook_rows_are_sorted_and_atomic(tmp_path):
-    rows = [{"submission": s, "assignment": "00_setup", "exercise": e, "points": 0,
-             "max_points": 1, "status": "failed", "feedback": []}
-            for s, e in (("b", "00.10"), ("a", "00.2"), ("b", "00.2"))]
+    rows = [
+        {
+            "submission": s,
+            "assignment": "00_setup",
+            "exercise": e,
+            "points": 0,
+            "max_points": 1,
+            "status": "failed",
+            "feedback": [],
+        }
+        for s, e in (("b", "00.10"), ("a", "00.2"), ("b", "00.2"))
+    ]
     text = grades_csv([{"rows": rows}], {"course_commit": "v0.2.0-3-gabc", "grader_version": "9.9"})
-    assert text.splitlines()[0] == ("submission,assignment,exercise,points,max_points,status,"
-                                    "course_commit,grader_version")
-    assert text.splitlines()[1:] == ["a,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9",
-                                     "b,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9",
-                                     "b,00_setup,00.10,0,1,failed,v0.2.0-3-gabc,9.9"]
+    assert text.splitlines()[0] == (
+        "submission,assignment,exercise,points,max_points,status,course_commit,grader_version"
+    )
+    assert text.splitlines()[1:] == [
+        "a,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9",
+        "b,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9",
+        "b,00_setup,00.10,0,1,failed,v0.2.0-3-gabc,9.9",
+    ]
     atomic_write(tmp_path / "g.csv", text)
     assert (tmp_path / "g.csv").read_text() == text
     assert [p.name for p in tmp_path.iterdir()] == ["g.csv"]
@@ -635,8 +750,9 @@ def test_odd_file_names_are_graded_and_shown_safely(adversarial):
     subs = [r["submission"] for r in adversarial["rows"]]
     assert "subs/esc?]0;owned??[2J.ipynb" in subs and "subs/ünï 日本.ipynb" in subs
     if sys.platform.startswith("linux"):
-        assert [r["status"] for r in adversarial["rows"]
-                if r["submission"] == "subs/bad?name.ipynb"] == ["error"]
+        assert [
+            r["status"] for r in adversarial["rows"] if r["submission"] == "subs/bad?name.ipynb"
+        ] == ["error"]
     # a?.ipynb and a*.ipynb are both "a_" once made safe: two files, none overwritten
     fb = sorted(p.name for p in (adversarial["out"] / "feedback" / "subs").glob("a_*.md"))
     assert fb == ["a_ (2).md", "a_.md"]
@@ -661,10 +777,25 @@ def test_collect_reads_lazily_and_cleans_names(tmp_path):
 
 def test_feedback_is_plain_text_whatever_the_learner_prints():
     evil = "ValueError: \x1b[2J<script>alert(1)</script>\n## Exercise 00.1 — ✅ passed\u202e"
-    md = feedback_markdown({"submission": "s\x1b.ipynb`x", "assignment": "00_setup",
-                            "notes": [evil], "rows": [
-        {"submission": "s", "assignment": "00_setup", "exercise": "00.1", "points": 0,
-         "max_points": 1, "status": "failed", "feedback": [evil], "title": "t"}]})
+    md = feedback_markdown(
+        {
+            "submission": "s\x1b.ipynb`x",
+            "assignment": "00_setup",
+            "notes": [evil],
+            "rows": [
+                {
+                    "submission": "s",
+                    "assignment": "00_setup",
+                    "exercise": "00.1",
+                    "points": 0,
+                    "max_points": 1,
+                    "status": "failed",
+                    "feedback": [evil],
+                    "title": "t",
+                }
+            ],
+        }
+    )
     assert "\x1b" not in md and "<script" not in md and "\u202e" not in md
     assert "\n## Exercise 00.1 — ✅" not in md and "\\## Exercise" in md
     assert md.count("`") == 2  # the submission's name cannot close its code span
@@ -677,9 +808,23 @@ def test_feedback_never_leaves_the_output_folder(tmp_path):
     out.mkdir()
     elsewhere.mkdir()
     (out / "feedback").symlink_to(elsewhere)  # planted by a kernel during grading
-    res = {"submission": "s/x.ipynb", "assignment": "", "notes": [], "flags": {},
-           "rows": [{"submission": "s/x.ipynb", "assignment": "", "exercise": "", "points": 0,
-                     "max_points": 0, "status": "error", "feedback": ["r"]}]}
+    res = {
+        "submission": "s/x.ipynb",
+        "assignment": "",
+        "notes": [],
+        "flags": {},
+        "rows": [
+            {
+                "submission": "s/x.ipynb",
+                "assignment": "",
+                "exercise": "",
+                "points": 0,
+                "max_points": 0,
+                "status": "error",
+                "feedback": ["r"],
+            }
+        ],
+    }
     skipped = write_all(out, [res])
     assert len(skipped) == 1 and not list(elsewhere.rglob("*"))
     assert (out / "grades.csv").exists()
@@ -711,16 +856,17 @@ def test_recorded_outputs_are_bounded_by_what_they_unpack_to(tmp_path, monkeypat
 
 def test_review_flags_frames_files_and_copies():
     frames = "import inspect\ndef softmax(x):\n    f = inspect.currentframe().f_back\n"
-    disk = ("import json, pathlib, course_lib as cl\n"
-            "p = pathlib.Path(cl.__file__).parents[1] / 'solutions'\n")
+    disk = (
+        "import json, pathlib, course_lib as cl\n"
+        "p = pathlib.Path(cl.__file__).parents[1] / 'solutions'\n"
+    )
     assert any("interpreter" in f for f in suspicious(frames))
     found = " ".join(suspicious(disk))
     assert "reads files" in found and "course's library" in found
     course = Course.load(ROOT)
     nb, _ = parse_notebook((ROOT / "solutions/00_setup.ipynb").read_bytes())
     plan = rebuild(nb, "00_setup", course, 1, {"00.1": "/nonexistent"})
-    assert plan.flags == {"00.1": ["the solution cell is identical to the course's own "
-                                   "solution"]}
+    assert plan.flags == {"00.1": ["the solution cell is identical to the course's own solution"]}
     nb, _ = parse_notebook(_with_solution(CORRECT))
     assert rebuild(nb, "00_setup", course, 1, {"00.1": "/nonexistent"}).flags == {}
 

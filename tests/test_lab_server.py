@@ -74,7 +74,8 @@ def test_jupyterlab_reads_the_course_settings(lab):
         assert served["id"] == plugin_id
         assert served["settings"] == ours, (plugin_id, served["settings"], ours)
         assert set(ours) <= set(served["schema"]["properties"]), (
-            f"{plugin_id}: unknown keys {sorted(set(ours) - set(served['schema']['properties']))}")
+            f"{plugin_id}: unknown keys {sorted(set(ours) - set(served['schema']['properties']))}"
+        )
     notes = lab.api(f"lab/api/settings/{NOTIFICATION}")["settings"]
     assert notes["fetchNews"] == "false" and notes["checkForUpdates"] is False
 
@@ -82,7 +83,8 @@ def test_jupyterlab_reads_the_course_settings(lab):
 def test_no_news_or_update_requests():
     """The learner's first run does not ask the internet for news (a pop-up) or updates."""
     notes = read_settings_file(
-        COURSE_SETTINGS / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings")
+        COURSE_SETTINGS / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    )
     assert notes["fetchNews"] == "false", "the news pop-up asks a first-time learner a question"
     assert notes["checkForUpdates"] is False
 
@@ -103,8 +105,9 @@ def test_make_lab_uses_the_course_settings(tmp_path):
     assert victim.read_text() == "{}"
     env = bootstrap.lab_env()
     assert Path(env["JUPYTERLAB_SETTINGS_DIR"]).resolve() == Path(bootstrap.LAB_SETTINGS).resolve()
-    assert not Path(env["JUPYTERLAB_SETTINGS_DIR"]).resolve().is_relative_to(
-        COURSE_SETTINGS.resolve()), "learners' changes must not land in the tracked defaults"
+    assert (
+        not Path(env["JUPYTERLAB_SETTINGS_DIR"]).resolve().is_relative_to(COURSE_SETTINGS.resolve())
+    ), "learners' changes must not land in the tracked defaults"
 
 
 def test_settings_files_are_plain_json_with_comments():

@@ -223,8 +223,9 @@ def test_gqa_equals_mha_with_duplicated_kv_weights(h_kv):
 
 
 def test_param_count_does_not_depend_on_heads():
-    counts = {h: sum(p.numel() for p in MultiHeadAttention(D, h).parameters())
-              for h in (1, 2, 3, 4, 6)}
+    counts = {
+        h: sum(p.numel() for p in MultiHeadAttention(D, h).parameters()) for h in (1, 2, 3, 4, 6)
+    }
     assert set(counts.values()) == {4 * D * D + 4 * D}
     assert mha_num_params(D, 4, 1, bias=False) == 2 * D * D + 2 * D * (D // 4)
     with pytest.raises(ValueError, match="not divisible by num_heads=5"):
@@ -266,9 +267,9 @@ def test_cached_decoding_equals_full_recompute(h_kv):
     cache = KVCache()
     steps = []
     for t in range(9):
-        o, w = mha(x[:, t:t + 1], cache=cache, is_causal=True)  # (B, 1, D), (B, H, 1, t+1)
+        o, w = mha(x[:, t : t + 1], cache=cache, is_causal=True)  # (B, 1, D), (B, H, 1, t+1)
         assert w.shape == (2, H, 1, t + 1)
-        _close(w[..., 0, :], w_full[..., t, :t + 1])
+        _close(w[..., 0, :], w_full[..., t, : t + 1])
         steps.append(o)
         assert len(cache) == t + 1
     _close(torch.cat(steps, dim=1), full)
@@ -282,8 +283,9 @@ def test_cached_prefill_then_chunks_equals_full():
     x = torch.randn(1, 10, D, dtype=DT)
     full, _ = mha(x, is_causal=True)
     cache = KVCache()
-    parts = [mha(x[:, a:b], cache=cache, is_causal=True)[0]
-             for a, b in ((0, 4), (4, 7), (7, 10))]  # prompt of 4, then chunks of 3
+    parts = [
+        mha(x[:, a:b], cache=cache, is_causal=True)[0] for a, b in ((0, 4), (4, 7), (7, 10))
+    ]  # prompt of 4, then chunks of 3
     _close(torch.cat(parts, dim=1), full)
     # top-left alignment would be wrong for a chunk after a prefix: the test can fail
     cache2 = KVCache()
@@ -343,8 +345,10 @@ def test_cached_chunks_with_a_padding_mask_equal_full(kind):
         m = torch.zeros(2, 1, 8, dtype=DT).masked_fill(~keep[:, None, :], float("-inf"))
     full, w_full = mha(x, mask=m, is_causal=True)
     cache = KVCache()
-    parts = [mha(x[:, a:b], cache=cache, mask=m[..., :b], is_causal=True)
-             for a, b in ((0, 3), (3, 6), (6, 8))]
+    parts = [
+        mha(x[:, a:b], cache=cache, mask=m[..., :b], is_causal=True)
+        for a, b in ((0, 3), (3, 6), (6, 8))
+    ]
     _close(torch.cat([o for o, _ in parts], dim=1), full)
     _close(parts[-1][1], w_full[:, :, 6:8])
     assert torch.all(parts[-1][1][1, :, :, 5] == 0)  # the masked key stays masked

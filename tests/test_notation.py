@@ -16,33 +16,74 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ("course_lib", "course_tools", "tests", "tools", "benchmarks", "notebooks",
-           "solutions", "exercises", "docs", "README.md", "CONTRIBUTING.md", "conftest.py")
+SCANNED = (
+    "course_lib",
+    "course_tools",
+    "tests",
+    "tools",
+    "benchmarks",
+    "notebooks",
+    "solutions",
+    "exercises",
+    "docs",
+    "README.md",
+    "CONTRIBUTING.md",
+    "conftest.py",
+)
 # Identifiers docs/notation.md retired (as Python names).
-RETIRED_NAMES = {"d_head", "d_h", "n_layers", "n_tokens", "n_positions", "n_heads", "n_rep",
-                 "w_q", "W_q", "w_k", "W_k", "w_v", "W_v", "w_o", "W_o",
-                 "q_proj", "k_proj", "v_proj", "out_proj"}
+RETIRED_NAMES = {
+    "d_head",
+    "d_h",
+    "n_layers",
+    "n_tokens",
+    "n_positions",
+    "n_heads",
+    "n_rep",
+    "w_q",
+    "W_q",
+    "w_k",
+    "W_k",
+    "w_v",
+    "W_v",
+    "w_o",
+    "W_o",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "out_proj",
+}
 # Spellings that are wrong in any text (prose, maths, messages, comments).
 RETIRED_TEXT = re.compile(r"(?<![\w\\])(d_head|d_\\text\{head\}|q_proj|k_proj|v_proj|n_rep)(?!\w)")
 # The shims, and the torch API whose names the course does not choose.
-ALLOWED_FILES = {"course_lib/_deprecated.py", "docs/notation.md", "tests/test_notation.py",
-                 "tests/test_deprecated.py", "CHANGELOG.md"}
-ALLOWED_LINE = re.compile(r"renamed_kwargs\(|renamed_attributes\(|warn_once\(|# retired"
-                          r"|\b(ref|m|torch_mha|mha_torch)\.out_proj\b")
+ALLOWED_FILES = {
+    "course_lib/_deprecated.py",
+    "docs/notation.md",
+    "tests/test_notation.py",
+    "tests/test_deprecated.py",
+    "CHANGELOG.md",
+}
+ALLOWED_LINE = re.compile(
+    r"renamed_kwargs\(|renamed_attributes\(|warn_once\(|# retired"
+    r"|\b(ref|m|torch_mha|mha_torch)\.out_proj\b"
+)
 
 
 def _files() -> list[Path]:
     out = []
     for name in SCANNED:
         p = ROOT / name
-        out += [p] if p.is_file() else sorted(
-            f for f in p.rglob("*") if f.suffix in (".py", ".ipynb", ".md"))
+        out += (
+            [p]
+            if p.is_file()
+            else sorted(f for f in p.rglob("*") if f.suffix in (".py", ".ipynb", ".md"))
+        )
     return [f for f in out if "__pycache__" not in f.parts]
 
 
 def _code_names(source: str) -> list[tuple[int, str]]:
-    source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
-                       for line in source.splitlines())
+    source = "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
     found = []
     prev = None
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -82,17 +123,21 @@ def _violations(path: Path) -> list[str]:
 
 def test_no_retired_name_outside_the_shims():
     bad = [v for f in _files() for v in _violations(f)]
-    assert not bad, ("retired names (docs/notation.md) outside the deprecation shims:\n"
-                     + "\n".join(bad[:40]))
+    assert not bad, "retired names (docs/notation.md) outside the deprecation shims:\n" + "\n".join(
+        bad[:40]
+    )
 
 
-@pytest.mark.parametrize("snippet, caught", [
-    ("d_h = 4\n", True),  # a variable named like the shape letter
-    ("x = y  # (B, H, N, d_h)\n", False),  # the shape letter in a comment
-    ("m.out_proj.weight\n", False),  # an attribute of torch's module
-    ("def f(n_layers): pass\n", True),
-    ("s = 'scale by d_head'\n", True),
-])
+@pytest.mark.parametrize(
+    "snippet, caught",
+    [
+        ("d_h = 4\n", True),  # a variable named like the shape letter
+        ("x = y  # (B, H, N, d_h)\n", False),  # the shape letter in a comment
+        ("m.out_proj.weight\n", False),  # an attribute of torch's module
+        ("def f(n_layers): pass\n", True),
+        ("s = 'scale by d_head'\n", True),
+    ],
+)
 def test_the_scan_tells_names_from_shape_letters(tmp_path, snippet, caught):
     path = ROOT / "tests" / "_notation_probe.py"
     try:

@@ -95,7 +95,7 @@ def _rotate_half_reference(x, positions, base=10000.0):
     inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))  # (d/2,)
     freqs = positions.to(torch.float64)[:, None] * inv_freq[None, :]  # (N, d/2)
     emb = torch.cat((freqs, freqs), dim=-1)  # (N, d)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     rotated = torch.cat((-x2, x1), dim=-1)
     return x * emb.cos() + rotated * emb.sin()
 
@@ -206,8 +206,10 @@ def test_permuting_wq_wk_columns_gives_identical_attention_scores():
     wk = torch.randn(d_model, d, dtype=torch.float64, generator=g)
     perm = rope_permutation(d)
     s_int = apply_rope(x @ wq) @ apply_rope(x @ wk).T
-    s_half = (apply_rope(x @ wq[:, perm], interleaved=False)
-              @ apply_rope(x @ wk[:, perm], interleaved=False).T)
+    s_half = (
+        apply_rope(x @ wq[:, perm], interleaved=False)
+        @ apply_rope(x @ wk[:, perm], interleaved=False).T
+    )
     np.testing.assert_allclose(s_half.numpy(), s_int.numpy(), atol=1e-10)
 
 
@@ -237,15 +239,17 @@ def test_arbitrary_positions_kv_cache_offset():
             r = rope_rotation_matrix(pos[b, t].item(), 8)
             np.testing.assert_allclose(y[b, t].numpy(), (r @ x[b, t]).numpy(), atol=1e-12)
     # positions given as a Python list work too
-    assert torch.equal(apply_rope(x[:, :3], [3, 1, 2]),
-                       apply_rope(x[:, :3], torch.tensor([3, 1, 2])))
+    assert torch.equal(
+        apply_rope(x[:, :3], [3, 1, 2]), apply_rope(x[:, :3], torch.tensor([3, 1, 2]))
+    )
 
 
 def test_position_interpolation_scale_divides_positions():
     x = torch.randn(6, 16, dtype=torch.float64, generator=_gen(14))
     pos = torch.arange(0, 24, 4)
-    np.testing.assert_allclose(apply_rope(x, pos, scale=4.0).numpy(),
-                               apply_rope(x, pos / 4.0).numpy(), atol=1e-12)
+    np.testing.assert_allclose(
+        apply_rope(x, pos, scale=4.0).numpy(), apply_rope(x, pos / 4.0).numpy(), atol=1e-12
+    )
 
 
 def test_frequencies_wavelengths_angles():

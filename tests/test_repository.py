@@ -21,15 +21,31 @@ def all_notebooks() -> list[Path]:
 @pytest.mark.parametrize("path", all_notebooks(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_committed_notebook_has_no_outputs(path: Path):
     nb = json.loads(path.read_text(encoding="utf-8"))
-    dirty = [i for i, c in enumerate(nb["cells"])
-             if c.get("outputs") or c.get("execution_count") is not None]
-    assert not dirty, (f"{path.name}: cells {dirty} carry outputs or execution counts; clear "
-                       "them before committing (Edit > Clear Outputs of All Cells).")
+    dirty = [
+        i
+        for i, c in enumerate(nb["cells"])
+        if c.get("outputs") or c.get("execution_count") is not None
+    ]
+    assert not dirty, (
+        f"{path.name}: cells {dirty} carry outputs or execution counts; clear "
+        "them before committing (Edit > Clear Outputs of All Cells)."
+    )
 
 
 def test_layout_of_the_design_exists():
-    for name in ("README.md", "Makefile", "pyproject.toml", "environment.yml", ".ci/run",
-                 "course_lib", "notebooks", "solutions", "exercises", "tests", "benchmarks"):
+    for name in (
+        "README.md",
+        "Makefile",
+        "pyproject.toml",
+        "environment.yml",
+        ".ci/run",
+        "course_lib",
+        "notebooks",
+        "solutions",
+        "exercises",
+        "tests",
+        "benchmarks",
+    ):
         assert (ROOT / name).exists(), f"{name} is missing from the course layout"
 
 
@@ -70,8 +86,9 @@ def test_environment_yml_and_pyproject_name_the_same_packages():
     import yaml
 
     project = _load_toml(ROOT / "pyproject.toml")["project"]
-    py_names = _requirement_names(project["dependencies"]
-                                  + project["optional-dependencies"]["test"])
+    py_names = _requirement_names(
+        project["dependencies"] + project["optional-dependencies"]["test"]
+    )
     env = yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
     conda_specs, pip_specs = [], []
     for dep in env["dependencies"]:
@@ -81,21 +98,38 @@ def test_environment_yml_and_pyproject_name_the_same_packages():
             conda_specs.append(dep)
     env_names = _requirement_names(conda_specs + pip_specs) - {"python", "pip"}
     assert py_names - env_names == set(), (
-        f"in pyproject.toml but not environment.yml: {sorted(py_names - env_names)}")
+        f"in pyproject.toml but not environment.yml: {sorted(py_names - env_names)}"
+    )
     assert env_names - py_names == set(), (
-        f"in environment.yml but not pyproject.toml: {sorted(env_names - py_names)}")
+        f"in environment.yml but not pyproject.toml: {sorted(env_names - py_names)}"
+    )
 
 
 def test_dependency_ranges_stay_open():
     project = _load_toml(ROOT / "pyproject.toml")["project"]
     for spec in project["dependencies"] + project["optional-dependencies"]["test"]:
-        assert "==" not in spec.split(";")[0], f"exact pin {spec!r}: the course's ranges stay open for users"
+        assert "==" not in spec.split(";")[0], (
+            f"exact pin {spec!r}: the course's ranges stay open for users"
+        )
 
 
 def test_ruff_is_clean():
     ruff = Path(sys.executable).with_name("ruff")
     cmd = [str(ruff)] if ruff.exists() else [sys.executable, "-m", "ruff"]
-    proc = subprocess.run(cmd + ["check", "conftest.py", "course_lib", "tests", "tools",
-                                 "benchmarks", "notebooks", "solutions"],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        cmd
+        + [
+            "check",
+            "conftest.py",
+            "course_lib",
+            "tests",
+            "tools",
+            "benchmarks",
+            "notebooks",
+            "solutions",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, f"ruff found problems:\n{proc.stdout}{proc.stderr}"

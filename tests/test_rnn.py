@@ -51,13 +51,23 @@ def test_rnn_forward_empty_sequence():
     assert R.rnn_forward(torch.randn(2, 0, 3), W_xh, W_hh, b_h).shape == (2, 0, 4)
 
 
-@pytest.mark.parametrize("x,W_xh,W_hh,b_h,h0,msg", [
-    ((5, 3), (4, 3), (4, 4), (4,), None, r"expected x of shape \[B, N, d_in\], got \(5, 3\)"),
-    ((2, 5, 3), (4, 2), (4, 4), (4,), None, r"W_xh of shape \[d_hidden, d_in\] = \[4, 3\].*\(4, 2\)"),
-    ((2, 5, 3), (4, 3), (4, 3), (4,), None, r"W_hh of shape \[d_hidden, d_hidden\].*\(4, 3\)"),
-    ((2, 5, 3), (4, 3), (4, 4), (3,), None, r"b_h of shape \[d_hidden\] = \[4\], got \(3,\)"),
-    ((2, 5, 3), (4, 3), (4, 4), (4,), (1, 2, 4), r"h0 of shape \[B, d_hidden\] = \[2, 4\]"),
-])
+@pytest.mark.parametrize(
+    "x,W_xh,W_hh,b_h,h0,msg",
+    [
+        ((5, 3), (4, 3), (4, 4), (4,), None, r"expected x of shape \[B, N, d_in\], got \(5, 3\)"),
+        (
+            (2, 5, 3),
+            (4, 2),
+            (4, 4),
+            (4,),
+            None,
+            r"W_xh of shape \[d_hidden, d_in\] = \[4, 3\].*\(4, 2\)",
+        ),
+        ((2, 5, 3), (4, 3), (4, 3), (4,), None, r"W_hh of shape \[d_hidden, d_hidden\].*\(4, 3\)"),
+        ((2, 5, 3), (4, 3), (4, 4), (3,), None, r"b_h of shape \[d_hidden\] = \[4\], got \(3,\)"),
+        ((2, 5, 3), (4, 3), (4, 4), (4,), (1, 2, 4), r"h0 of shape \[B, d_hidden\] = \[2, 4\]"),
+    ],
+)
 def test_rnn_forward_shape_errors_name_the_shapes(x, W_xh, W_hh, b_h, h0, msg):
     args = [torch.zeros(s) for s in (x, W_xh, W_hh, b_h)]
     with pytest.raises(ValueError, match=msg):
@@ -68,8 +78,12 @@ def test_rnn_forward_rejects_non_tensors():
     with pytest.raises(TypeError, match="x to be a torch.Tensor"):
         R.rnn_forward([[[1.0]]], torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1))
     with pytest.raises(TypeError, match="W_hh to have x's dtype torch.float64, got torch.float32"):
-        R.rnn_forward(torch.zeros(1, 2, 1, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64),
-                      torch.zeros(1, 1), torch.zeros(1, dtype=torch.float64))
+        R.rnn_forward(
+            torch.zeros(1, 2, 1, dtype=torch.float64),
+            torch.zeros(1, 1, dtype=torch.float64),
+            torch.zeros(1, 1),
+            torch.zeros(1, dtype=torch.float64),
+        )
 
 
 def test_rnn_weights_from_torch_rejects_stacked_rnn():
@@ -110,16 +124,20 @@ def test_dependency_graph_rejects_unknown_kind():
 def test_autograd_depth_grows_with_length_for_rnn_only():
     torch.manual_seed(0)
     d = 4
-    W_xh, W_hh, b = (torch.randn(d, d, requires_grad=True), torch.randn(d, d),
-                     torch.zeros(d))
+    W_xh, W_hh, b = (torch.randn(d, d, requires_grad=True), torch.randn(d, d), torch.zeros(d))
     Wq = torch.randn(d, d, requires_grad=True)
 
     def attention(x):
         q = x @ Wq  # (1, N, d)
         return torch.softmax(q @ x.transpose(1, 2), -1) @ x  # (1, N, d)
 
-    depths = {n: (R.autograd_depth(R.rnn_forward(torch.randn(1, n, d), W_xh, W_hh, b)),
-                  R.autograd_depth(attention(torch.randn(1, n, d)))) for n in (5, 10, 200)}
+    depths = {
+        n: (
+            R.autograd_depth(R.rnn_forward(torch.randn(1, n, d), W_xh, W_hh, b)),
+            R.autograd_depth(attention(torch.randn(1, n, d))),
+        )
+        for n in (5, 10, 200)
+    }
     per_step = (depths[10][0] - depths[5][0]) / 5
     assert per_step >= 1 and depths[200][0] == depths[5][0] + per_step * 195  # linear in N
     assert depths[5][1] == depths[10][1] == depths[200][1]  # constant in N
@@ -157,8 +175,7 @@ def test_recurrent_matrix_has_the_requested_spectral_radius(kind):
     assert W.shape == (16, 16)
     assert R.spectral_radius(W) == pytest.approx(1.3, rel=1e-9)
     if kind == "orthogonal":  # every singular value equals rho
-        torch.testing.assert_close(torch.linalg.svdvals(W), torch.full((16,), 1.3,
-                                                                       dtype=W.dtype))
+        torch.testing.assert_close(torch.linalg.svdvals(W), torch.full((16,), 1.3, dtype=W.dtype))
     with pytest.raises(ValueError, match="kind"):
         R.recurrent_matrix(3, 1.0, kind="nope")
 
@@ -172,7 +189,8 @@ def test_jacobian_norms_match_autograd_functional_jacobian():
     b = torch.randn(d_hidden, generator=g, dtype=torch.float64)
     h0 = torch.randn(d_hidden, generator=g, dtype=torch.float64)
     J = torch.autograd.functional.jacobian(
-        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b, h0[None])[0, -1], x)  # (d_hidden, T, d_in)
+        lambda xx: R.rnn_forward(xx[None], W_xh, W_hh, b, h0[None])[0, -1], x
+    )  # (d_hidden, T, d_in)
     expected = J.pow(2).sum(dim=(0, 2)).sqrt()  # (T,)
     got = R.jacobian_norms_through_time(x, W_xh, W_hh, b, h0)
     torch.testing.assert_close(got, expected)
@@ -191,10 +209,11 @@ def test_jacobian_norms_are_powers_of_rho_in_the_linear_regime():
     W_xh = torch.randn(d, 3, generator=g, dtype=torch.float64)
     for rho in (0.7, 1.0, 1.4):
         W_hh = R.recurrent_matrix(d, rho, generator=g)
-        n = R.jacobian_norms_through_time(torch.zeros(T, 3, dtype=torch.float64), W_xh, W_hh,
-                                          torch.zeros(d, dtype=torch.float64))
+        n = R.jacobian_norms_through_time(
+            torch.zeros(T, 3, dtype=torch.float64), W_xh, W_hh, torch.zeros(d, dtype=torch.float64)
+        )
         dist = torch.arange(T - 1, -1, -1, dtype=torch.float64)  # T - t for t = 1..T
-        torch.testing.assert_close(n, torch.linalg.matrix_norm(W_xh) * rho ** dist)
+        torch.testing.assert_close(n, torch.linalg.matrix_norm(W_xh) * rho**dist)
 
 
 # --------------------------------------------------------------------------- the recall task
@@ -279,7 +298,7 @@ def test_gradient_explorer_redraws_and_agrees_with_the_library():
     assert ex.ratio == pytest.approx(1.0, rel=1e-6)  # rho = 1, tiny inputs: no decay
     ex.rho.value = 0.5  # what a drag would do
     assert ex.draws == 2
-    assert ex.ratio == pytest.approx(0.5 ** 19, rel=1e-6)
+    assert ex.ratio == pytest.approx(0.5**19, rel=1e-6)
     assert "vanishes" in ex.summary.value
     png = ex.plot.value
     ex.scale.value = 1.0
@@ -288,7 +307,10 @@ def test_gradient_explorer_redraws_and_agrees_with_the_library():
     torch.testing.assert_close(ex.norms, direct)
     torch.testing.assert_close(ex.compute(), direct)
     assert [verdict(r) for r in (2e3, 5e-4, 1.0)] == [
-        "explodes", "vanishes", "stays within a factor 1000"]
+        "explodes",
+        "vanishes",
+        "stays within a factor 1000",
+    ]
     with pytest.raises(ValueError, match="seq_len >= 2"):
         GradientExplorer(seq_len=1)
 
@@ -299,4 +321,5 @@ def test_node_depths_are_rounds_of_a_parallel_schedule():
     depths = R.node_depths(R.dependency_graph("rnn", T, L))
     assert depths == [layer + t + 1 for layer in range(L) for t in range(T)]  # wavefront
     assert R.node_depths(R.dependency_graph("attention", T, L)) == [
-        layer + 1 for layer in range(L) for _ in range(T)]
+        layer + 1 for layer in range(L) for _ in range(T)
+    ]

@@ -38,8 +38,9 @@ def test_dot_product_variance_matches_definition_numpy_and_torch():
     q, k = rng.normal(size=(50, 6)), rng.normal(size=(50, 6))
     expected = np.var(0.5 * (q * k).sum(-1))
     assert scaling.dot_product_variance(q, k, 0.5) == pytest.approx(expected, rel=1e-12)
-    assert scaling.dot_product_variance(torch.from_numpy(q), torch.from_numpy(k), 0.5) == \
-        pytest.approx(expected, rel=1e-12)
+    assert scaling.dot_product_variance(
+        torch.from_numpy(q), torch.from_numpy(k), 0.5
+    ) == pytest.approx(expected, rel=1e-12)
 
 
 def test_dot_product_variance_shape_error_names_shapes():
@@ -58,8 +59,9 @@ def test_variance_sweep_grows_like_d_k_and_scaled_is_one():
 
 
 def test_rademacher_variance_is_d_k_too():
-    sweep = scaling.variance_sweep([64], n_samples=8000, distribution="rademacher",
-                                   generator=gen(2))
+    sweep = scaling.variance_sweep(
+        [64], n_samples=8000, distribution="rademacher", generator=gen(2)
+    )
     assert abs(sweep["var_scaled"][0] - 1.0) < 0.1
 
 
@@ -67,8 +69,9 @@ def test_gaussian_stderr_formula_matches_monte_carlo():
     # the spread of the variance estimate over repeated experiments
     d, n, reps = 8, 400, 300
     g = gen(3)
-    estimates = [scaling.dot_product_variance(*scaling.sample_qk(n, d, generator=g))
-                 for _ in range(reps)]
+    estimates = [
+        scaling.dot_product_variance(*scaling.sample_qk(n, d, generator=g)) for _ in range(reps)
+    ]
     predicted = scaling.gaussian_variance_stderr(d, n)
     assert np.std(estimates) == pytest.approx(predicted, rel=0.2)
     assert scaling.gaussian_variance_stderr(d, n, scale=0.5) == pytest.approx(predicted / 4)
@@ -195,8 +198,9 @@ def test_adam_update_is_torch_adam_step_for_step():
 def test_train_retrieval_sgd_is_plain_gradient_descent():
     one = scaling.train_retrieval(steps=1, d_k=8, optimizer="sgd", lr=0.1, seed=4)
     task, W_Q, W_K = scaling._init_retrieval(8, 64, 4)
-    loss, _ = scaling.retrieval_loss(task.batch(64, torch.Generator().manual_seed(6)), W_Q, W_K,
-                                     1 / math.sqrt(8))
+    loss, _ = scaling.retrieval_loss(
+        task.batch(64, torch.Generator().manual_seed(6)), W_Q, W_K, 1 / math.sqrt(8)
+    )
     g_q, g_k = torch.autograd.grad(loss, [W_Q, W_K])
     torch.testing.assert_close(one.W_Q, (W_Q - 0.1 * g_q).detach())
     torch.testing.assert_close(one.W_K, (W_K - 0.1 * g_k).detach())

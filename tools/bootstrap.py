@@ -31,19 +31,28 @@ def die(msg):
 
 def check_python():
     if sys.version_info < MIN_PYTHON:
-        die("this course needs Python {}.{} or newer; `{}` is Python {}.{}.\n"
+        die(
+            "this course needs Python {}.{} or newer; `{}` is Python {}.{}.\n"
             "Install a newer Python (python.org, `brew install python@3.12`, "
             "`sudo apt install python3.12 python3.12-venv`, or conda), then run\n"
             "    {}".format(
-                MIN_PYTHON[0], MIN_PYTHON[1], sys.executable,
-                sys.version_info[0], sys.version_info[1], how_to_rerun()))
+                MIN_PYTHON[0],
+                MIN_PYTHON[1],
+                sys.executable,
+                sys.version_info[0],
+                sys.version_info[1],
+                how_to_rerun(),
+            )
+        )
     try:
         import venv  # noqa: F401
         import ensurepip  # noqa: F401
     except ImportError:
-        die("Python's `venv` module (with ensurepip) is missing. On Debian/Ubuntu: "
+        die(
+            "Python's `venv` module (with ensurepip) is missing. On Debian/Ubuntu: "
             "`sudo apt install python3-venv` (or python3.X-venv for your version); "
-            "or use the conda route in the README.")
+            "or use the conda route in the README."
+        )
 
 
 def requirements_hash():
@@ -57,8 +66,10 @@ def run(cmd, **kw):
     print("+ " + " ".join(cmd))
     code = subprocess.call(cmd, cwd=ROOT, **kw)
     if code != 0:
-        die("`{}` failed with exit code {}.\nIf this keeps failing, delete the .venv folder "
-            "and run the command again.".format(" ".join(cmd), code))
+        die(
+            "`{}` failed with exit code {}.\nIf this keeps failing, delete the .venv folder "
+            "and run the command again.".format(" ".join(cmd), code)
+        )
 
 
 def ensure_venv():
@@ -109,8 +120,17 @@ def lab_env():
 
 def full_suite_args():
     """What `make test` runs: every test, every lecture and solution notebook, in parallel."""
-    return ["-n", os.environ.get("JOBS", "2"), "--dist", "loadfile", "--nbval-lax",
-            "--nbval-current-env", "tests", "notebooks", "solutions"]
+    return [
+        "-n",
+        os.environ.get("JOBS", "2"),
+        "--dist",
+        "loadfile",
+        "--nbval-lax",
+        "--nbval-current-env",
+        "tests",
+        "notebooks",
+        "solutions",
+    ]
 
 
 def copy_exercises_to_work():
@@ -151,12 +171,20 @@ def main(argv):
         return 0
     if what == "lab":
         copy_exercises_to_work()
-        cmd = [PY, "-m", "jupyter", "lab", "--notebook-dir=" + ROOT,
-               os.path.join("notebooks", "00_setup.ipynb")] + rest
+        cmd = [
+            PY,
+            "-m",
+            "jupyter",
+            "lab",
+            "--notebook-dir=" + ROOT,
+            os.path.join("notebooks", "00_setup.ipynb"),
+        ] + rest
         if os.name == "posix" and os.geteuid() == 0:
             cmd.append("--allow-root")  # containers often run as root
-        print("Opening JupyterLab on the course (Ctrl-C to stop). Your exercise notebooks "
-              "are in work/.")
+        print(
+            "Opening JupyterLab on the course (Ctrl-C to stop). Your exercise notebooks "
+            "are in work/."
+        )
         return wait_quietly(subprocess.Popen(cmd, cwd=ROOT, env=lab_env()))
     if what == "exercises":
         return subprocess.call([PY, "-m", "course_tools.exercises"] + rest, cwd=ROOT)

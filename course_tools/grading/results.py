@@ -47,8 +47,10 @@ def _flatten(x: Any, prefix: str, arrays: dict) -> Any:
     """Turn an output into JSON-able structure with arrays stored separately."""
     x = to_numpy(x)
     if isinstance(x, (tuple, list)):
-        return {"seq": type(x).__name__,
-                "items": [_flatten(e, f"{prefix}_{i}", arrays) for i, e in enumerate(x)]}
+        return {
+            "seq": type(x).__name__,
+            "items": [_flatten(e, f"{prefix}_{i}", arrays) for i, e in enumerate(x)],
+        }
     if isinstance(x, np.ndarray):
         if x.dtype == object:
             return {"repr": repr(x)[:200]}
@@ -141,8 +143,9 @@ def _result_file_problem(path: Path) -> str | None:
         except (zipfile.BadZipFile, OSError, ValueError):
             return f"{path.name} is not a readable archive"
         if unpacked > MAX_RESULT_BYTES:
-            return (f"{path.name} unpacks to {unpacked} bytes, over the {MAX_RESULT_BYTES} "
-                    "byte limit")
+            return (
+                f"{path.name} unpacks to {unpacked} bytes, over the {MAX_RESULT_BYTES} byte limit"
+            )
     return None
 
 
@@ -152,9 +155,16 @@ def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
     out = Path(out_dir)
     jpath, npath = out / f"{ex.id}.json", out / f"{ex.id}.npz"
     if not jpath.exists():
-        return Verdict(ex.id, 0, ex.points, "error",
-                       ["the check for this exercise never ran (an earlier cell failed, the "
-                        "kernel died or the time limit was reached)"])
+        return Verdict(
+            ex.id,
+            0,
+            ex.points,
+            "error",
+            [
+                "the check for this exercise never ran (an earlier cell failed, the "
+                "kernel died or the time limit was reached)"
+            ],
+        )
     for path in (jpath, npath):
         problem = _result_file_problem(path)
         if problem:
@@ -169,8 +179,13 @@ def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
     cases = _all_cases(ex.id, seed)
     recorded = record.get("cases", [])
     if len(recorded) != len(cases):
-        return Verdict(ex.id, 0, ex.points, "error",
-                       [f"expected results for {len(cases)} cases, found {len(recorded)}"])
+        return Verdict(
+            ex.id,
+            0,
+            ex.points,
+            "error",
+            [f"expected results for {len(cases)} cases, found {len(recorded)}"],
+        )
     feedback, passed, not_impl = [], 0, 0
     for case, entry in zip(cases, recorded):
         if "error" in entry:
