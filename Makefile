@@ -11,7 +11,7 @@ Install Python 3.10 or newer (python.org, brew install python@3.12, sudo apt ins
 python3-venv) or name one: make $@ PYTHON=/path/to/python3"; exit 1; }; \
 	$(PYTHON) tools/bootstrap.py
 
-.PHONY: lab test setup exercises unit notebooks html clean
+.PHONY: lab test setup exercises unit notebooks lint min-versions html clean
 
 lab:
 	$(BOOT) lab
@@ -35,6 +35,16 @@ unit:
 
 notebooks:
 	$(BOOT) test -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env notebooks solutions
+
+# ruff's lint and its formatter (`.venv/bin/ruff format .` fixes what the second reports).
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+# The lowest versions pyproject.toml claims, in .venv-min: unit tests and notebooks
+# (.ci/min-versions; a separate CI job, not part of `make test`: it downloads ~3 GB).
+min-versions:
+	bash .ci/min-versions
 
 # The executed course as HTML under build/html, for reading without running.
 html: setup

@@ -40,6 +40,7 @@ def test_layout_of_the_design_exists():
         "environment.yml",
         ".ci/run",
         "course_lib",
+        "course_tools",
         "notebooks",
         "solutions",
         "exercises",
@@ -114,22 +115,13 @@ def test_dependency_ranges_stay_open():
 
 
 def test_ruff_is_clean():
+    """`make lint`: ruff's lint rules and its formatter, over the whole tree."""
     ruff = Path(sys.executable).with_name("ruff")
     cmd = [str(ruff)] if ruff.exists() else [sys.executable, "-m", "ruff"]
-    proc = subprocess.run(
-        cmd
-        + [
-            "check",
-            "conftest.py",
-            "course_lib",
-            "tests",
-            "tools",
-            "benchmarks",
-            "notebooks",
-            "solutions",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, f"ruff found problems:\n{proc.stdout}{proc.stderr}"
+    for args in (["check", "."], ["format", "--check", "."]):
+        proc = subprocess.run(cmd + args, cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, (
+            f"`ruff {' '.join(args)}` found problems (run "
+            f"`.venv/bin/ruff format .` for the second):\n"
+            f"{proc.stdout}{proc.stderr}"
+        )
