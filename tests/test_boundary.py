@@ -124,23 +124,11 @@ def test_a_wheel_install_runs_both_commands_on_a_course_folder(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     wheels = tmp_path / "wheels"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(wheels),
-            str(src),
-        ],
-        check=True,
-        capture_output=True,
-        cwd=tmp_path,
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    proc = subprocess.run(
+        [*cmd, "-w", str(wheels), str(src)], capture_output=True, text=True, cwd=tmp_path
     )
+    assert proc.returncode == 0, f"building the wheel failed:\n{proc.stdout}{proc.stderr}"
     (wheel,) = wheels.glob("course_lib-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
