@@ -141,7 +141,7 @@ def _tiled(Q, K, V, block_size, *, rescale=True, scaled=True, lse_log=True, resc
     L = np.empty(N)  # (N,)
     s = 1.0 / math.sqrt(head_dim) if scaled else 1.0
     for i in range(0, N, block_size):
-        Qi = Q[i : i + block_size]  # (Br, d)
+        Qi = Q[i : i + block_size]  # (Br, d_h)
         m = np.full(len(Qi), -np.inf)  # (Br,)
         l = np.zeros(len(Qi))  # (Br,)
         A = np.zeros((len(Qi), V.shape[1]))  # (Br, d_v)
@@ -161,7 +161,7 @@ def _tiled(Q, K, V, block_size, *, rescale=True, scaled=True, lse_log=True, resc
 def tiled_attention_reference(
     Q: np.ndarray, K: np.ndarray, V: np.ndarray, block_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    r"""Tiled attention: :math:`O = \mathrm{softmax}(QK^\top/\sqrt d)V`, :math:`L = \mathrm{logsumexp}`."""
+    r"""Tiled attention: :math:`O = \mathrm{softmax}(QK^\top/\sqrt{d_h})V`, :math:`L = \mathrm{logsumexp}`."""
     return _tiled(Q, K, V, block_size)
 
 
@@ -169,17 +169,17 @@ def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
             Case(
-                "N = 8 queries and keys, d = 4, blocks of 4",
+                "N = 8 queries and keys, d_h = 4, blocks of 4",
                 (rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), 4),
             ),
             Case(
-                "N = 10, d = 6, blocks of 3 (the last block has 1 row)",
+                "N = 10, d_h = 6, blocks of 3 (the last block has 1 row)",
                 (rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), 3),
             ),
         ]
     return [
         Case(
-            "7 queries, 13 keys, d_v = 5 != d = 3, blocks of 4",
+            "7 queries, 13 keys, d_v = 5 != d_h = 3, blocks of 4",
             (rng.normal(size=(7, 3)), rng.normal(size=(13, 3)), rng.normal(size=(13, 5)), 4),
         ),
         Case(
@@ -217,7 +217,7 @@ register(
             "alpha = exp(m - m_new) (row by row) before adding P_tile @ V_j.": lambda Q, K, V, b: (
                 _tiled(Q, K, V, b, rescale=False)
             ),
-            "you forgot the 1/sqrt(d) scale of the scores.": lambda Q, K, V, b: _tiled(
+            "you forgot the 1/sqrt(d_h) scale of the scores.": lambda Q, K, V, b: _tiled(
                 Q, K, V, b, scaled=False
             ),
             "your L is the running max m only: the log-sum-exp is L = m + log(l).": lambda Q, K, V, b: (
@@ -225,7 +225,7 @@ register(
             ),
         },
         hint="for each query block keep m (-inf), l (0) and A (zeros); for each key block: "
-        "S = Qi @ Kj.T / sqrt(d), m_new = max(m, rowmax S), alpha = exp(m - m_new), "
+        "S = Qi @ Kj.T / sqrt(d_h), m_new = max(m, rowmax S), alpha = exp(m - m_new), "
         "P = exp(S - m_new), l = alpha*l + rowsum P, A = alpha*A + P @ Vj; then O = A / l.",
     )
 )
@@ -244,17 +244,17 @@ def _kernel_device() -> str:
 
 
 def flash_forward_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    r""":math:`\mathrm{softmax}(qk^\top/\sqrt d)\,v` for ``q, k, v [N, d]`` (float32)."""
+    r""":math:`\mathrm{softmax}(qk^\top/\sqrt{d_h})\,v` for ``q, k, v [N, d_h]`` (float32)."""
     s = (q.double() @ k.double().T) / math.sqrt(q.shape[-1])  # (N, N)
-    return (torch.softmax(s, dim=-1) @ v.double()).float()  # (N, d)
+    return (torch.softmax(s, dim=-1) @ v.double()).float()  # (N, d_h)
 
 
 def _flash_unmasked(q, k, v):
     """Keys padded with zeros to a multiple of the block, unmasked: each adds e^{0 - m}."""
     n = k.shape[0]
     pad = -n % TRITON_BLOCK
-    k = torch.cat([k, k.new_zeros(pad, k.shape[1])])  # (N + pad, d)
-    v = torch.cat([v, v.new_zeros(pad, v.shape[1])])  # (N + pad, d)
+    k = torch.cat([k, k.new_zeros(pad, k.shape[1])])  # (N + pad, d_h)
+    v = torch.cat([v, v.new_zeros(pad, v.shape[1])])  # (N + pad, d_h)
     return flash_forward_reference(q, k, v)
 
 
@@ -299,7 +299,7 @@ def _flash_compare(got, expected, case: Case) -> str | None:
         return msg
     n = expected.shape[0]
     full = n // TRITON_BLOCK * TRITON_BLOCK  # rows covered by whole blocks
-    g, e = got.detach().double().cpu(), expected.detach().double().cpu()  # (N, d)
+    g, e = got.detach().double().cpu(), expected.detach().double().cpu()  # (N, d_h)
     bad_rows = (~torch.isclose(g, e, rtol=ex.rtol, atol=ex.atol)).any(dim=1).nonzero()
     if n % TRITON_BLOCK and bad_rows.numel() and int(bad_rows.min()) >= full:
         msg += (
@@ -318,13 +318,13 @@ def _flash_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
     if not hidden:
         return [
-            Case("N = 16 (one block), d = 16", (t(16, 16), t(16, 16), t(16, 16))),
-            Case("N = 37 (ragged last block), d = 32", (t(37, 32), t(37, 32), t(37, 32))),
+            Case("N = 16 (one block), d_h = 16", (t(16, 16), t(16, 16), t(16, 16))),
+            Case("N = 37 (ragged last block), d_h = 32", (t(37, 32), t(37, 32), t(37, 32))),
         ]
     return [
-        Case("N = 1, d = 16", (t(1, 16), t(1, 16), t(1, 16))),
+        Case("N = 1, d_h = 16", (t(1, 16), t(1, 16), t(1, 16))),
         Case(
-            "N = 50, d = 16, large scores (inputs x 3)",
+            "N = 50, d_h = 16, large scores (inputs x 3)",
             (t(50, 16, scale=3.0), t(50, 16, scale=3.0), t(50, 16)),
         ),
     ]
@@ -346,7 +346,7 @@ register(
             "float('-inf')) before the max.": _flash_unmasked,
             "your accumulator is not rescaled by alpha = exp(m - m_new) when the running max "
             "grows (it only shows once a row spans several key blocks).": _flash_no_rescale,
-            "you forgot the 1/sqrt(d) scale of the scores (pass it to the kernel as a float).": _flash_unscaled,
+            "you forgot the 1/sqrt(d_h) scale of the scores (pass it to the kernel as a float).": _flash_unscaled,
             "your mask lets in key number n, one past the end (cols <= n): the keys are "
             "0 .. n-1, so mask with cols < n.": _flash_mask_off_by_one,
             "your running sum l is not rescaled: like acc, it was computed relative to the old "
@@ -387,7 +387,7 @@ def _backward(q, k, v, o, lse, do, scale, *, use_delta=True, scaled=True, transp
         s * dS @ k,
         s * dS.transpose(-2, -1) @ q,
         dV,
-    )  # (..., Nq, d), (..., Nk, d), (..., Nk, d_v)
+    )  # (..., Nq, d_h), (..., Nk, d_h), (..., Nk, d_v)
 
 
 def _backward_case(rng, name, shape_q, n_k, scale=None):
@@ -402,15 +402,15 @@ def _backward_case(rng, name, shape_q, n_k, scale=None):
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     s = scale * q @ k.transpose(-2, -1)  # (..., Nq, Nk)
     lse = torch.logsumexp(s, dim=-1)  # (..., Nq)
-    o = torch.softmax(s, dim=-1) @ v  # (..., Nq, d)
+    o = torch.softmax(s, dim=-1) @ v  # (..., Nq, d_h)
     return Case(name, (q, k, v, o, lse, do, scale))
 
 
 def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            _backward_case(rng, "N = 5, d = 4", (5, 4), 5),
-            _backward_case(rng, "N = 9, d = 8, scale = 0.5", (9, 8), 9, scale=0.5),
+            _backward_case(rng, "N = 5, d_h = 4", (5, 4), 5),
+            _backward_case(rng, "N = 9, d_h = 8, scale = 0.5", (9, 8), 9, scale=0.5),
         ]
     return [
         _backward_case(rng, "6 queries, 11 keys (P is not square)", (6, 4), 11),
