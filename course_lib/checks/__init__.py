@@ -6,6 +6,7 @@ small framework in :mod:`course_lib.checks.core`.
 """
 
 from .core import (
+    PLACEHOLDER_MARK,
     Case,
     CheckFailed,
     Exercise,
@@ -17,6 +18,7 @@ from .core import (
 )
 
 __all__ = [
+    "PLACEHOLDER_MARK",
     "Case",
     "CheckFailed",
     "Exercise",
