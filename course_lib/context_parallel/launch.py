@@ -138,8 +138,12 @@ def teardown() -> None:
 
 
 def _worker(fn, rank, world_size, init_file, backend, conn, args, threads):
-    """What each spawned process runs: join, call ``fn``, report, leave."""
-    ok, payload = False, b""
+    """What each spawned process runs: join, call ``fn``, report, leave.
+
+    A failure is reported *before* leaving the group: leaving closes this rank's
+    connections, which makes its neighbours fail too, and the parent should hear about
+    the cause first.
+    """
     try:
         if threads:
             torch.set_num_threads(threads)
@@ -152,13 +156,15 @@ def _worker(fn, rank, world_size, init_file, backend, conn, args, threads):
         )
         result = fn(rank, world_size, *args)
         dist.barrier()  # nobody leaves while a neighbour may still be sending to it
-        ok, payload = True, pickle.dumps(result)
+        report = (True, pickle.dumps(result))
     except BaseException:  # report anything, even KeyboardInterrupt, to the parent
-        payload = traceback.format_exc().encode()
-    finally:
-        teardown()
+        report = (False, traceback.format_exc().encode())
     try:
-        conn.send_bytes(pickle.dumps((ok, payload)))
+        if not report[0]:
+            conn.send_bytes(pickle.dumps(report))
+        teardown()
+        if report[0]:
+            conn.send_bytes(pickle.dumps(report))
     finally:
         conn.close()
 
@@ -263,7 +269,8 @@ def _collect(procs, readers, world_size, timeout) -> list:
                     ) from None
                 if not ok:
                     raise WorkerError(
-                        f"rank {rank} of {world_size} failed:\n{payload.decode(errors='replace')}"
+                        f"rank {rank} of {world_size} failed (other ranks may fail next, "
+                        f"because it left):\n{payload.decode(errors='replace')}"
                     )
                 results[rank] = pickle.loads(payload)
         for obj in ready:

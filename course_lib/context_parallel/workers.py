@@ -21,7 +21,15 @@ from .ring import RingStats, ring_attention
 from .sharding import count_tiles, shard, shard_positions
 from .ulysses import ulysses_attention
 
-__all__ = ["Config", "compare_with_one_device", "hello", "listening_ports", "time_ring"]
+__all__ = [
+    "Config",
+    "compare_with_one_device",
+    "fail_on_rank",
+    "hello",
+    "listening_ports",
+    "run_all",
+    "time_ring",
+]
 
 
 def hello(rank: int, world_size: int) -> dict:
@@ -41,6 +49,23 @@ def hello(rank: int, world_size: int) -> dict:
         "received_from": int(got.item()),
         "bytes_sent": comm.bytes_sent,
     }
+
+
+def run_all(rank: int, world_size: int, calls: list[tuple]) -> list:
+    """Several experiments in one set of processes: ``calls`` is a list of ``(fn, *args)``.
+
+    Starting processes that import torch costs seconds each; running every experiment of
+    a notebook in one launch pays that once.
+    """
+    return [fn(rank, world_size, *args) for fn, *args in calls]
+
+
+def fail_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> None:
+    """A broken program: ``bad_rank`` raises, every other rank waits for a message from it
+    that never comes. :func:`~.launch.launch` must report the error and stop them all."""
+    if rank == bad_rank:
+        raise ValueError(f"rank {rank} fails on purpose")
+    dist.recv(torch.zeros(1), src=bad_rank)  # blocks: the message is never sent
 
 
 def listening_ports() -> list[int]:
