@@ -10,7 +10,7 @@ same log-sum-exp merge makes it divisible across machines. The modules, in readi
 * :mod:`.ring` — ring attention, forward and backward, over ``torch.distributed``; and the
   same algorithm simulated in one process.
 * :mod:`.ulysses` — DeepSpeed-Ulysses: all-to-all from a sequence split to a head split.
-* :mod:`.launch` — start P processes and a process group from a notebook (and stop them),
+* :mod:`.processes` — start P processes and a process group from a notebook (and stop them),
   or join one started by ``torchrun``.
 * :mod:`.workers` — the experiments each rank runs.
 
@@ -24,15 +24,6 @@ or on a laptop (processes started for you, gloo on the CPU)::
 """
 
 from .comm import Comm, ring_comm_bytes, ulysses_comm_bytes
-from .launch import (
-    WorkerError,
-    device,
-    init_from_env,
-    init_process_group,
-    launch,
-    pick_backend,
-    teardown,
-)
 from .merge import (
     block_attention,
     block_attention_backward,
@@ -40,6 +31,15 @@ from .merge import (
     merge_attention,
     merge_many,
     ring_step,
+)
+from .processes import (
+    WorkerError,
+    device,
+    init_from_env,
+    init_process_group,
+    launch,
+    pick_backend,
+    teardown,
 )
 from .ring import RingStats, ring_attention, simulate_ring_attention
 from .sharding import (

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
         import torch.distributed as dist
 
-        from .launch import init_from_env, teardown
+        from .processes import init_from_env, teardown
 
         rank, world_size, _ = init_from_env(timeout_s=args.timeout)
         try:
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             teardown()
         return 0 if ok else 1
-    from .launch import launch, pick_backend
+    from .processes import launch, pick_backend
 
     results = launch(compare_with_one_device, args.nproc, cfg, timeout=args.timeout)
     return 0 if report(results, cfg, args.nproc, pick_backend(args.nproc)) else 1

@@ -1,5 +1,5 @@
 """Functions that run on every rank: the chapter's experiments, importable so that
-:func:`~.launch.launch` can start them from a notebook, and torchrun from a script.
+:func:`~.processes.launch` can start them from a notebook, and torchrun from a script.
 
 Each takes ``(rank, world_size, ...)``, runs inside an initialised process group, and
 returns something small and picklable (numbers, lists, dicts) that the parent collects.
@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from .comm import Comm
-from .launch import device
+from .processes import device
 from .ring import RingStats, ring_attention
 from .sharding import count_tiles, shard, shard_positions
 from .ulysses import ulysses_attention
@@ -62,7 +62,7 @@ def run_all(rank: int, world_size: int, calls: list[tuple]) -> list:
 
 def fail_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> None:
     """A broken program: ``bad_rank`` raises, every other rank waits for a message from it
-    that never comes. :func:`~.launch.launch` must report the error and stop them all."""
+    that never comes. :func:`~.processes.launch` must report the error and stop them all."""
     if rank == bad_rank:
         raise ValueError(f"rank {rank} fails on purpose")
     dist.recv(torch.zeros(1), src=bad_rank)  # blocks: the message is never sent
