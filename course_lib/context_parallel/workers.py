@@ -180,52 +180,56 @@ def compare_with_one_device(rank: int, world_size: int, cfg: Config | None = Non
 def time_ring(
     rank: int,
     world_size: int,
-    seq_len: int,
+    shard_lens: list[int],
     num_heads: int,
     head_dim: int,
     dtype: str = "float32",
     repeats: int = 5,
     warmup: int = 2,
-) -> dict:
-    """Seconds per ring forward (non-causal), with and without overlapping communication,
-    plus the time spent attending and the time spent waiting for blocks (this rank)."""
+) -> list[dict]:
+    """Time ring attention's forward (non-causal) on this rank, for each shard length n.
+
+    Per n: median seconds with the next block's transfer started before the step's
+    attention (``overlap_s``) and after it (``serial_s``); the attention alone
+    (``compute_s``: the serial run's time inside the P attention steps) and the P - 1
+    transfers alone (``comm_s``); the bytes this rank sent per forward.
+    """
     dev = device()
     g = torch.Generator().manual_seed(rank)
-    n = seq_len // world_size
-    q, k, v = (
-        torch.randn(1, num_heads, n, head_dim, generator=g).to(dev, getattr(torch, dtype))
-        for _ in range(3)
-    )  # (1, H, n, d) this rank's shard
     comm = Comm()
-    result = {"rank": rank}
-    for overlap in (True, False):
-        times, stats = [], None
-        for i in range(warmup + repeats):
-            stats = RingStats(tile=max(1, n))
+    rows = []
+    for n in shard_lens:
+        q, k, v = (
+            torch.randn(1, num_heads, n, head_dim, generator=g).to(dev, getattr(torch, dtype))
+            for _ in range(3)
+        )  # (1, H, n, d_h) this rank's shard
+        row = {"rank": rank, "shard_len": n, "seq_len": n * world_size}
+        for overlap in (True, False):
+            times, stats = [], None
+            for i in range(warmup + repeats):
+                stats = RingStats(tile=n)
+                dist.barrier()
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    ring_attention(q, k, v, comm=comm, overlap=overlap, stats=stats)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                if i >= warmup:
+                    times.append(time.perf_counter() - t0)
+            row["overlap_s" if overlap else "serial_s"] = sorted(times)[len(times) // 2]
+            if not overlap:
+                row["compute_s"] = stats.compute_s
+        times = []
+        for _ in range(repeats):  # the transfers alone: P - 1 shifts of K and V
             dist.barrier()
             t0 = time.perf_counter()
-            with torch.no_grad():
-                ring_attention(q, k, v, comm=comm, overlap=overlap, stats=stats)
+            blocks = [k, v]
+            for _ in range(world_size - 1):
+                blocks = comm.ring_shift(blocks).wait()
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-        result["overlap" if overlap else "serial"] = {
-            "seconds": sorted(times)[len(times) // 2],
-            "compute_s": stats.compute_s,
-            "wait_s": stats.wait_s,
-        }
-    # communication alone: P - 1 shifts of K and V
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        t0 = time.perf_counter()
-        blocks = [k, v]
-        for _ in range(world_size - 1):
-            blocks = comm.ring_shift(blocks).wait()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        times.append(time.perf_counter() - t0)
-    result["comm_only_s"] = sorted(times)[len(times) // 2]
-    result["bytes_per_forward"] = 2 * (world_size - 1) * k.numel() * k.element_size()
-    return result
+            times.append(time.perf_counter() - t0)
+        row["comm_s"] = sorted(times)[len(times) // 2]
+        row["bytes_per_forward"] = 2 * (world_size - 1) * k.numel() * k.element_size()
+        rows.append(row)
+    return rows
