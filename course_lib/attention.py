@@ -96,8 +96,9 @@ def padding_mask(lengths, n_k: int | None = None) -> torch.Tensor:
         n_k = int(lengths.max())
     n_k = int(n_k)
     if lengths.numel() and int(lengths.max()) > n_k:
-        raise ValueError(f"a length exceeds the number of keys n_k={n_k}: got lengths "
-                         f"{lengths.tolist()}")
+        raise ValueError(
+            f"a length exceeds the number of keys n_k={n_k}: got lengths {lengths.tolist()}"
+        )
     positions = torch.arange(n_k, device=lengths.device)  # (Nk,)
     return (positions[None, :] < lengths[:, None])[:, None, :]  # (B, 1, Nk)
 
@@ -105,8 +106,9 @@ def padding_mask(lengths, n_k: int | None = None) -> torch.Tensor:
 # --------------------------------------------------------------------------- softmax
 
 
-def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
-                   dim: int = -1) -> torch.Tensor:
+def masked_softmax(
+    scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1
+) -> torch.Tensor:
     r"""Softmax that ignores masked entries and gives all-zero rows when everything is masked.
 
     .. math::
@@ -121,21 +123,25 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
     """
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError("expected a boolean mask (True = keep), got "
-                            f"{getattr(mask, 'dtype', type(mask).__name__)}: use mask.bool() "
-                            "for 0/1 masks")
+            raise TypeError(
+                "expected a boolean mask (True = keep), got "
+                f"{getattr(mask, 'dtype', type(mask).__name__)}: use mask.bool() "
+                "for 0/1 masks"
+            )
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., Nq, Nk)
     row_max = scores.amax(dim=dim, keepdim=True)  # (..., Nq, 1)
-    row_max = torch.where(torch.isfinite(row_max), row_max,
-                          torch.zeros_like(row_max)).detach()  # (..., Nq, 1)
+    row_max = torch.where(
+        torch.isfinite(row_max), row_max, torch.zeros_like(row_max)
+    ).detach()  # (..., Nq, 1)
     e = torch.exp(scores - row_max)  # (..., Nq, Nk); exp(-inf) = 0 at masked keys
     denom = e.sum(dim=dim, keepdim=True)  # (..., Nq, 1); 0 on fully masked rows
     tiny = torch.finfo(e.dtype).tiny if e.is_floating_point() else 1e-38
     return e / denom.clamp_min(tiny)  # (..., Nq, Nk); 0 / tiny = 0 on fully masked rows
 
 
-def numpy_masked_softmax(scores: np.ndarray, mask: np.ndarray | None = None,
-                         axis: int = -1) -> np.ndarray:
+def numpy_masked_softmax(
+    scores: np.ndarray, mask: np.ndarray | None = None, axis: int = -1
+) -> np.ndarray:
     """:func:`masked_softmax` for numpy arrays (fully masked rows give zeros)."""
     scores = np.asarray(scores)
     if mask is not None:
@@ -163,21 +169,29 @@ def _check_qkv(q, k, v) -> tuple:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim < 2:
             what = {"q": "[..., Nq, d_k]", "k": "[..., Nk, d_k]", "v": "[..., Nk, d_v]"}[name]
-            raise ValueError(f"expected {name} of shape {what} (at least 2 dimensions), "
-                             f"got {_shape(x)}")
+            raise ValueError(
+                f"expected {name} of shape {what} (at least 2 dimensions), got {_shape(x)}"
+            )
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the last dimension d_k: expected q [..., Nq, d_k] "
-                         f"and k [..., Nk, d_k], got q {_shape(q)} and k {_shape(k)}")
+        raise ValueError(
+            f"q and k must share the last dimension d_k: expected q [..., Nq, d_k] "
+            f"and k [..., Nk, d_k], got q {_shape(q)} and k {_shape(k)}"
+        )
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same number of keys Nk: expected k "
-                         f"[..., Nk, d_k] and v [..., Nk, d_v], got k {_shape(k)} and "
-                         f"v {_shape(v)}")
+        raise ValueError(
+            f"k and v must have the same number of keys Nk: expected k "
+            f"[..., Nk, d_k] and v [..., Nk, d_v], got k {_shape(k)} and "
+            f"v {_shape(v)}"
+        )
     try:
-        batch = tuple(np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]),
-                                          tuple(v.shape[:-2])))
+        batch = tuple(
+            np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]))
+        )
     except (RuntimeError, ValueError) as err:
-        raise ValueError(f"the batch dimensions of q, k and v do not broadcast: got q "
-                         f"{_shape(q)}, k {_shape(k)}, v {_shape(v)}") from err
+        raise ValueError(
+            f"the batch dimensions of q, k and v do not broadcast: got q "
+            f"{_shape(q)}, k {_shape(k)}, v {_shape(v)}"
+        ) from err
     return batch + (int(q.shape[-2]), int(k.shape[-2]))
 
 
@@ -185,8 +199,10 @@ def _check_mask(mask, scores_shape: tuple) -> None:
     try:
         np.broadcast_shapes(tuple(mask.shape), scores_shape)
     except (RuntimeError, ValueError) as err:
-        raise ValueError(f"mask of shape {_shape(mask)} does not broadcast to the scores' "
-                         f"shape [..., Nq, Nk] = {scores_shape}") from err
+        raise ValueError(
+            f"mask of shape {_shape(mask)} does not broadcast to the scores' "
+            f"shape [..., Nq, Nk] = {scores_shape}"
+        ) from err
 
 
 def _as_scalar(x):
@@ -197,8 +213,7 @@ def _as_scalar(x):
         return float(x)
     if isinstance(x, np.ndarray) and x.ndim == 0 and np.issubdtype(x.dtype, np.number):
         return float(x)
-    if isinstance(x, torch.Tensor) and x.ndim == 0 and x.dtype != torch.bool \
-            and not x.is_complex():
+    if isinstance(x, torch.Tensor) and x.ndim == 0 and x.dtype != torch.bool and not x.is_complex():
         return float(x)
     return None
 
@@ -241,8 +256,10 @@ def scaled_dot_product_attention(
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"expected {name} to be a torch.Tensor, got {type(x).__name__} "
-                            "(use numpy_attention for numpy arrays)")
+            raise TypeError(
+                f"expected {name} to be a torch.Tensor, got {type(x).__name__} "
+                "(use numpy_attention for numpy arrays)"
+            )
     scores_shape = _check_qkv(q, k, v)
     scale, dropout_p = _check_scale_dropout(scale, dropout_p)
     n_q, n_k = scores_shape[-2], scores_shape[-1]
@@ -259,8 +276,10 @@ def scaled_dot_product_attention(
             mask = torch.as_tensor(mask, device=scores.device)
         _check_mask(mask, scores_shape)
         if not (mask.dtype == torch.bool or mask.is_floating_point()):
-            raise TypeError(f"expected a boolean mask (True = may attend) or a float mask to "
-                            f"add, got dtype {mask.dtype}: use mask.bool() for 0/1 masks")
+            raise TypeError(
+                f"expected a boolean mask (True = may attend) or a float mask to "
+                f"add, got dtype {mask.dtype}: use mask.bool() for 0/1 masks"
+            )
         if mask.dtype == torch.bool:
             keep = mask  # (..., Nq, Nk) broadcastable
         else:
@@ -314,8 +333,10 @@ def numpy_attention(
         mask = np.asarray(mask)
         _check_mask(mask, scores_shape)
         if not (mask.dtype == bool or np.issubdtype(mask.dtype, np.floating)):
-            raise TypeError(f"expected a boolean mask (True = may attend) or a float mask to "
-                            f"add, got dtype {mask.dtype}: use mask.astype(bool) for 0/1 masks")
+            raise TypeError(
+                f"expected a boolean mask (True = may attend) or a float mask to "
+                f"add, got dtype {mask.dtype}: use mask.astype(bool) for 0/1 masks"
+            )
         if mask.dtype == bool:
             keep = mask  # (..., Nq, Nk) broadcastable
         else:
@@ -339,8 +360,16 @@ def numpy_attention(
 # --------------------------------------------------------------------------- plotting
 
 
-def plot_attention(weights, q_tokens=None, k_tokens=None, *, ax=None, title=None,
-                   annotate: bool | None = None, colorbar: bool = True):
+def plot_attention(
+    weights,
+    q_tokens=None,
+    k_tokens=None,
+    *,
+    ax=None,
+    title=None,
+    annotate: bool | None = None,
+    colorbar: bool = True,
+):
     """Heatmap of attention weights ``[Nq, Nk]`` with token labels; returns the axes.
 
     Rows are queries, columns keys; each row sums to 1 (or 0 when fully masked).
@@ -356,14 +385,19 @@ def plot_attention(weights, q_tokens=None, k_tokens=None, *, ax=None, title=None
     n_q, n_k = weights.shape
     for name, toks, n in (("q_tokens", q_tokens, n_q), ("k_tokens", k_tokens, n_k)):
         if toks is not None and len(toks) != n:
-            raise ValueError(f"{name} has {len(toks)} labels but the weights {weights.shape} "
-                             f"have {n} {'rows' if name == 'q_tokens' else 'columns'}")
+            raise ValueError(
+                f"{name} has {len(toks)} labels but the weights {weights.shape} "
+                f"have {n} {'rows' if name == 'q_tokens' else 'columns'}"
+            )
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * n_k + 2.0, 0.4 * n_q + 1.2))
     im = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap="viridis")
-    ax.set_xticks(range(n_k), k_tokens if k_tokens is not None else range(n_k),
-                  rotation=60 if k_tokens is not None else 0,
-                  ha="right" if k_tokens is not None else "center")
+    ax.set_xticks(
+        range(n_k),
+        k_tokens if k_tokens is not None else range(n_k),
+        rotation=60 if k_tokens is not None else 0,
+        ha="right" if k_tokens is not None else "center",
+    )
     ax.set_yticks(range(n_q), q_tokens if q_tokens is not None else range(n_q))
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -375,8 +409,15 @@ def plot_attention(weights, q_tokens=None, k_tokens=None, *, ax=None, title=None
     if annotate:
         for i in range(n_q):
             for j in range(n_k):
-                ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if weights[i, j] < 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{weights[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if weights[i, j] < 0.6 else "black",
+                )
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046)
     return ax

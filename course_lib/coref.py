@@ -72,12 +72,30 @@ class Template:
 
 
 TEMPLATES = (
-    Template("cross", "the {a} did not cross the {b} because it was too {w}",
-             tuple(ANIMALS), tuple(PLACES), tuple(TIRED), tuple(WIDE)),
-    Template("crossed-by", "the {b} was not crossed by the {a} because it was too {w}",
-             tuple(ANIMALS), tuple(PLACES), tuple(TIRED), tuple(WIDE)),
-    Template("fit", "the {a} did not fit in the {b} because it was too {w}",
-             tuple(OBJECTS), tuple(CONTAINERS), tuple(BIG), tuple(SMALL)),
+    Template(
+        "cross",
+        "the {a} did not cross the {b} because it was too {w}",
+        tuple(ANIMALS),
+        tuple(PLACES),
+        tuple(TIRED),
+        tuple(WIDE),
+    ),
+    Template(
+        "crossed-by",
+        "the {b} was not crossed by the {a} because it was too {w}",
+        tuple(ANIMALS),
+        tuple(PLACES),
+        tuple(TIRED),
+        tuple(WIDE),
+    ),
+    Template(
+        "fit",
+        "the {a} did not fit in the {b} because it was too {w}",
+        tuple(OBJECTS),
+        tuple(CONTAINERS),
+        tuple(BIG),
+        tuple(SMALL),
+    ),
 )
 
 PAD = "<pad>"
@@ -148,10 +166,18 @@ def _build(rows, vocab: Vocab) -> CorefData:
     for i, r in enumerate(rows):
         tokens[i, : len(r["words"])] = torch.tensor(vocab.encode(r["words"]))
     col = lambda key: torch.tensor([r[key] for r in rows], dtype=torch.long)  # (S,)
-    return CorefData(tokens, col("length"), col("pronoun"), col("antecedent"),
-                     col("distractor"), col("decider"), col("twin"),
-                     [r["template"] for r in rows], [" ".join(r["words"]) for r in rows],
-                     vocab)
+    return CorefData(
+        tokens,
+        col("length"),
+        col("pronoun"),
+        col("antecedent"),
+        col("distractor"),
+        col("decider"),
+        col("twin"),
+        [r["template"] for r in rows],
+        [" ".join(r["words"]) for r in rows],
+        vocab,
+    )
 
 
 def _rows_for(t: Template, a: str, b: str, wa: str, wb: str) -> list[dict]:
@@ -160,14 +186,23 @@ def _rows_for(t: Template, a: str, b: str, wa: str, wb: str) -> list[dict]:
     for w, right in ((wa, "a"), (wb, "b")):
         words = t.text.format(a=a, b=b, w=w).split()
         pos = {"a": words.index(a), "b": words.index(b)}
-        rows.append(dict(words=words, length=len(words), pronoun=words.index("it"),
-                         antecedent=pos[right], distractor=pos["b" if right == "a" else "a"],
-                         decider=len(words) - 1, template=t.name))
+        rows.append(
+            dict(
+                words=words,
+                length=len(words),
+                pronoun=words.index("it"),
+                antecedent=pos[right],
+                distractor=pos["b" if right == "a" else "a"],
+                decider=len(words) - 1,
+                template=t.name,
+            )
+        )
     return rows
 
 
-def make_dataset(test_fraction: float = 0.25, seed: int = 0,
-                 max_per_template: int | None = 600) -> tuple[CorefData, CorefData]:
+def make_dataset(
+    test_fraction: float = 0.25, seed: int = 0, max_per_template: int | None = 600
+) -> tuple[CorefData, CorefData]:
     """Generate (train, test) sets of twin sentences; test noun pairs never occur in train.
 
     Every (noun a, noun b) pair is assigned wholly to train or test, so a test sentence
@@ -189,9 +224,12 @@ def make_dataset(test_fraction: float = 0.25, seed: int = 0,
         quads = list(itertools.product(pairs, t.words_a, t.words_b))
         quads = [quads[i] for i in rng.permutation(len(quads))]
         counts = {"train": 0, "test": 0}
-        limits = {"train": max_per_template,
-                  "test": None if max_per_template is None
-                  else max(2, int(max_per_template * test_fraction / (1 - test_fraction)))}
+        limits = {
+            "train": max_per_template,
+            "test": None
+            if max_per_template is None
+            else max(2, int(max_per_template * test_fraction / (1 - test_fraction))),
+        }
         for (a, b), wa, wb in quads:
             which = "test" if (a, b) in test_pairs else "train"
             if limits[which] is not None and counts[which] >= limits[which]:
@@ -219,8 +257,7 @@ class CorefAttention(nn.Module):
     The last layer's weights are the pointer; its values are never used by the loss.
     """
 
-    def __init__(self, vocab_size: int, max_len: int = 16, d_model: int = 32,
-                 n_layers: int = 2):
+    def __init__(self, vocab_size: int, max_len: int = 16, d_model: int = 32, n_layers: int = 2):
         super().__init__()
         if n_layers < 1:
             raise ValueError(f"n_layers must be at least 1, got {n_layers}")
@@ -229,36 +266,44 @@ class CorefAttention(nn.Module):
         self.pos = nn.Embedding(max_len, d_model)
         self.q = nn.ModuleList(nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers))
         self.k = nn.ModuleList(nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers))
-        self.v = nn.ModuleList(nn.Linear(d_model, d_model, bias=False)
-                               for _ in range(n_layers - 1))
-        self.o = nn.ModuleList(nn.Linear(d_model, d_model, bias=False)
-                               for _ in range(n_layers - 1))
+        self.v = nn.ModuleList(nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers - 1))
+        self.o = nn.ModuleList(nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers - 1))
 
-    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, *,
-                is_causal: bool = False, scale: float | None = None) -> list[torch.Tensor]:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        scale: float | None = None,
+    ) -> list[torch.Tensor]:
         """Attention weights of every layer, each ``[S, L, L]``, for ``tokens [S, L]``."""
         n = tokens.shape[-1]
         if n > self.pos.num_embeddings:
-            raise ValueError(f"sentences of {n} tokens are longer than max_len="
-                             f"{self.pos.num_embeddings}")
+            raise ValueError(
+                f"sentences of {n} tokens are longer than max_len={self.pos.num_embeddings}"
+            )
         x = self.tok(tokens) + self.pos(torch.arange(n, device=tokens.device))  # (S, L, d)
         maps = []
         for layer in range(self.n_layers):
             q, k = self.q[layer](x), self.k[layer](x)  # (S, L, d) each
             if layer < self.n_layers - 1:
                 v = self.v[layer](x)  # (S, L, d)
-                out, w = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal,
-                                                      scale=scale)  # (S, L, d), (S, L, L)
+                out, w = scaled_dot_product_attention(
+                    q, k, v, mask, is_causal=is_causal, scale=scale
+                )  # (S, L, d), (S, L, L)
                 x = x + self.o[layer](out)  # (S, L, d)
             else:
-                _, w = scaled_dot_product_attention(q, k, k, mask, is_causal=is_causal,
-                                                    scale=scale)  # (S, L, L)
+                _, w = scaled_dot_product_attention(
+                    q, k, k, mask, is_causal=is_causal, scale=scale
+                )  # (S, L, L)
             maps.append(w)
         return maps
 
 
-def pronoun_weights(model: CorefAttention, data: CorefData, layer: int = -1,
-                    **kwargs) -> torch.Tensor:
+def pronoun_weights(
+    model: CorefAttention, data: CorefData, layer: int = -1, **kwargs
+) -> torch.Tensor:
     """The pronoun's attention row in ``layer``, ``[S, L]``."""
     w = model(data.tokens, data.mask, **kwargs)[layer]  # (S, L, L)
     return w[torch.arange(len(data)), data.pronoun]  # (S, L)
@@ -281,9 +326,16 @@ def pointer_loss(model: CorefAttention, data: CorefData) -> torch.Tensor:
     return -torch.log(right.clamp_min(1e-9)).mean()
 
 
-def train(model: CorefAttention, data: CorefData, *, steps: int = 40, lr: float = 0.02,
-          log_every: int = 5, callback: Callable[[int, float, float], None] | None = None,
-          seed: int = 0) -> list[tuple[int, float, float]]:
+def train(
+    model: CorefAttention,
+    data: CorefData,
+    *,
+    steps: int = 40,
+    lr: float = 0.02,
+    log_every: int = 5,
+    callback: Callable[[int, float, float], None] | None = None,
+    seed: int = 0,
+) -> list[tuple[int, float, float]]:
     """Full-batch Adam on :func:`pointer_loss`; returns ``[(step, loss, accuracy), ...]``.
 
     ``callback(step, loss, accuracy)`` is called every ``log_every`` steps (for progress).
@@ -315,8 +367,9 @@ def _train_loop(model, data, opt, steps, log_every, callback, history) -> None:
                 callback(step, loss.item(), acc)
 
 
-def make_model(vocab: Vocab, n_layers: int = 2, d_model: int = 32, seed: int = 0,
-               max_len: int = 16) -> CorefAttention:
+def make_model(
+    vocab: Vocab, n_layers: int = 2, d_model: int = 32, seed: int = 0, max_len: int = 16
+) -> CorefAttention:
     """A freshly initialised :class:`CorefAttention` (seeded)."""
     torch.manual_seed(seed)
     return CorefAttention(len(vocab), max_len=max_len, d_model=d_model, n_layers=n_layers)
@@ -341,6 +394,6 @@ def one_layer_ratio_is_blind(model: CorefAttention, data: CorefData) -> float:
 
 def describe(history: list[tuple[int, float, float]]) -> str:
     """One line per logged step."""
-    return "\n".join(f"step {s:4d}  loss {loss:.3f}  train accuracy {acc:.1%}"
-                     for s, loss, acc in history)
-
+    return "\n".join(
+        f"step {s:4d}  loss {loss:.3f}  train accuracy {acc:.1%}" for s, loss, acc in history
+    )

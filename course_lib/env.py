@@ -92,8 +92,10 @@ def setup(seed: int = DEFAULT_SEED, *, quiet: bool = False, plots: bool = True) 
     cuda = _cuda_available()
     if not cuda and "TRITON_INTERPRET" not in os.environ:
         if "triton" in sys.modules and not quiet:
-            print("warning: triton was imported before env.setup(); restart the kernel "
-                  "and call env.setup() first so the interpreter can be turned on.")
+            print(
+                "warning: triton was imported before env.setup(); restart the kernel "
+                "and call env.setup() first so the interpreter can be turned on."
+            )
         os.environ["TRITON_INTERPRET"] = "1"
     interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
     seed_everything(seed)
@@ -112,8 +114,7 @@ def setup(seed: int = DEFAULT_SEED, *, quiet: bool = False, plots: bool = True) 
             where = f"CUDA GPU ({torch.cuda.get_device_name(0)})"
         else:
             where = "CPU (no CUDA GPU)"
-        print(f"course_lib: device={env.device} on {where}; Triton: {env.triton_mode}; "
-              f"seed={seed}")
+        print(f"course_lib: device={env.device} on {where}; Triton: {env.triton_mode}; seed={seed}")
     return env
 
 
@@ -122,15 +123,17 @@ def _plot_defaults() -> None:
         import matplotlib as mpl
     except ImportError:  # pragma: no cover
         return
-    mpl.rcParams.update({
-        "figure.figsize": (6.4, 3.6),
-        "figure.dpi": 100,
-        "axes.grid": True,
-        "grid.alpha": 0.3,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "image.cmap": "viridis",
-    })
+    mpl.rcParams.update(
+        {
+            "figure.figsize": (6.4, 3.6),
+            "figure.dpi": 100,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "image.cmap": "viridis",
+        }
+    )
 
 
 def versions() -> dict[str, str]:
@@ -161,8 +164,13 @@ def report() -> dict[str, str]:
     else:
         info["gpu"] = "none (CPU only)"
     interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-    info["triton mode"] = ("not installed" if info.get("triton") == "missing"
-                           else "interpreter (CPU)" if interp else "compiled (GPU)")
+    info["triton mode"] = (
+        "not installed"
+        if info.get("triton") == "missing"
+        else "interpreter (CPU)"
+        if interp
+        else "compiled (GPU)"
+    )
     width = max(len(k) for k in info)
     for k, v in info.items():
         print(f"{k:<{width}} : {v}")

@@ -66,8 +66,9 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
         raise ValueError(f"expected x of shape [B, N, H*d_head], got {_shape(x)}")
     b, n, d = x.shape
     if num_heads < 1 or d % num_heads != 0:
-        raise ValueError(f"the feature size {d} of x {_shape(x)} is not divisible by "
-                         f"num_heads={num_heads}")
+        raise ValueError(
+            f"the feature size {d} of x {_shape(x)} is not divisible by num_heads={num_heads}"
+        )
     x = x.reshape(b, n, num_heads, d // num_heads)  # (B, N, H, d_h)
     return x.transpose(1, 2)  # (B, H, N, d_h)
 
@@ -106,8 +107,14 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x.reshape(b, h_kv * n_rep, n, d)  # (B, H, N, d)
 
 
-def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, seq_len: int,
-                   batch_size: int = 1, bytes_per_value: int = 2) -> int:
+def kv_cache_bytes(
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    seq_len: int,
+    batch_size: int = 1,
+    bytes_per_value: int = 2,
+) -> int:
     r"""Bytes of a KV cache: keys **and** values of every layer, head and token.
 
     .. math::
@@ -117,13 +124,17 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, seq_len: i
 
     (the leading 2 counts K and V; ``bytes_per_value`` = 2 for bf16/fp16, 4 for fp32).
     """
-    for name, val in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
-                      ("head_dim", head_dim), ("seq_len", seq_len),
-                      ("batch_size", batch_size), ("bytes_per_value", bytes_per_value)):
+    for name, val in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("seq_len", seq_len),
+        ("batch_size", batch_size),
+        ("bytes_per_value", bytes_per_value),
+    ):
         if int(val) != val or val < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
-    return int(2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size
-               * bytes_per_value)
+    return int(2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value)
 
 
 # --------------------------------------------------------------------------- the KV cache
@@ -157,20 +168,26 @@ class KVCache:
             return 0
         return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
 
-    def update(self, k_new: torch.Tensor, v_new: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``[B, H_kv, n, d_h]`` keys/values; return all of them ``[B, H_kv, T+n, d_h]``."""
         if k_new.ndim != 4 or v_new.ndim != 4 or k_new.shape[:-1] != v_new.shape[:-1]:
-            raise ValueError(f"expected k_new and v_new of shape [B, H_kv, n, d_head], got "
-                             f"{_shape(k_new)} and {_shape(v_new)}")
+            raise ValueError(
+                f"expected k_new and v_new of shape [B, H_kv, n, d_head], got "
+                f"{_shape(k_new)} and {_shape(v_new)}"
+            )
         if self.k is None:
             self.k, self.v = k_new, v_new  # (B, H_kv, n, d_h)
         else:
-            if (k_new.shape[:2] != self.k.shape[:2] or k_new.shape[-1] != self.k.shape[-1]
-                    or v_new.shape[-1] != self.v.shape[-1]):
-                raise ValueError(f"new keys/values {_shape(k_new)}, {_shape(v_new)} do not "
-                                 f"match the cache's [B, H_kv, T, d_head] = {_shape(self.k)}, "
-                                 f"{_shape(self.v)}")
+            if (
+                k_new.shape[:2] != self.k.shape[:2]
+                or k_new.shape[-1] != self.k.shape[-1]
+                or v_new.shape[-1] != self.v.shape[-1]
+            ):
+                raise ValueError(
+                    f"new keys/values {_shape(k_new)}, {_shape(v_new)} do not "
+                    f"match the cache's [B, H_kv, T, d_head] = {_shape(self.k)}, "
+                    f"{_shape(self.v)}"
+                )
             self.k = torch.cat([self.k, k_new], dim=-2)  # (B, H_kv, T+n, d_h)
             self.v = torch.cat([self.v, v_new], dim=-2)  # (B, H_kv, T+n, d_h)
         return self.k, self.v
@@ -195,21 +212,32 @@ class MultiHeadAttention(nn.Module):
     ``dropout`` is applied to the attention weights in training mode.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None,
-                 bias: bool = True, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         if int(num_heads) != num_heads or num_heads < 1:
             raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
         if d_model % num_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}: "
-                             f"each head gets d_model / num_heads features")
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}: "
+                f"each head gets d_model / num_heads features"
+            )
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if int(num_kv_heads) != num_kv_heads or num_kv_heads < 1:
             raise ValueError(f"num_kv_heads must be a positive integer, got {num_kv_heads!r}")
         if num_heads % num_kv_heads != 0:
-            raise ValueError(f"num_heads={num_heads} is not divisible by "
-                             f"num_kv_heads={num_kv_heads}: each key/value head must serve "
-                             "the same number of query heads")
+            raise ValueError(
+                f"num_heads={num_heads} is not divisible by "
+                f"num_kv_heads={num_kv_heads}: each key/value head must serve "
+                "the same number of query heads"
+            )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.d_model = int(d_model)
@@ -239,9 +267,11 @@ class MultiHeadAttention(nn.Module):
         return self.num_heads // self.num_kv_heads
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
-                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-                f"dropout={self.dropout}")
+        return (
+            f"d_model={self.d_model}, num_heads={self.num_heads}, "
+            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
+            f"dropout={self.dropout}"
+        )
 
     # ------------------------------------------------------------------ forward
 
@@ -249,13 +279,21 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"expected {name} to be a torch.Tensor, got {type(x).__name__}")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"expected {name} of shape [B, N, d_model={self.d_model}], got "
-                             f"{_shape(x)}")
+            raise ValueError(
+                f"expected {name} of shape [B, N, d_model={self.d_model}], got {_shape(x)}"
+            )
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
-                value: torch.Tensor | None = None, *, mask: torch.Tensor | None = None,
-                is_causal: bool = False, need_weights: bool = True,
-                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = True,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         r"""``(output [B, Nq, d_model], weights [B, H, Nq, Nk] or None)``.
 
         ``key`` and ``value`` default to ``query`` (self-attention); ``key`` alone sets
@@ -273,11 +311,15 @@ class MultiHeadAttention(nn.Module):
         for name, x in (("query", query), ("key", key), ("value", value)):
             self._check_input(name, x)
         if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key and value must have the same [B, Nk], got key "
-                             f"{_shape(key)} and value {_shape(value)}")
+            raise ValueError(
+                f"key and value must have the same [B, Nk], got key "
+                f"{_shape(key)} and value {_shape(value)}"
+            )
         if query.shape[0] != key.shape[0]:
-            raise ValueError(f"query and key must have the same batch size B, got query "
-                             f"{_shape(query)} and key {_shape(key)}")
+            raise ValueError(
+                f"query and key must have the same batch size B, got query "
+                f"{_shape(query)} and key {_shape(key)}"
+            )
 
         # Q = X W^Q, K = X W^K, V = X W^V, then cut the features into heads
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Nq, d_h)
@@ -302,8 +344,8 @@ class MultiHeadAttention(nn.Module):
 
         # head_i = softmax(Q_i K_i^T / sqrt(d_h)) V_i, for all heads at once
         heads, weights = scaled_dot_product_attention(
-            q, k, v, mask, is_causal=is_causal,
-            dropout_p=self.dropout if self.training else 0.0)  # (B, H, Nq, d_h), (B, H, Nq, Nk)
+            q, k, v, mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
+        )  # (B, H, Nq, d_h), (B, H, Nq, Nk)
 
         # MultiHead = Concat(head_1, ..., head_H) W^O
         out = self.out_proj(merge_heads(heads))  # (B, Nq, d_model)
@@ -318,12 +360,16 @@ class MultiHeadAttention(nn.Module):
         if mask.ndim == 3:
             mask = mask[:, None]  # (B, 1, Nq or 1, Nk)
         elif mask.ndim not in (2, 4):
-            raise ValueError(f"expected mask of shape [Nq, Nk], [B, Nq, Nk] or "
-                             f"[B, H, Nq, Nk] with Nq={n_q}, Nk={n_k}, got {_shape(mask)}")
+            raise ValueError(
+                f"expected mask of shape [Nq, Nk], [B, Nq, Nk] or "
+                f"[B, H, Nq, Nk] with Nq={n_q}, Nk={n_k}, got {_shape(mask)}"
+            )
         if mask.shape[-1] != n_k or mask.shape[-2] not in (1, n_q):
-            raise ValueError(f"mask of shape {_shape(mask)} does not match the scores "
-                             f"[..., Nq={n_q}, Nk={n_k}] (with a cache, Nk counts the cached "
-                             "tokens too)")
+            raise ValueError(
+                f"mask of shape {_shape(mask)} does not match the scores "
+                f"[..., Nq={n_q}, Nk={n_k}] (with a cache, Nk counts the cached "
+                "tokens too)"
+            )
         return mask
 
     @staticmethod
@@ -348,8 +394,10 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(m, nn.MultiheadAttention):
             raise TypeError(f"expected a torch.nn.MultiheadAttention, got {type(m).__name__}")
         if not m._qkv_same_embed_dim:
-            raise ValueError(f"kdim={m.kdim} / vdim={m.vdim} different from "
-                             f"embed_dim={m.embed_dim} are not supported")
+            raise ValueError(
+                f"kdim={m.kdim} / vdim={m.vdim} different from "
+                f"embed_dim={m.embed_dim} are not supported"
+            )
         if m.bias_k is not None or m.add_zero_attn:
             raise ValueError("add_bias_kv=True and add_zero_attn=True are not supported")
         d = m.embed_dim
@@ -372,8 +420,9 @@ class MultiHeadAttention(nn.Module):
         return new
 
 
-def mha_num_params(d_model: int, num_heads: int, num_kv_heads: int | None = None,
-                   bias: bool = True) -> int:
+def mha_num_params(
+    d_model: int, num_heads: int, num_kv_heads: int | None = None, bias: bool = True
+) -> int:
     r"""Parameters of :class:`MultiHeadAttention`, by formula.
 
     .. math:: 2 d^2 + 2 d \cdot H_{kv} d_h \;(+\; 2d + 2 H_{kv} d_h \text{ biases})
@@ -384,12 +433,10 @@ def mha_num_params(d_model: int, num_heads: int, num_kv_heads: int | None = None
     if num_heads < 1 or d_model % num_heads != 0:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
     if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
-        raise ValueError(f"num_heads={num_heads} is not divisible by "
-                         f"num_kv_heads={num_kv_heads}")
+        raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
     d_h = d_model // num_heads
     kv = num_kv_heads * d_h  # H_kv * d_h: the width of K and of V
     n = 2 * d_model * d_model + 2 * d_model * kv
     if bias:
         n += 2 * d_model + 2 * kv
     return int(n)
-

@@ -72,14 +72,17 @@ def _check_base(base: float) -> None:
 
 def _check_scale(scale: float) -> None:
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite number > 0 (1.0 = no interpolation), "
-                         f"got {scale!r}")
+        raise ValueError(
+            f"scale must be a finite number > 0 (1.0 = no interpolation), got {scale!r}"
+        )
 
 
 def _check_even(d: int, what: str) -> None:
     if d <= 0 or d % 2:
-        raise ValueError(f"RoPE rotates features in pairs, so the feature dimension must be "
-                         f"even and positive; got d={d}{what}")
+        raise ValueError(
+            f"RoPE rotates features in pairs, so the feature dimension must be "
+            f"even and positive; got d={d}{what}"
+        )
 
 
 # --------------------------------------------------------------------------- sinusoidal
@@ -100,8 +103,14 @@ def sinusoidal_frequencies(d_model: int, base: float = 10000.0) -> torch.Tensor:
     return base ** (-2.0 * i / d_model)  # (ceil(d/2),)
 
 
-def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0, *,
-                        dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+def sinusoidal_encoding(
+    n_positions: int,
+    d_model: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+) -> torch.Tensor:
     r"""The sinusoidal position table of Vaswani et al. (2017), shape ``[n_positions, d_model]``.
 
     .. math::
@@ -125,8 +134,9 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0, *
     return pe.to(dtype=dtype, device=device)  # (n, d)
 
 
-def sinusoidal_shift_matrix(k: float, d_model: int, base: float = 10000.0, *,
-                            dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def sinusoidal_shift_matrix(
+    k: float, d_model: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     r"""The matrix :math:`R_k` with :math:`PE(p + k) = R_k\, PE(p)` for every position p.
 
     Per pair, by the angle-addition formulas,
@@ -184,15 +194,19 @@ def _positions(positions, n: int, lead: tuple, device) -> torch.Tensor:
         raise TypeError(f"positions must be real numbers, got dtype {pos.dtype}")
     pos = pos.to(torch.float64)
     if pos.ndim == 0 or pos.shape[-1] != n:
-        raise ValueError(f"expected positions of shape [N] or [..., N] with N={n} (one per "
-                         f"token of x), got shape {tuple(pos.shape)}")
+        raise ValueError(
+            f"expected positions of shape [N] or [..., N] with N={n} (one per "
+            f"token of x), got shape {tuple(pos.shape)}"
+        )
     try:
         torch.broadcast_shapes(tuple(pos.shape), (*lead, n))
     except RuntimeError as err:
-        raise ValueError(f"positions of shape {tuple(pos.shape)} do not broadcast against "
-                         f"x's token axes {(*lead, n)} (they align from the right: for x "
-                         f"[B, H, N, d] and one row of positions per sequence, pass "
-                         f"positions[:, None, :] of shape [B, 1, N])") from err
+        raise ValueError(
+            f"positions of shape {tuple(pos.shape)} do not broadcast against "
+            f"x's token axes {(*lead, n)} (they align from the right: for x "
+            f"[B, H, N, d] and one row of positions per sequence, pass "
+            f"positions[:, None, :] of shape [B, 1, N])"
+        ) from err
     return pos
 
 
@@ -208,8 +222,14 @@ def rope_angles(positions, d: int, base: float = 10000.0, *, scale: float = 1.0)
     return (pos / scale)[..., None] * theta.to(pos.device)  # (..., N, d/2)
 
 
-def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
-               interleaved: bool = True, scale: float = 1.0) -> torch.Tensor:
+def apply_rope(
+    x: torch.Tensor,
+    positions=None,
+    *,
+    base: float = 10000.0,
+    interleaved: bool = True,
+    scale: float = 1.0,
+) -> torch.Tensor:
     r"""Rotate each feature pair of ``x [..., N, d]`` by its position's angle (RoPE).
 
     For token position :math:`p` and pair :math:`i` with angle
@@ -241,8 +261,9 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"expected x to be a torch.Tensor, got {type(x).__name__}")
     if x.ndim < 2:
-        raise ValueError(f"expected x of shape [..., N, d] (tokens, then features), got "
-                         f"{tuple(x.shape)}")
+        raise ValueError(
+            f"expected x of shape [..., N, d] (tokens, then features), got {tuple(x.shape)}"
+        )
     if not x.is_floating_point():
         raise TypeError(f"expected a real floating-point x, got dtype {x.dtype}")
     *lead, n, d = x.shape
@@ -256,7 +277,7 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
     if interleaved:
         xa, xb = x[..., 0::2], x[..., 1::2]  # (..., N, d/2) each: features 2i and 2i+1
     else:
-        xa, xb = x[..., : d // 2], x[..., d // 2:]  # (..., N, d/2) each: features i and i+d/2
+        xa, xb = x[..., : d // 2], x[..., d // 2 :]  # (..., N, d/2) each: features i and i+d/2
     ya = xa * cos - xb * sin  # (..., N, d/2)
     yb = xa * sin + xb * cos  # (..., N, d/2)
     if interleaved:
@@ -264,8 +285,9 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0,
     return torch.cat((ya, yb), dim=-1)  # (..., N, d)
 
 
-def apply_rope_complex(x: torch.Tensor, positions=None, *, base: float = 10000.0,
-                       scale: float = 1.0) -> torch.Tensor:
+def apply_rope_complex(
+    x: torch.Tensor, positions=None, *, base: float = 10000.0, scale: float = 1.0
+) -> torch.Tensor:
     r"""RoPE as complex multiplication (interleaved pairing), the way Meta's LLaMA code does it.
 
     Read features :math:`(x_{2i}, x_{2i+1})` as :math:`z_i = x_{2i} + \mathrm{i}\,x_{2i+1}`,
@@ -276,19 +298,23 @@ def apply_rope_complex(x: torch.Tensor, positions=None, *, base: float = 10000.0
     Equal to ``apply_rope(x, positions, interleaved=True)``; computed in float64/complex128.
     """
     if not isinstance(x, torch.Tensor) or x.ndim < 2:
-        raise ValueError(f"expected a tensor x of shape [..., N, d], got "
-                         f"{tuple(getattr(x, 'shape', ()))}")
+        raise ValueError(
+            f"expected a tensor x of shape [..., N, d], got {tuple(getattr(x, 'shape', ()))}"
+        )
     *lead, n, d = x.shape
     _check_even(d, f" (x of shape {tuple(x.shape)})")
     pos = _positions(positions, n, tuple(lead), x.device)  # (..., N)
     phi = rope_angles(pos, d, base, scale=scale)  # (..., N, d/2)
-    z = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2))  # (..., N, d/2)
+    z = torch.view_as_complex(
+        x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2)
+    )  # (..., N, d/2)
     rot = torch.polar(torch.ones_like(phi), phi)  # (..., N, d/2) e^{i phi}
     return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)  # (..., N, d)
 
 
-def rope_rotation_matrix(position: float, d: int, base: float = 10000.0, *,
-                         interleaved: bool = True, scale: float = 1.0) -> torch.Tensor:
+def rope_rotation_matrix(
+    position: float, d: int, base: float = 10000.0, *, interleaved: bool = True, scale: float = 1.0
+) -> torch.Tensor:
     r"""The ``[d, d]`` orthogonal matrix :math:`R_p` with ``apply_rope(x)[p] == R_p @ x[p]``.
 
     Block diagonal (one 2×2 rotation by :math:`(p/s)\theta_i` per pair) when interleaved;
@@ -335,4 +361,3 @@ def half_to_interleaved(x: torch.Tensor) -> torch.Tensor:
     _check_even(d, f" (x of shape {tuple(x.shape)})")
     inverse = torch.argsort(rope_permutation(d))  # (d,)
     return x[..., inverse.to(x.device)]  # (..., d)
-

@@ -84,26 +84,36 @@ def _check_rnn_inputs(x, W_xh, W_hh, b_h, h0) -> None:
         raise ValueError(f"expected W_hh of shape [d_h, d_h] (square), got {_shape(W_hh)}")
     d_h = W_hh.shape[0]
     if W_xh.dim() != 2 or tuple(W_xh.shape) != (d_h, d_in):
-        raise ValueError(f"expected W_xh of shape [d_h, d_in] = [{d_h}, {d_in}] "
-                         f"(d_h from W_hh, d_in from x), got {_shape(W_xh)}")
+        raise ValueError(
+            f"expected W_xh of shape [d_h, d_in] = [{d_h}, {d_in}] "
+            f"(d_h from W_hh, d_in from x), got {_shape(W_xh)}"
+        )
     if tuple(b_h.shape) != (d_h,):
         raise ValueError(f"expected b_h of shape [d_h] = [{d_h}], got {_shape(b_h)}")
     if h0 is not None:
         if not isinstance(h0, torch.Tensor):
             raise TypeError(f"expected h0 to be a torch.Tensor or None, got {type(h0).__name__}")
         if tuple(h0.shape) != (x.shape[0], d_h):
-            raise ValueError(f"expected h0 of shape [B, d_h] = [{x.shape[0]}, {d_h}], "
-                             f"got {_shape(h0)}")
+            raise ValueError(
+                f"expected h0 of shape [B, d_h] = [{x.shape[0]}, {d_h}], got {_shape(h0)}"
+            )
     for name, t in (("W_xh", W_xh), ("W_hh", W_hh), ("b_h", b_h), ("h0", h0)):
         if t is None:
             continue
         if t.dtype != x.dtype:
-            raise TypeError(f"expected {name} to have x's dtype {x.dtype}, got {t.dtype} "
-                            f"(convert with .to(x.dtype))")
+            raise TypeError(
+                f"expected {name} to have x's dtype {x.dtype}, got {t.dtype} "
+                f"(convert with .to(x.dtype))"
+            )
 
 
-def rnn_forward(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: torch.Tensor,
-                h0: torch.Tensor | None = None) -> torch.Tensor:
+def rnn_forward(
+    x: torch.Tensor,
+    W_xh: torch.Tensor,
+    W_hh: torch.Tensor,
+    b_h: torch.Tensor,
+    h0: torch.Tensor | None = None,
+) -> torch.Tensor:
     r"""Run a tanh RNN over ``x [B, T, d_in]`` and return every hidden state ``[B, T, d_h]``.
 
     Row-vector form, one batch row per sequence (this is what the code computes):
@@ -134,9 +144,11 @@ def rnn_forward(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: to
 def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(W_xh, W_hh, b_h)`` of a one-layer tanh ``torch.nn.RNN`` (its two biases summed)."""
     if rnn.num_layers != 1 or rnn.bidirectional or rnn.nonlinearity != "tanh":
-        raise ValueError("expected a one-layer, one-directional tanh torch.nn.RNN, got "
-                         f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}, "
-                         f"nonlinearity={rnn.nonlinearity!r}")
+        raise ValueError(
+            "expected a one-layer, one-directional tanh torch.nn.RNN, got "
+            f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}, "
+            f"nonlinearity={rnn.nonlinearity!r}"
+        )
     W_xh = rnn.weight_ih_l0.detach()  # (d_h, d_in)
     W_hh = rnn.weight_hh_l0.detach()  # (d_h, d_h)
     if rnn.bias:
@@ -193,8 +205,10 @@ def node_depths(parents: Sequence[Sequence[int]]) -> list[int]:
     for i, ps in enumerate(parents):
         bad = [p for p in ps if not 0 <= p < i]
         if bad:
-            raise ValueError(f"node {i} lists parents {bad}: parents must be earlier nodes "
-                             f"(0 <= p < {i}), so the list is in topological order")
+            raise ValueError(
+                f"node {i} lists parents {bad}: parents must be earlier nodes "
+                f"(0 <= p < {i}), so the list is in topological order"
+            )
         depth.append(1 + max((depth[p] for p in ps), default=0))
     return depth
 
@@ -224,8 +238,11 @@ def autograd_depth(output: torch.Tensor) -> int:
         node, expanded = stack.pop()
         if node in memo:
             continue
-        children = [f for f, _ in node.next_functions if f is not None
-                    and type(f).__name__ != "AccumulateGrad"]
+        children = [
+            f
+            for f, _ in node.next_functions
+            if f is not None and type(f).__name__ != "AccumulateGrad"
+        ]
         if expanded:
             memo[node] = 1 + max((memo[c] for c in children), default=0)
         else:
@@ -234,8 +251,9 @@ def autograd_depth(output: torch.Tensor) -> int:
     return memo[output.grad_fn]
 
 
-def best_time(fn: Callable[[], object], repeats: int = 3, *,
-              clock: Callable[[], float] = time.perf_counter) -> float:
+def best_time(
+    fn: Callable[[], object], repeats: int = 3, *, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """The fastest of ``repeats`` runs of ``fn()``, in seconds of ``clock`` (after one warm-up).
 
     The default clock is wall time (``time.perf_counter``). The minimum is the least noisy
@@ -275,9 +293,14 @@ def scale_to_spectral_radius(W: torch.Tensor, rho: float) -> torch.Tensor:
     return W * (rho / r)  # (d, d)
 
 
-def recurrent_matrix(d_h: int, rho: float, *, kind: str = "orthogonal",
-                     generator: torch.Generator | None = None,
-                     dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def recurrent_matrix(
+    d_h: int,
+    rho: float,
+    *,
+    kind: str = "orthogonal",
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
     r"""A random ``[d_h, d_h]`` recurrent matrix with spectral radius ``rho``.
 
     ``kind="orthogonal"``: :math:`\rho Q` with :math:`Q` a random orthogonal matrix, so every
@@ -295,9 +318,13 @@ def recurrent_matrix(d_h: int, rho: float, *, kind: str = "orthogonal",
     raise ValueError(f"kind must be 'orthogonal' or 'gaussian', got {kind!r}")
 
 
-def jacobian_norms_through_time(x: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor,
-                                b_h: torch.Tensor, h0: torch.Tensor | None = None
-                                ) -> torch.Tensor:
+def jacobian_norms_through_time(
+    x: torch.Tensor,
+    W_xh: torch.Tensor,
+    W_hh: torch.Tensor,
+    b_h: torch.Tensor,
+    h0: torch.Tensor | None = None,
+) -> torch.Tensor:
     r"""``[T]`` Frobenius norms :math:`\lVert \partial h_T / \partial x_t \rVert_F`, for ``x [T, d_in]``.
 
     By the chain rule, with :math:`D_k = \mathrm{diag}(1 - h_k^2)` the tanh derivative,
@@ -359,9 +386,14 @@ class RecallBatch:
         return t[None, :] - self.position[:, None]  # (B, T)
 
 
-def make_recall_batch(batch: int, seq_len: int, vocab: int, *,
-                      positions: torch.Tensor | Sequence[int] | None = None,
-                      generator: torch.Generator | None = None) -> RecallBatch:
+def make_recall_batch(
+    batch: int,
+    seq_len: int,
+    vocab: int,
+    *,
+    positions: torch.Tensor | Sequence[int] | None = None,
+    generator: torch.Generator | None = None,
+) -> RecallBatch:
     """Sequences of random symbols with one marked position; the answer is the marked symbol.
 
     ``positions`` (one per row, each in ``0 .. seq_len - 2``) says where the marker goes;
@@ -369,8 +401,9 @@ def make_recall_batch(batch: int, seq_len: int, vocab: int, *,
     ("which symbol was marked?") whose answer lies ``t - position`` steps back.
     """
     if seq_len < 2 or vocab < 2 or batch < 1:
-        raise ValueError(f"expected batch >= 1, seq_len >= 2, vocab >= 2, got "
-                         f"{batch}, {seq_len}, {vocab}")
+        raise ValueError(
+            f"expected batch >= 1, seq_len >= 2, vocab >= 2, got {batch}, {seq_len}, {vocab}"
+        )
     tokens = torch.randint(vocab, (batch, seq_len), generator=generator)  # (B, T)
     if positions is None:
         position = torch.randint(0, seq_len - 1, (batch,), generator=generator)  # (B,)
@@ -379,8 +412,10 @@ def make_recall_batch(batch: int, seq_len: int, vocab: int, *,
         if position.shape != (batch,):
             raise ValueError(f"expected {batch} positions, got shape {_shape(position)}")
         if position.min() < 0 or position.max() > seq_len - 2:
-            raise ValueError(f"positions must lie in 0..{seq_len - 2}, got "
-                             f"{int(position.min())}..{int(position.max())}")
+            raise ValueError(
+                f"positions must lie in 0..{seq_len - 2}, got "
+                f"{int(position.min())}..{int(position.max())}"
+            )
     rows = torch.arange(batch)  # (B,)
     marker = torch.zeros(batch, seq_len)  # (B, T)
     marker[rows, position] = 1.0
@@ -424,8 +459,7 @@ class RecallAttention(nn.Module):
         self.v = nn.Linear(d_model, d_model)
         self.readout = nn.Linear(d_model, vocab)
 
-    def forward(self, tokens: torch.Tensor, marker: torch.Tensor,
-                return_weights: bool = False):
+    def forward(self, tokens: torch.Tensor, marker: torch.Tensor, return_weights: bool = False):
         e = self.embed(tokens) + marker.unsqueeze(-1) * self.marker_vec  # (B, T, d)
         q, k, v = self.q(e), self.k(e), self.v(e)  # (B, T, d) each
         out, w = scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, T, d), (B, T, T)
@@ -457,9 +491,17 @@ class single_thread:
         return False
 
 
-def train_recall(model: nn.Module, *, steps: int = 300, batch: int = 32, seq_len: int = 32,
-                 vocab: int = 8, lr: float = 1e-2, seed: int = 0,
-                 clip: float | None = 1.0) -> list[float]:
+def train_recall(
+    model: nn.Module,
+    *,
+    steps: int = 300,
+    batch: int = 32,
+    seq_len: int = 32,
+    vocab: int = 8,
+    lr: float = 1e-2,
+    seed: int = 0,
+    clip: float | None = 1.0,
+) -> list[float]:
     """Train on fresh recall batches with Adam; returns the loss of every step.
 
     Batches come from a generator seeded with ``seed``, so a run is reproducible.
@@ -484,14 +526,15 @@ def train_recall(model: nn.Module, *, steps: int = 300, batch: int = 32, seq_len
 
 
 @torch.no_grad()
-def recall_accuracy_by_distance(model: nn.Module, *, seq_len: int = 32, vocab: int = 8,
-                                n: int = 256, seed: int = 1
-                                ) -> tuple[torch.Tensor, torch.Tensor]:
+def recall_accuracy_by_distance(
+    model: nn.Module, *, seq_len: int = 32, vocab: int = 8, n: int = 256, seed: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(distances [T-1], accuracy [T-1])`` on ``n`` fresh sequences marked at position 0,
     so that every distance ``1 .. seq_len - 1`` is asked exactly ``n`` times."""
     gen = torch.Generator().manual_seed(seed)
-    b = make_recall_batch(n, seq_len, vocab, positions=torch.zeros(n, dtype=torch.long),
-                          generator=gen)
+    b = make_recall_batch(
+        n, seq_len, vocab, positions=torch.zeros(n, dtype=torch.long), generator=gen
+    )
     model.eval()
     with single_thread():
         pred = model(b.tokens, b.marker).argmax(-1)  # (n, T)

@@ -57,9 +57,14 @@ def _shape(x) -> tuple:
 # --------------------------------------------------------------------------- sampling
 
 
-def sample_qk(n_samples: int, d_k: int, *, distribution: str = "normal",
-              generator: torch.Generator | None = None,
-              dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_qk(
+    n_samples: int,
+    d_k: int,
+    *,
+    distribution: str = "normal",
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
     r"""``n_samples`` independent pairs ``(q, k)``, each ``[n_samples, d_k]``.
 
     Components are i.i.d. with mean 0 and variance 1:
@@ -83,8 +88,9 @@ def sample_qk(n_samples: int, d_k: int, *, distribution: str = "normal",
         bits = torch.randint(0, 2, shape, generator=generator)  # (2, n, d_k) in {0, 1}
         x = (2 * bits - 1).to(dtype)  # (2, n, d_k) in {-1, 1}
     else:
-        raise ValueError(f"unknown distribution {distribution!r}: use 'normal', 'uniform' "
-                         "or 'rademacher'")
+        raise ValueError(
+            f"unknown distribution {distribution!r}: use 'normal', 'uniform' or 'rademacher'"
+        )
     return x[0], x[1]
 
 
@@ -103,8 +109,9 @@ def dot_product_variance(q, k, scale: float = 1.0) -> float:
     q_np = q.detach().cpu().double().numpy() if isinstance(q, torch.Tensor) else np.asarray(q)
     k_np = k.detach().cpu().double().numpy() if isinstance(k, torch.Tensor) else np.asarray(k)
     if q_np.ndim != 2 or q_np.shape != k_np.shape:
-        raise ValueError(f"expected q and k of the same shape [N, d_k], got q {q_np.shape} and "
-                         f"k {k_np.shape}")
+        raise ValueError(
+            f"expected q and k of the same shape [N, d_k], got q {q_np.shape} and k {k_np.shape}"
+        )
     s = scale * np.einsum("nd,nd->n", q_np.astype(np.float64), k_np.astype(np.float64))  # (N,)
     return float(np.var(s))
 
@@ -120,21 +127,25 @@ def gaussian_variance_stderr(d_k: int, n_samples: int, scale: float = 1.0) -> fl
     .. math:: \mathrm{se} \approx c^2 \sqrt{(2 d_k^2 + 6 d_k) / N}.
     """
     d, n = float(d_k), float(n_samples)
-    return scale ** 2 * math.sqrt((2.0 * d * d + 6.0 * d) / n)
+    return scale**2 * math.sqrt((2.0 * d * d + 6.0 * d) / n)
 
 
-def variance_sweep(d_ks: Sequence[int], n_samples: int = 10_000, *,
-                   distribution: str = "normal",
-                   generator: torch.Generator | None = None) -> dict[str, np.ndarray]:
+def variance_sweep(
+    d_ks: Sequence[int],
+    n_samples: int = 10_000,
+    *,
+    distribution: str = "normal",
+    generator: torch.Generator | None = None,
+) -> dict[str, np.ndarray]:
     r"""Measure :math:`\mathrm{Var}(q\cdot k)` and :math:`\mathrm{Var}(q\cdot k/\sqrt{d_k})`.
 
     Returns arrays over ``d_ks``: ``d_k``, ``var`` (unscaled), ``var_scaled``,
     ``stderr`` and ``stderr_scaled`` (Gaussian standard errors from
     :func:`gaussian_variance_stderr`), and ``mean`` (the sample mean of :math:`q\cdot k`).
     """
-    out: dict[str, list[float]] = {k: [] for k in
-                                   ("d_k", "var", "var_scaled", "stderr", "stderr_scaled",
-                                    "mean")}
+    out: dict[str, list[float]] = {
+        k: [] for k in ("d_k", "var", "var_scaled", "stderr", "stderr_scaled", "mean")
+    }
     for d_k in d_ks:
         q, k = sample_qk(n_samples, d_k, distribution=distribution, generator=generator)
         dots = (q * k).double().sum(-1).numpy()  # (n,) q_n · k_n, summed in float64
@@ -217,9 +228,14 @@ class SaturationStats:
         return math.log(self.n_keys)
 
 
-def saturation_sweep(d_ks: Sequence[int], *, scaled: bool, n_keys: int = 64,
-                     n_queries: int = 256,
-                     generator: torch.Generator | None = None) -> SaturationStats:
+def saturation_sweep(
+    d_ks: Sequence[int],
+    *,
+    scaled: bool,
+    n_keys: int = 64,
+    n_queries: int = 256,
+    generator: torch.Generator | None = None,
+) -> SaturationStats:
     r"""Attention weights for random q, k with unit-variance components, as ``d_k`` grows.
 
     For each :math:`d_k`, ``n_queries`` queries attend to ``n_keys`` keys with scores
@@ -237,15 +253,26 @@ def saturation_sweep(d_ks: Sequence[int], *, scaled: bool, n_keys: int = 64,
         rows["max"].append(float(p.amax(-1).mean()))
         rows["ent"].append(float(softmax_entropy(p).mean()))
         rows["jac"].append(float(jacobian_abs_sum(p).mean()))
-    return SaturationStats(np.asarray(list(d_ks)), np.asarray(rows["max"]),
-                           np.asarray(rows["ent"]), np.asarray(rows["jac"]), n_keys)
+    return SaturationStats(
+        np.asarray(list(d_ks)),
+        np.asarray(rows["max"]),
+        np.asarray(rows["ent"]),
+        np.asarray(rows["jac"]),
+        n_keys,
+    )
 
 
 # --------------------------------------------------------------------------- multi-head
 
 
-def multihead_scores(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, num_heads: int,
-                     *, scale_by: str = "d_head") -> torch.Tensor:
+def multihead_scores(
+    x: torch.Tensor,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    num_heads: int,
+    *,
+    scale_by: str = "d_head",
+) -> torch.Tensor:
     r"""Per-head attention scores ``[B, H, N, N]`` from inputs ``x [B, N, d_model]``.
 
     .. math::
@@ -263,8 +290,10 @@ def multihead_scores(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, num_
         raise ValueError(f"expected x of shape [B, N, d_model], got {_shape(x)}")
     b, n, d_model = x.shape
     if w_q.shape != (d_model, d_model) or w_k.shape != (d_model, d_model):
-        raise ValueError(f"expected w_q and w_k of shape [d_model, d_model] = "
-                         f"{(d_model, d_model)}, got {_shape(w_q)} and {_shape(w_k)}")
+        raise ValueError(
+            f"expected w_q and w_k of shape [d_model, d_model] = "
+            f"{(d_model, d_model)}, got {_shape(w_q)} and {_shape(w_k)}"
+        )
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
     d_head = d_model // num_heads
@@ -302,8 +331,9 @@ class RetrievalTask:
     its value vector. A model that attends to the key equal to the query scores 0.
     """
 
-    def __init__(self, *, d_model: int = 64, n_keys: int = 8, vocab: int = 32,
-                 d_v: int = 16, seed: int = 0):
+    def __init__(
+        self, *, d_model: int = 64, n_keys: int = 8, vocab: int = 32, d_v: int = 16, seed: int = 0
+    ):
         g = torch.Generator().manual_seed(seed)
         self.n_keys, self.vocab = n_keys, vocab
         self.embed = torch.randn(vocab, d_model, generator=g)  # (V, d_model) unit variance
@@ -311,8 +341,9 @@ class RetrievalTask:
 
     def batch(self, batch_size: int, generator: torch.Generator):
         """``(x_q [B, d_model], x_k [B, n_keys, d_model], v [B, n_keys, d_v], target [B, d_v])``."""
-        tok = torch.argsort(torch.rand(batch_size, self.vocab, generator=generator),
-                            dim=-1)[:, : self.n_keys]  # (B, Nk) distinct tokens per row
+        tok = torch.argsort(torch.rand(batch_size, self.vocab, generator=generator), dim=-1)[
+            :, : self.n_keys
+        ]  # (B, Nk) distinct tokens per row
         rows = torch.arange(batch_size)  # (B,)
         j = torch.randint(self.n_keys, (batch_size,), generator=generator)  # (B,)
         val = torch.randint(self.vocab, (batch_size, self.n_keys), generator=generator)  # (B, Nk)
@@ -323,8 +354,9 @@ class RetrievalTask:
         return x_q, x_k, v, target
 
 
-def retrieval_loss(task_batch, w_q: torch.Tensor, w_k: torch.Tensor,
-                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def retrieval_loss(
+    task_batch, w_q: torch.Tensor, w_k: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Mean squared error of one attention read-out, and the weights ``[B, Nk]``.
 
     .. math::
@@ -347,13 +379,23 @@ def retrieval_loss(task_batch, w_q: torch.Tensor, w_k: torch.Tensor,
 def _init_retrieval(d_k: int, d_model: int, seed: int):
     task = RetrievalTask(d_model=d_model, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
-    w_q = (torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model)).requires_grad_()  # (d_model, d_k)
-    w_k = (torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model)).requires_grad_()  # (d_model, d_k)
+    w_q = (
+        torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model)
+    ).requires_grad_()  # (d_model, d_k)
+    w_k = (
+        torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model)
+    ).requires_grad_()  # (d_model, d_k)
     return task, w_q, w_k
 
 
-def score_gradients_at_init(scale: float | None = None, *, d_k: int = 256, d_model: int = 64,
-                            batch_size: int = 512, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def score_gradients_at_init(
+    scale: float | None = None,
+    *,
+    d_k: int = 256,
+    d_model: int = 64,
+    batch_size: int = 512,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
     r"""Per-example :math:`\lVert \partial L_n / \partial s_n \rVert` and :math:`\max_j w_{nj}` at initialisation.
 
     Same task and initial weights as :func:`train_retrieval` with the same ``seed``. The
@@ -372,9 +414,17 @@ def score_gradients_at_init(scale: float | None = None, *, d_k: int = 256, d_mod
     return scores.grad.norm(dim=-1).numpy(), w.detach().amax(-1).numpy()  # (B,), (B,)
 
 
-def adam_update(param: torch.Tensor, grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
-                step: int, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                eps: float = 1e-8) -> None:
+def adam_update(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    step: int,
+    *,
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> None:
     r"""One Adam step (Kingma & Ba, 2015, "Adam: A Method for Stochastic Optimization"), in place.
 
     .. math::
@@ -393,13 +443,21 @@ def adam_update(param: torch.Tensor, grad: torch.Tensor, m: torch.Tensor, v: tor
     with torch.no_grad():
         m.lerp_(grad, 1 - beta1)  # (same as param) running mean of g
         v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)  # (same as param) running mean of g²
-        denom = (v.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)  # (same as param)
-        param.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step))
+        denom = (v.sqrt() / (1 - beta2**step) ** 0.5).add_(eps)  # (same as param)
+        param.addcdiv_(m, denom, value=-lr / (1 - beta1**step))
 
 
-def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int = 64,
-                    steps: int = 150, batch_size: int = 64, lr: float = 1e-2,
-                    optimizer: str = "adam", seed: int = 0) -> TrainResult:
+def train_retrieval(
+    scale: float | None = None,
+    *,
+    d_k: int = 256,
+    d_model: int = 64,
+    steps: int = 150,
+    batch_size: int = 64,
+    lr: float = 1e-2,
+    optimizer: str = "adam",
+    seed: int = 0,
+) -> TrainResult:
     r"""Train :math:`W^Q, W^K` on :class:`RetrievalTask` with a given score scale.
 
     ``scale=None`` means :math:`1/\sqrt{d_k}`; ``scale=1.0`` is "no scaling". Weights
@@ -424,7 +482,7 @@ def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int 
         for step in range(1, steps + 1):
             loss, _ = retrieval_loss(task.batch(batch_size, data_g), w_q, w_k, scale)
             grads = torch.autograd.grad(loss, params)  # (d_model, d_k) each
-            grad_norms.append(float(torch.sqrt(sum((g ** 2).sum() for g in grads))))
+            grad_norms.append(float(torch.sqrt(sum((g**2).sum() for g in grads))))
             for p, g, (m, v) in zip(params, grads, moments):
                 if optimizer == "adam":
                     adam_update(p, g, m, v, step, lr=lr)
@@ -434,16 +492,27 @@ def train_retrieval(scale: float | None = None, *, d_k: int = 256, d_model: int 
             losses.append(loss.item())
     finally:
         torch.set_num_threads(threads)
-    return TrainResult(np.asarray(losses), scale, w_q.detach(), w_k.detach(),
-                       np.asarray(grad_norms))
+    return TrainResult(
+        np.asarray(losses), scale, w_q.detach(), w_k.detach(), np.asarray(grad_norms)
+    )
 
 
-def evaluate_retrieval(result: TrainResult, scale: float | None = None, *, seed: int = 0,
-                       batch_size: int = 512, eval_seed: int = 12345) -> float:
+def evaluate_retrieval(
+    result: TrainResult,
+    scale: float | None = None,
+    *,
+    seed: int = 0,
+    batch_size: int = 512,
+    eval_seed: int = 12345,
+) -> float:
     """Loss of trained weights on a fresh batch, optionally with a different ``scale``."""
     task = RetrievalTask(d_model=result.w_q.shape[0], seed=seed)
     g = torch.Generator().manual_seed(eval_seed)
     with torch.no_grad():
-        loss, _ = retrieval_loss(task.batch(batch_size, g), result.w_q, result.w_k,
-                                 result.scale if scale is None else float(scale))
+        loss, _ = retrieval_loss(
+            task.batch(batch_size, g),
+            result.w_q,
+            result.w_k,
+            result.scale if scale is None else float(scale),
+        )
     return float(loss)

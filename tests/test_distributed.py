@@ -14,6 +14,7 @@ runs it, ``make unit`` skips it).
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -279,25 +280,32 @@ def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True) if not _is_resource_tracker(p)}
 
 
-def _listening_ports() -> set[int]:
+def _still_listening(ports: dict[int, int]) -> set[int]:
+    """Which of the ranks' ports (port -> rank pid) are still listening, and not by a
+    process that merely reused the number (a listener we cannot attribute counts too)."""
     return {
-        c.laddr.port for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+        c.laddr.port
+        for c in psutil.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+        and c.laddr.port in ports
+        and (c.pid is None or c.pid == ports[c.laddr.port])
     }
 
 
 def _temp_folders() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("course_cp_*")}
+    """launch's rendezvous folders, named after the launching process."""
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"course_cp_{os.getpid()}_*")}
 
 
 @pytest.fixture
 def clean_teardown():
     """Fails the test if a launch leaves a child process, an open port or a temp folder."""
-    before_children, before_dirs = _children(), _temp_folders()
-    ports_seen: set[int] = set()
+    before_children = _children()
+    ports_seen: dict[int, int] = {}  # port -> pid of the rank that listened on it
     yield ports_seen
     assert _children() - before_children == set(), "a launched process outlived the launch"
-    assert _temp_folders() - before_dirs == set(), "the rendezvous folder was not removed"
-    still = ports_seen & _listening_ports()
+    assert _temp_folders() == set(), "the rendezvous folder was not removed"
+    still = _still_listening(ports_seen)
     assert not still, f"ports {sorted(still)} the ranks listened on are still open"
     mine = [
         c for c in psutil.Process().net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
@@ -305,7 +313,7 @@ def clean_teardown():
     assert not mine, f"the launching process itself listens: {mine}"
 
 
-def _check_everything(world_size: int, ports_seen: set[int]) -> None:
+def _check_everything(world_size: int, ports_seen: dict[int, int]) -> None:
     H = 4
     cfg = workers.Config(
         seq_len=8 * world_size,
@@ -346,7 +354,7 @@ def _check_everything(world_size: int, ports_seen: set[int]) -> None:
     )
     assert [h["received_from"] for h in hellos] == [(r - 1) % world_size for r in range(world_size)]
     for res in checks:
-        ports_seen.update(res["ports"])
+        ports_seen.update(dict.fromkeys(res["ports"], res["pid"]))
     assert ports_seen, "the ranks reported no listening ports: the port check would be empty"
 
     expected_runs = 2 * 2 * len(LAYOUTS)  # methods x causal x layouts

@@ -16,5 +16,13 @@ from .core import (
     register,
 )
 
-__all__ = ["Case", "CheckFailed", "Exercise", "all_exercises", "check", "compare_values",
-           "get_exercise", "register"]
+__all__ = [
+    "Case",
+    "CheckFailed",
+    "Exercise",
+    "all_exercises",
+    "check",
+    "compare_values",
+    "get_exercise",
+    "register",
+]

@@ -28,57 +28,77 @@ def variance_reference(q: np.ndarray, k: np.ndarray, scale: float = 1.0) -> floa
 def _variance_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("N=2000 pairs, d_k=16, scale 1",
-                 (rng.normal(size=(2000, 16)), rng.normal(size=(2000, 16))), {"scale": 1.0}),
-            Case("N=2000 pairs, d_k=64, scale 1/√64",
-                 (rng.normal(size=(2000, 64)), rng.normal(size=(2000, 64))),
-                 {"scale": 1 / 8}),
+            Case(
+                "N=2000 pairs, d_k=16, scale 1",
+                (rng.normal(size=(2000, 16)), rng.normal(size=(2000, 16))),
+                {"scale": 1.0},
+            ),
+            Case(
+                "N=2000 pairs, d_k=64, scale 1/√64",
+                (rng.normal(size=(2000, 64)), rng.normal(size=(2000, 64))),
+                {"scale": 1 / 8},
+            ),
         ]
     signs = lambda shape: rng.choice([-1.0, 1.0], size=shape)
     return [
-        Case("d_k=1, N=5 (one product per pair)",
-             (rng.normal(size=(5, 1)), rng.normal(size=(5, 1))), {"scale": 1.0}),
-        Case("±1 components, d_k=32, scale 0.5",
-             (signs((500, 32)), signs((500, 32))), {"scale": 0.5}),
-        Case("non-zero mean, d_k=8, scale 1/√8",
-             (rng.normal(1.0, 1.0, size=(300, 8)), rng.normal(0.5, 2.0, size=(300, 8))),
-             {"scale": 1 / math.sqrt(8)}),
+        Case(
+            "d_k=1, N=5 (one product per pair)",
+            (rng.normal(size=(5, 1)), rng.normal(size=(5, 1))),
+            {"scale": 1.0},
+        ),
+        Case(
+            "±1 components, d_k=32, scale 0.5", (signs((500, 32)), signs((500, 32))), {"scale": 0.5}
+        ),
+        Case(
+            "non-zero mean, d_k=8, scale 1/√8",
+            (rng.normal(1.0, 1.0, size=(300, 8)), rng.normal(0.5, 2.0, size=(300, 8))),
+            {"scale": 1 / math.sqrt(8)},
+        ),
     ]
 
 
-register(Exercise(
-    id="03.1",
-    title="measure Var(q·k)",
-    points=2,
-    target="dot_product_variance",
-    cases=_variance_cases,
-    reference=variance_reference,
-    atol=1e-9,
-    rtol=1e-7,
-    mistakes={
-        "you used the unbiased estimator (divide by N − 1, torch.var's default); this "
-        "exercise asks for the 1/N variance, numpy's np.var default (ddof=0).":
-            lambda q, k, scale=1.0: float(np.var(scale * (q * k).sum(-1), ddof=1)),
-        "you computed the variance of the products q_i·k_i themselves; sum them over d_k "
-        "first (axis=-1): the score is the dot product.":
-            lambda q, k, scale=1.0: float(np.var(scale * q * k)),
-        "you multiplied the variance by the scale; scaling a score by c multiplies its "
-        "variance by c², so scale the dot products before taking the variance.":
-            lambda q, k, scale=1.0: float(scale * np.var((q * k).sum(-1))),
-        "you ignored the `scale` argument.":
-            lambda q, k, scale=1.0: float(np.var((q * k).sum(-1))),
-        "you divided by √d_k yourself; multiply by the `scale` argument instead (the caller "
-        "chooses it: 1 means unscaled).":
-            lambda q, k, scale=1.0: float(np.var((q * k).sum(-1) / math.sqrt(q.shape[-1]))),
-        "you returned the mean of s² (the second moment), not the variance: subtract the mean "
-        "score first, (s - s.mean())², or use np.var.":
-            lambda q, k, scale=1.0: float(np.mean((scale * (q * k).sum(-1)) ** 2)),
-        "you took the variance over all N×N pairs q_n·k_m (q @ k.T); pair row n of q with "
-        "row n of k only: (q * k).sum(-1).":
-            lambda q, k, scale=1.0: float(np.var(scale * (q @ k.T))),
-    },
-    hint="s = scale * (q * k).sum(axis=-1) gives the N scores; return float(np.var(s)).",
-))
+register(
+    Exercise(
+        id="03.1",
+        title="measure Var(q·k)",
+        points=2,
+        target="dot_product_variance",
+        cases=_variance_cases,
+        reference=variance_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "you used the unbiased estimator (divide by N − 1, torch.var's default); this "
+            "exercise asks for the 1/N variance, numpy's np.var default (ddof=0).": lambda q, k, scale=1.0: (
+                float(np.var(scale * (q * k).sum(-1), ddof=1))
+            ),
+            "you computed the variance of the products q_i·k_i themselves; sum them over d_k "
+            "first (axis=-1): the score is the dot product.": lambda q, k, scale=1.0: float(
+                np.var(scale * q * k)
+            ),
+            "you multiplied the variance by the scale; scaling a score by c multiplies its "
+            "variance by c², so scale the dot products before taking the variance.": lambda q, k, scale=1.0: (
+                float(scale * np.var((q * k).sum(-1)))
+            ),
+            "you ignored the `scale` argument.": lambda q, k, scale=1.0: float(
+                np.var((q * k).sum(-1))
+            ),
+            "you divided by √d_k yourself; multiply by the `scale` argument instead (the caller "
+            "chooses it: 1 means unscaled).": lambda q, k, scale=1.0: float(
+                np.var((q * k).sum(-1) / math.sqrt(q.shape[-1]))
+            ),
+            "you returned the mean of s² (the second moment), not the variance: subtract the mean "
+            "score first, (s - s.mean())², or use np.var.": lambda q, k, scale=1.0: float(
+                np.mean((scale * (q * k).sum(-1)) ** 2)
+            ),
+            "you took the variance over all N×N pairs q_n·k_m (q @ k.T); pair row n of q with "
+            "row n of k only: (q * k).sum(-1).": lambda q, k, scale=1.0: float(
+                np.var(scale * (q @ k.T))
+            ),
+        },
+        hint="s = scale * (q * k).sum(axis=-1) gives the N scores; return float(np.var(s)).",
+    )
+)
 
 # --------------------------------------------------------------------------- 03.2
 
@@ -103,63 +123,73 @@ def _softmax_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     t = lambda a: torch.tensor(a, dtype=torch.float32)
     if not hidden:
         return [
-            Case("3 rows of 4 scores, τ=1", (t(rng.normal(size=(3, 4))),),
-                 {"temperature": 1.0}),
-            Case("unscaled scores at d_k≈1024: rows near +1000, 0, −1500 and +500, τ=1",
-                 (t(rng.normal(scale=32.0, size=(4, 6))
-                    + np.array([[1000.0], [0.0], [-1500.0], [500.0]])),),
-                 {"temperature": 1.0}),
-            Case("τ = √64 = 8 on a (2, 3, 5) batch",
-                 (t(rng.normal(scale=8.0, size=(2, 3, 5))),), {"temperature": 8.0}),
+            Case("3 rows of 4 scores, τ=1", (t(rng.normal(size=(3, 4))),), {"temperature": 1.0}),
+            Case(
+                "unscaled scores at d_k≈1024: rows near +1000, 0, −1500 and +500, τ=1",
+                (
+                    t(
+                        rng.normal(scale=32.0, size=(4, 6))
+                        + np.array([[1000.0], [0.0], [-1500.0], [500.0]])
+                    ),
+                ),
+                {"temperature": 1.0},
+            ),
+            Case(
+                "τ = √64 = 8 on a (2, 3, 5) batch",
+                (t(rng.normal(scale=8.0, size=(2, 3, 5))),),
+                {"temperature": 8.0},
+            ),
         ]
     offsets = np.array([[0.0], [-2000.0], [3000.0]])
     masked = rng.normal(size=(3, 6))
     masked[:, 4:] = -np.inf  # two masked keys per row, never a fully masked row
     return [
-        Case("rows offset by thousands (one max per row, not per tensor)",
-             (t(rng.normal(size=(3, 5)) + offsets),), {"temperature": 1.0}),
+        Case(
+            "rows offset by thousands (one max per row, not per tensor)",
+            (t(rng.normal(size=(3, 5)) + offsets),),
+            {"temperature": 1.0},
+        ),
         Case("−inf scores (masked keys) get weight 0", (t(masked),), {"temperature": 2.0}),
-        Case("τ=0.1 sharpens 50 scores", (t(rng.normal(size=(1, 50))),),
-             {"temperature": 0.1}),
+        Case("τ=0.1 sharpens 50 scores", (t(rng.normal(size=(1, 50))),), {"temperature": 0.1}),
     ]
 
 
-register(Exercise(
-    id="03.2",
-    title="a numerically stable softmax with temperature",
-    points=1,
-    target="stable_softmax",
-    cases=_softmax_cases,
-    reference=stable_softmax_reference,
-    atol=1e-6,
-    rtol=1e-5,
-    check_dtype=True,
-    mistakes={
-        # first: its values equal the reference's, so other twins would match them too
-        "the weights are right but your result has another dtype than the scores (float64 "
-        "from .double() or a float64 constant?); return the input's dtype, e.g. "
-        ".to(scores.dtype): attention multiplies the weights by V in that precision.":
-            lambda s, temperature=1.0: torch.softmax(s.double() / temperature, -1),
-        "exp overflowed: subtract each row's maximum (after dividing by τ) before torch.exp.":
-            _naive_softmax,
-        "you subtracted one maximum for the whole tensor; use each row's own maximum "
-        "(z.amax(dim=-1, keepdim=True)), or rows far below the global max underflow to 0/0.":
-            _global_max_softmax,
-        "you multiplied the scores by τ; the temperature divides: softmax(s / τ).":
-            lambda s, temperature=1.0: torch.softmax(s * temperature, -1),
-        "you normalised over the wrong axis: the weights of one query (the last axis) sum "
-        "to 1.":
-            lambda s, temperature=1.0: torch.softmax(s / temperature, 0),
-        "you ignored the temperature.":
-            lambda s, temperature=1.0: torch.softmax(s, -1),
-        "you divided by the sum of the whole tensor; each row (one query) sums to 1: "
-        "e / e.sum(dim=-1, keepdim=True).":
-            lambda s, temperature=1.0: (lambda e: e / e.sum())(
-                torch.exp(s / temperature - (s / temperature).amax(-1, keepdim=True))),
-    },
-    hint="z = scores / temperature; z = z - z.amax(dim=-1, keepdim=True); e = z.exp(); "
-         "return e / e.sum(dim=-1, keepdim=True).",
-))
+register(
+    Exercise(
+        id="03.2",
+        title="a numerically stable softmax with temperature",
+        points=1,
+        target="stable_softmax",
+        cases=_softmax_cases,
+        reference=stable_softmax_reference,
+        atol=1e-6,
+        rtol=1e-5,
+        check_dtype=True,
+        mistakes={
+            # first: its values equal the reference's, so other twins would match them too
+            "the weights are right but your result has another dtype than the scores (float64 "
+            "from .double() or a float64 constant?); return the input's dtype, e.g. "
+            ".to(scores.dtype): attention multiplies the weights by V in that precision.": lambda s, temperature=1.0: (
+                torch.softmax(s.double() / temperature, -1)
+            ),
+            "exp overflowed: subtract each row's maximum (after dividing by τ) before torch.exp.": _naive_softmax,
+            "you subtracted one maximum for the whole tensor; use each row's own maximum "
+            "(z.amax(dim=-1, keepdim=True)), or rows far below the global max underflow to 0/0.": _global_max_softmax,
+            "you multiplied the scores by τ; the temperature divides: softmax(s / τ).": lambda s, temperature=1.0: (
+                torch.softmax(s * temperature, -1)
+            ),
+            "you normalised over the wrong axis: the weights of one query (the last axis) sum "
+            "to 1.": lambda s, temperature=1.0: torch.softmax(s / temperature, 0),
+            "you ignored the temperature.": lambda s, temperature=1.0: torch.softmax(s, -1),
+            "you divided by the sum of the whole tensor; each row (one query) sums to 1: "
+            "e / e.sum(dim=-1, keepdim=True).": lambda s, temperature=1.0: (lambda e: e / e.sum())(
+                torch.exp(s / temperature - (s / temperature).amax(-1, keepdim=True))
+            ),
+        },
+        hint="z = scores / temperature; z = z - z.amax(dim=-1, keepdim=True); e = z.exp(); "
+        "return e / e.sum(dim=-1, keepdim=True).",
+    )
+)
 
 # --------------------------------------------------------------------------- 03.3
 
@@ -193,36 +223,43 @@ def _jacobian_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(Exercise(
-    id="03.3",
-    title="the softmax Jacobian",
-    points=2,
-    target="softmax_jacobian",
-    cases=_jacobian_cases,
-    reference=jacobian_reference,
-    atol=1e-9,
-    rtol=1e-7,
-    mistakes={
-        "you left out the diagonal term: J = diag(p) − p pᵀ, not −p pᵀ.":
-            lambda p: -(p[..., :, None] * p[..., None, :]),
-        "your signs are flipped: ∂p_i/∂s_i = p_i(1 − p_i) is positive, so J = diag(p) − p pᵀ.":
-            lambda p: p[..., :, None] * p[..., None, :] - torch.diag_embed(p),
-        "you kept only the diagonal p_i(1 − p_i); the off-diagonal entries −p_i p_j matter "
-        "too (each score's change moves every weight).":
-            lambda p: torch.diag_embed(p * (1 - p)),
-        "you subtracted p_i² twice on the diagonal: diag(p) − p pᵀ already gives p_i − p_i² = "
-        "p_i(1 − p_i) there, so start from diag(p), not diag(p(1 − p)).":
-            lambda p: torch.diag_embed(p * (1 - p)) - p[..., :, None] * p[..., None, :],
-        "your p pᵀ is not one outer product per row: for a 1-D p, p @ p.T is the number "
-        "Σ p_i², and for a batch, p.T @ p sums over the rows. Use p[..., :, None] * "
-        "p[..., None, :], shape (..., n, n).": _dot_not_outer,
-        "your outer product is wrong: (p pᵀ)_ij = p_i p_j needs p[..., :, None] * "
-        "p[..., None, :] (a column times a row), not p² broadcast along a row.":
-            lambda p: torch.diag_embed(p) - (p * p)[..., :, None],
-    },
-    hint="torch.diag_embed(p) builds diag(p) for every row; the outer product is "
-         "p[..., :, None] * p[..., None, :]. The result has shape (..., n, n).",
-))
+register(
+    Exercise(
+        id="03.3",
+        title="the softmax Jacobian",
+        points=2,
+        target="softmax_jacobian",
+        cases=_jacobian_cases,
+        reference=jacobian_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "you left out the diagonal term: J = diag(p) − p pᵀ, not −p pᵀ.": lambda p: (
+                -(p[..., :, None] * p[..., None, :])
+            ),
+            "your signs are flipped: ∂p_i/∂s_i = p_i(1 − p_i) is positive, so J = diag(p) − p pᵀ.": lambda p: (
+                p[..., :, None] * p[..., None, :] - torch.diag_embed(p)
+            ),
+            "you kept only the diagonal p_i(1 − p_i); the off-diagonal entries −p_i p_j matter "
+            "too (each score's change moves every weight).": lambda p: torch.diag_embed(
+                p * (1 - p)
+            ),
+            "you subtracted p_i² twice on the diagonal: diag(p) − p pᵀ already gives p_i − p_i² = "
+            "p_i(1 − p_i) there, so start from diag(p), not diag(p(1 − p)).": lambda p: (
+                torch.diag_embed(p * (1 - p)) - p[..., :, None] * p[..., None, :]
+            ),
+            "your p pᵀ is not one outer product per row: for a 1-D p, p @ p.T is the number "
+            "Σ p_i², and for a batch, p.T @ p sums over the rows. Use p[..., :, None] * "
+            "p[..., None, :], shape (..., n, n).": _dot_not_outer,
+            "your outer product is wrong: (p pᵀ)_ij = p_i p_j needs p[..., :, None] * "
+            "p[..., None, :] (a column times a row), not p² broadcast along a row.": lambda p: (
+                torch.diag_embed(p) - (p * p)[..., :, None]
+            ),
+        },
+        hint="torch.diag_embed(p) builds diag(p) for every row; the outer product is "
+        "p[..., :, None] * p[..., None, :]. The result has shape (..., n, n).",
+    )
+)
 
 # --------------------------------------------------------------------------- 03.4
 
@@ -234,8 +271,12 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
 
 
 def _entropy_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    causal = torch.softmax(torch.tensor(rng.normal(size=(5, 5))).masked_fill(
-        ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1)  # zeros above diag
+    causal = torch.softmax(
+        torch.tensor(rng.normal(size=(5, 5))).masked_fill(
+            ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")
+        ),
+        -1,
+    )  # zeros above diag
     if not hidden:
         uniform = torch.full((1, 8), 1 / 8, dtype=torch.float64)
         return [
@@ -250,30 +291,35 @@ def _entropy_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(Exercise(
-    id="03.4",
-    title="the entropy of attention rows",
-    points=1,
-    target="attention_entropy",
-    cases=_entropy_cases,
-    reference=entropy_reference,
-    atol=1e-9,
-    rtol=1e-7,
-    mistakes={
-        "you used log base 2 (bits); this exercise measures entropy in nats: torch.log.":
-            lambda w: -(w * torch.log2(w.clamp_min(1e-300))).sum(-1),
-        "you forgot the minus sign: entropy is −Σ w log w ≥ 0.":
-            lambda w: (w * torch.log(w.clamp_min(1e-300))).sum(-1),
-        "0 · log 0 gave NaN for the zero weights (masked keys): use torch.where(w > 0, "
-        "w.log(), 0) so that they contribute 0.":
-            lambda w: -(w * torch.log(w)).sum(-1),
-        "you summed over the wrong axis: one entropy per row, summing over the last axis.":
-            lambda w: -(w * torch.log(w.clamp_min(1e-300))).sum(0),
-        "you averaged over the keys (mean) instead of summing: H = −Σ_j w_j log w_j.":
-            lambda w: -(w * torch.log(w.clamp_min(1e-300))).mean(-1),
-    },
-    hint="H = -(w * log w).sum(-1), with the terms where w == 0 set to 0.",
-))
+register(
+    Exercise(
+        id="03.4",
+        title="the entropy of attention rows",
+        points=1,
+        target="attention_entropy",
+        cases=_entropy_cases,
+        reference=entropy_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "you used log base 2 (bits); this exercise measures entropy in nats: torch.log.": lambda w: (
+                -(w * torch.log2(w.clamp_min(1e-300))).sum(-1)
+            ),
+            "you forgot the minus sign: entropy is −Σ w log w ≥ 0.": lambda w: (
+                w * torch.log(w.clamp_min(1e-300))
+            ).sum(-1),
+            "0 · log 0 gave NaN for the zero weights (masked keys): use torch.where(w > 0, "
+            "w.log(), 0) so that they contribute 0.": lambda w: -(w * torch.log(w)).sum(-1),
+            "you summed over the wrong axis: one entropy per row, summing over the last axis.": lambda w: (
+                -(w * torch.log(w.clamp_min(1e-300))).sum(0)
+            ),
+            "you averaged over the keys (mean) instead of summing: H = −Σ_j w_j log w_j.": lambda w: (
+                -(w * torch.log(w.clamp_min(1e-300))).mean(-1)
+            ),
+        },
+        hint="H = -(w * log w).sum(-1), with the terms where w == 0 set to 0.",
+    )
+)
 
 # --------------------------------------------------------------------------- 03.5
 
@@ -288,8 +334,11 @@ def multihead_reference(q: torch.Tensor, k: torch.Tensor, num_heads: int) -> tor
 
 
 def _dmodel_bug(q, k, num_heads):
-    return multihead_reference(q, k, num_heads) * math.sqrt(q.shape[-1] // num_heads) \
+    return (
+        multihead_reference(q, k, num_heads)
+        * math.sqrt(q.shape[-1] // num_heads)
         / math.sqrt(q.shape[-1])
+    )
 
 
 def _view_bug(q, k, num_heads):
@@ -314,31 +363,34 @@ def _mh_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(Exercise(
-    id="03.5",
-    title="multi-head scores with the right scale",
-    points=2,
-    target="multihead_scores",
-    cases=_mh_cases,
-    reference=multihead_reference,
-    atol=1e-9,
-    rtol=1e-7,
-    mistakes={
-        "you divided by √d_model: each head's dot product sums only d_head = d_model / H "
-        "terms, so divide by √d_head (your scores are √H times too small).": _dmodel_bug,
-        "you did not scale the scores at all: divide by √d_head.":
-            lambda q, k, num_heads: multihead_reference(q, k, num_heads)
-            * math.sqrt(q.shape[-1] // num_heads),
-        "you divided by d_head instead of √d_head: that shrinks the scores by another "
-        "√d_head (μP does this on purpose; the exercise asks for the standard 1/√d_head).":
-            lambda q, k, num_heads: multihead_reference(q, k, num_heads)
-            / math.sqrt(q.shape[-1] // num_heads),
-        "your scores are transposed: row i is query i, so S = Q_h K_hᵀ (q_h @ k_h.transpose"
-        "(-2, -1)), not K_h Q_hᵀ.":
-            lambda q, k, num_heads: multihead_reference(q, k, num_heads).transpose(-2, -1),
-        "you reshaped straight to (B, H, N, d_head), which mixes tokens and features; "
-        "view as (B, N, H, d_head) first, then transpose(1, 2).": _view_bug,
-    },
-    hint="d_head = d_model // H; q.view(B, N, H, d_head).transpose(1, 2) gives "
-         "(B, H, N, d_head); then q_h @ k_h.transpose(-2, -1) / sqrt(d_head).",
-))
+register(
+    Exercise(
+        id="03.5",
+        title="multi-head scores with the right scale",
+        points=2,
+        target="multihead_scores",
+        cases=_mh_cases,
+        reference=multihead_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "you divided by √d_model: each head's dot product sums only d_head = d_model / H "
+            "terms, so divide by √d_head (your scores are √H times too small).": _dmodel_bug,
+            "you did not scale the scores at all: divide by √d_head.": lambda q, k, num_heads: (
+                multihead_reference(q, k, num_heads) * math.sqrt(q.shape[-1] // num_heads)
+            ),
+            "you divided by d_head instead of √d_head: that shrinks the scores by another "
+            "√d_head (μP does this on purpose; the exercise asks for the standard 1/√d_head).": lambda q, k, num_heads: (
+                multihead_reference(q, k, num_heads) / math.sqrt(q.shape[-1] // num_heads)
+            ),
+            "your scores are transposed: row i is query i, so S = Q_h K_hᵀ (q_h @ k_h.transpose"
+            "(-2, -1)), not K_h Q_hᵀ.": lambda q, k, num_heads: multihead_reference(
+                q, k, num_heads
+            ).transpose(-2, -1),
+            "you reshaped straight to (B, H, N, d_head), which mixes tokens and features; "
+            "view as (B, N, H, d_head) first, then transpose(1, 2).": _view_bug,
+        },
+        hint="d_head = d_model // H; q.view(B, N, H, d_head).transpose(1, 2) gives "
+        "(B, H, N, d_head); then q_h @ k_h.transpose(-2, -1) / sqrt(d_head).",
+    )
+)

@@ -38,8 +38,10 @@ def split_heads_reference(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def _split_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("x of shape (1, 3, 8) into 2 heads (features 0..3 and 4..7)",
-                 (torch.arange(24, dtype=DT).reshape(1, 3, 8), 2)),
+            Case(
+                "x of shape (1, 3, 8) into 2 heads (features 0..3 and 4..7)",
+                (torch.arange(24, dtype=DT).reshape(1, 3, 8), 2),
+            ),
             Case("x of shape (2, 5, 12) into 4 heads", (_t(rng, 2, 5, 12), 4)),
         ]
     return [
@@ -59,25 +61,27 @@ def _split_wrong_order(x, num_heads):
     return x.reshape(b, n, d // num_heads, num_heads).permute(0, 3, 1, 2)
 
 
-register(Exercise(
-    id="04.1",
-    title="split the features into heads",
-    points=1,
-    target="split_heads",
-    cases=_split_cases,
-    reference=split_heads_reference,
-    atol=1e-12,
-    rtol=1e-10,
-    mistakes={
-        "you reshaped straight to (B, H, N, d_head). The shape is right but the numbers are "
-        "not: a reshape keeps the memory order, so it cuts the token axis, not the features. "
-        "Reshape to (B, N, H, d_head) first, then transpose axes 1 and 2.": _split_no_transpose,
-        "you split the features as (d_head, H): head i then gets features i, i+H, i+2H, ... "
-        "Head i must get the contiguous block i*d_head ... (i+1)*d_head-1, so reshape to "
-        "(B, N, H, d_head).": _split_wrong_order,
-    },
-    hint="x.reshape(B, N, H, D // H) then .transpose(1, 2).",
-))
+register(
+    Exercise(
+        id="04.1",
+        title="split the features into heads",
+        points=1,
+        target="split_heads",
+        cases=_split_cases,
+        reference=split_heads_reference,
+        atol=1e-12,
+        rtol=1e-10,
+        mistakes={
+            "you reshaped straight to (B, H, N, d_head). The shape is right but the numbers are "
+            "not: a reshape keeps the memory order, so it cuts the token axis, not the features. "
+            "Reshape to (B, N, H, d_head) first, then transpose axes 1 and 2.": _split_no_transpose,
+            "you split the features as (d_head, H): head i then gets features i, i+H, i+2H, ... "
+            "Head i must get the contiguous block i*d_head ... (i+1)*d_head-1, so reshape to "
+            "(B, N, H, d_head).": _split_wrong_order,
+        },
+        hint="x.reshape(B, N, H, D // H) then .transpose(1, 2).",
+    )
+)
 
 
 # --------------------------------------------------------------------------- 04.2 merge heads
@@ -90,8 +94,10 @@ def merge_heads_reference(x: torch.Tensor) -> torch.Tensor:
 def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("2 heads of shape (3, 4) each, batch 1",
-                 (torch.arange(24, dtype=DT).reshape(1, 2, 3, 4),)),
+            Case(
+                "2 heads of shape (3, 4) each, batch 1",
+                (torch.arange(24, dtype=DT).reshape(1, 2, 3, 4),),
+            ),
             Case("x of shape (2, 4, 5, 3)", (_t(rng, 2, 4, 5, 3),)),
         ]
     return [
@@ -111,32 +117,47 @@ def _merge_wrong_order(x):
     return x.permute(0, 2, 3, 1).reshape(b, n, h * d)
 
 
-register(Exercise(
-    id="04.2",
-    title="merge the heads back (Concat)",
-    points=1,
-    target="merge_heads",
-    cases=_merge_cases,
-    reference=merge_heads_reference,
-    atol=1e-12,
-    rtol=1e-10,
-    mistakes={
-        "you reshaped (B, H, N, d_head) straight to (B, N, H*d_head) without moving the head "
-        "axis: tokens and heads get mixed up. Transpose axes 1 and 2 first.": _merge_no_transpose,
-        "you interleaved the heads' features (feature c of every head, then c+1, ...). "
-        "Concat puts head 1's d_head features first, then head 2's: transpose(1, 2), then "
-        "reshape.": _merge_wrong_order,
-    },
-    hint="x.transpose(1, 2).reshape(B, N, H * d_head) (reshape, not view: the transpose is "
-         "not contiguous).",
-))
+register(
+    Exercise(
+        id="04.2",
+        title="merge the heads back (Concat)",
+        points=1,
+        target="merge_heads",
+        cases=_merge_cases,
+        reference=merge_heads_reference,
+        atol=1e-12,
+        rtol=1e-10,
+        mistakes={
+            "you reshaped (B, H, N, d_head) straight to (B, N, H*d_head) without moving the head "
+            "axis: tokens and heads get mixed up. Transpose axes 1 and 2 first.": _merge_no_transpose,
+            "you interleaved the heads' features (feature c of every head, then c+1, ...). "
+            "Concat puts head 1's d_head features first, then head 2's: transpose(1, 2), then "
+            "reshape.": _merge_wrong_order,
+        },
+        hint="x.transpose(1, 2).reshape(B, N, H * d_head) (reshape, not view: the transpose is "
+        "not contiguous).",
+    )
+)
 
 
 # --------------------------------------------------------------------------- 04.3 MHA forward
 
 
-def _mha(x, W_q, W_k, W_v, W_o, num_heads, *, scale_dim=None, use_wo=True, transpose=False,
-         softmax_dim=-1, split=split_heads, merge=merge_heads):
+def _mha(
+    x,
+    W_q,
+    W_k,
+    W_v,
+    W_o,
+    num_heads,
+    *,
+    scale_dim=None,
+    use_wo=True,
+    transpose=False,
+    softmax_dim=-1,
+    split=split_heads,
+    merge=merge_heads,
+):
     t = (lambda w: w.T) if transpose else (lambda w: w)
     q = split(x @ t(W_q), num_heads)  # (B, H, N, d_h)
     k = split(x @ t(W_k), num_heads)  # (B, H, N, d_h)
@@ -174,43 +195,51 @@ def _mha_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(Exercise(
-    id="04.3",
-    title="multi-head self-attention from its weights",
-    points=2,
-    target="mha_forward",
-    cases=_mha_cases,
-    reference=mha_forward_reference,
-    atol=1e-9,
-    rtol=1e-7,
-    mistakes={
-        "you scaled the scores by 1/sqrt(d_model). Each head is an attention in d_head = "
-        "d_model / H dimensions: divide by sqrt(d_head).":
-            lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, scale_dim=x.shape[-1]),
-        "you forgot the output projection: MultiHead = Concat(heads) @ W_o.":
-            lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, use_wo=False),
-        "you applied the weights transposed (x @ W.T, as nn.Linear stores them). Here the "
-        "matrices are (d_in, d_out) and the projection is x @ W.":
-            lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, transpose=True),
-        "your softmax normalises over the queries (dim=-2). Each query's weights over the "
-        "keys must sum to 1: softmax over the last axis.":
-            lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, softmax_dim=-2),
-        "you computed one big head (no split): that is attention with d_k = d_model, not "
-        "multi-head attention. Split Q, K and V into heads before the scores.":
-            lambda x, a, b, c, o, h: _mha(x, a, b, c, o, 1),
-        "you split the heads by reshaping straight to (B, H, N, d_head), without the "
-        "transpose: the shape is right, but each 'head' is then a slice of the tokens. "
-        "Reshape to (B, N, H, d_head), then transpose(1, 2) (exercise 04.1).":
-            lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, split=_split_no_transpose,
-                                          merge=_merge_no_transpose),
-        "the heads are split correctly but merged by a plain reshape of (B, H, N, d_head) to "
-        "(B, N, D): tokens and heads get mixed up. transpose(1, 2) before the reshape "
-        "(exercise 04.2).":
-            lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, merge=_merge_no_transpose),
-    },
-    hint="Q = x @ W_q, split into heads; the same for K and V; softmax(Q K^T / sqrt(d_head)) "
-         "V per head; merge the heads; @ W_o.",
-))
+register(
+    Exercise(
+        id="04.3",
+        title="multi-head self-attention from its weights",
+        points=2,
+        target="mha_forward",
+        cases=_mha_cases,
+        reference=mha_forward_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "you scaled the scores by 1/sqrt(d_model). Each head is an attention in d_head = "
+            "d_model / H dimensions: divide by sqrt(d_head).": lambda x, a, b, c, o, h: _mha(
+                x, a, b, c, o, h, scale_dim=x.shape[-1]
+            ),
+            "you forgot the output projection: MultiHead = Concat(heads) @ W_o.": lambda x, a, b, c, o, h: (
+                _mha(x, a, b, c, o, h, use_wo=False)
+            ),
+            "you applied the weights transposed (x @ W.T, as nn.Linear stores them). Here the "
+            "matrices are (d_in, d_out) and the projection is x @ W.": lambda x, a, b, c, o, h: (
+                _mha(x, a, b, c, o, h, transpose=True)
+            ),
+            "your softmax normalises over the queries (dim=-2). Each query's weights over the "
+            "keys must sum to 1: softmax over the last axis.": lambda x, a, b, c, o, h: _mha(
+                x, a, b, c, o, h, softmax_dim=-2
+            ),
+            "you computed one big head (no split): that is attention with d_k = d_model, not "
+            "multi-head attention. Split Q, K and V into heads before the scores.": lambda x, a, b, c, o, h: (
+                _mha(x, a, b, c, o, 1)
+            ),
+            "you split the heads by reshaping straight to (B, H, N, d_head), without the "
+            "transpose: the shape is right, but each 'head' is then a slice of the tokens. "
+            "Reshape to (B, N, H, d_head), then transpose(1, 2) (exercise 04.1).": lambda x, a, b, c, o, h: (
+                _mha(x, a, b, c, o, h, split=_split_no_transpose, merge=_merge_no_transpose)
+            ),
+            "the heads are split correctly but merged by a plain reshape of (B, H, N, d_head) to "
+            "(B, N, D): tokens and heads get mixed up. transpose(1, 2) before the reshape "
+            "(exercise 04.2).": lambda x, a, b, c, o, h: _mha(
+                x, a, b, c, o, h, merge=_merge_no_transpose
+            ),
+        },
+        hint="Q = x @ W_q, split into heads; the same for K and V; softmax(Q K^T / sqrt(d_head)) "
+        "V per head; merge the heads; @ W_o.",
+    )
+)
 
 
 # --------------------------------------------------------------------------- 04.4 repeat KV
@@ -234,26 +263,28 @@ def _repeat_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(Exercise(
-    id="04.4",
-    title="repeat key/value heads for grouped-query attention",
-    points=1,
-    target="repeat_kv",
-    cases=_repeat_cases,
-    reference=repeat_kv_reference,
-    atol=1e-12,
-    rtol=1e-10,
-    mistakes={
-        "you tiled the heads (0,1,0,1: x.repeat(1, n_rep, 1, 1)). Query heads 0..G-1 share KV "
-        "head 0, so each KV head must be repeated in place: 0,0,1,1 "
-        "(repeat_interleave on dim 1).":
-            lambda x, n: x.repeat(1, n, 1, 1),
-        "you repeated along the token axis (dim 2) instead of the head axis (dim 1).":
-            lambda x, n: x.repeat_interleave(n, dim=2),
-    },
-    hint="x.repeat_interleave(n_rep, dim=1), or x[:, :, None].expand(B, H_kv, n_rep, N, d) "
-         "reshaped to (B, H_kv * n_rep, N, d).",
-))
+register(
+    Exercise(
+        id="04.4",
+        title="repeat key/value heads for grouped-query attention",
+        points=1,
+        target="repeat_kv",
+        cases=_repeat_cases,
+        reference=repeat_kv_reference,
+        atol=1e-12,
+        rtol=1e-10,
+        mistakes={
+            "you tiled the heads (0,1,0,1: x.repeat(1, n_rep, 1, 1)). Query heads 0..G-1 share KV "
+            "head 0, so each KV head must be repeated in place: 0,0,1,1 "
+            "(repeat_interleave on dim 1).": lambda x, n: x.repeat(1, n, 1, 1),
+            "you repeated along the token axis (dim 2) instead of the head axis (dim 1).": lambda x, n: (
+                x.repeat_interleave(n, dim=2)
+            ),
+        },
+        hint="x.repeat_interleave(n_rep, dim=1), or x[:, :, None].expand(B, H_kv, n_rep, N, d) "
+        "reshaped to (B, H_kv * n_rep, N, d).",
+    )
+)
 
 
 # --------------------------------------------------------------------------- 04.5 decode step
@@ -263,13 +294,25 @@ def decode_step_reference(q_new, k_new, v_new, k_cache, v_cache):
     k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, H_kv, T+1, d)
     v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, H_kv, T+1, d)
     g = q_new.shape[1] // k_all.shape[1]
-    out, _ = scaled_dot_product_attention(q_new, repeat_kv(k_all, g),
-                                          repeat_kv(v_all, g))  # (B, H, 1, d)
+    out, _ = scaled_dot_product_attention(
+        q_new, repeat_kv(k_all, g), repeat_kv(v_all, g)
+    )  # (B, H, 1, d)
     return out, k_all, v_all
 
 
-def _decode_wrong(q_new, k_new, v_new, k_cache, v_cache, *, append_first=True, tile=False,
-                  only_new=False, top_left_causal=False, prepend=False):
+def _decode_wrong(
+    q_new,
+    k_new,
+    v_new,
+    k_cache,
+    v_cache,
+    *,
+    append_first=True,
+    tile=False,
+    only_new=False,
+    top_left_causal=False,
+    prepend=False,
+):
     if prepend:
         k_all = torch.cat([k_new, k_cache], dim=-2)  # (B, H_kv, T+1, d) new token first
         v_all = torch.cat([v_new, v_cache], dim=-2)  # (B, H_kv, T+1, d)
@@ -281,14 +324,23 @@ def _decode_wrong(q_new, k_new, v_new, k_cache, v_cache, *, append_first=True, t
         k_att, v_att = k_new, v_new
     g = q_new.shape[1] // k_att.shape[1]
     rep = (lambda t: t.repeat(1, g, 1, 1)) if tile else (lambda t: repeat_kv(t, g))
-    out, _ = scaled_dot_product_attention(q_new, rep(k_att), rep(v_att),
-                                          is_causal=top_left_causal)  # (B, H, 1, d)
+    out, _ = scaled_dot_product_attention(
+        q_new, rep(k_att), rep(v_att), is_causal=top_left_causal
+    )  # (B, H, 1, d)
     return out, k_all, v_all
 
 
 def _decode_case(rng, name, b, h, h_kv, t, d):
-    return Case(name, (_t(rng, b, h, 1, d), _t(rng, b, h_kv, 1, d), _t(rng, b, h_kv, 1, d),
-                       _t(rng, b, h_kv, t, d), _t(rng, b, h_kv, t, d)))
+    return Case(
+        name,
+        (
+            _t(rng, b, h, 1, d),
+            _t(rng, b, h_kv, 1, d),
+            _t(rng, b, h_kv, 1, d),
+            _t(rng, b, h_kv, t, d),
+            _t(rng, b, h_kv, t, d),
+        ),
+    )
 
 
 def _decode_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -304,106 +356,136 @@ def _decode_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(Exercise(
-    id="04.5",
-    title="one cached decoding step",
-    points=2,
-    target="decode_step",
-    cases=_decode_cases,
-    reference=decode_step_reference,
-    atol=1e-9,
-    rtol=1e-7,
-    mistakes={
-        "the new token does not attend to itself: append k_new and v_new to the cache "
-        "*before* attending (key j <= i includes j = i).":
-            lambda *a: _decode_wrong(*a, append_first=False),
-        "the new token attends only to itself: it must attend to every cached token plus "
-        "itself.":
-            lambda *a: _decode_wrong(*a, only_new=True),
-        "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1): query "
-        "head i reads KV head i // G.":
-            lambda *a: _decode_wrong(*a, tile=True),
-        "you passed is_causal=True: its triangle is aligned top-left, so the single new query "
-        "(row 0) sees only key 0, the oldest cached token. The new token is the *last* "
-        "position, T: it may see all T+1 keys, so no mask is needed here (with several new "
-        "tokens the triangle must be shifted by the cache length T, bottom-right).":
-            lambda *a: _decode_wrong(*a, top_left_causal=True),
-        "your attention output is right but the returned caches put the new key/value "
-        "first: append at the end, cat([k_cache, k_new], dim=-2), so that position t stays "
-        "at index t.":
-            lambda *a: _decode_wrong(*a, prepend=True),
-    },
-    hint="k_all = cat([k_cache, k_new], dim=-2) (the same for v); repeat the KV heads for the "
-         "query heads; attention of q_new over all of them; return (out, k_all, v_all).",
-))
+register(
+    Exercise(
+        id="04.5",
+        title="one cached decoding step",
+        points=2,
+        target="decode_step",
+        cases=_decode_cases,
+        reference=decode_step_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "the new token does not attend to itself: append k_new and v_new to the cache "
+            "*before* attending (key j <= i includes j = i).": lambda *a: _decode_wrong(
+                *a, append_first=False
+            ),
+            "the new token attends only to itself: it must attend to every cached token plus "
+            "itself.": lambda *a: _decode_wrong(*a, only_new=True),
+            "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1): query "
+            "head i reads KV head i // G.": lambda *a: _decode_wrong(*a, tile=True),
+            "you passed is_causal=True: its triangle is aligned top-left, so the single new query "
+            "(row 0) sees only key 0, the oldest cached token. The new token is the *last* "
+            "position, T: it may see all T+1 keys, so no mask is needed here (with several new "
+            "tokens the triangle must be shifted by the cache length T, bottom-right).": lambda *a: (
+                _decode_wrong(*a, top_left_causal=True)
+            ),
+            "your attention output is right but the returned caches put the new key/value "
+            "first: append at the end, cat([k_cache, k_new], dim=-2), so that position t stays "
+            "at index t.": lambda *a: _decode_wrong(*a, prepend=True),
+        },
+        hint="k_all = cat([k_cache, k_new], dim=-2) (the same for v); repeat the KV heads for the "
+        "query heads; attention of q_new over all of them; return (out, k_all, v_all).",
+    )
+)
 
 
 # --------------------------------------------------------------------------- 04.6 cache bytes
 
 
-def _bytes(config, seq_len, batch_size, bytes_per_value, *, kv_key="num_key_value_heads",
-           kv_factor=2, layers=True, batch=True, bits=False):
+def _bytes(
+    config,
+    seq_len,
+    batch_size,
+    bytes_per_value,
+    *,
+    kv_key="num_key_value_heads",
+    kv_factor=2,
+    layers=True,
+    batch=True,
+    bits=False,
+):
     layers_n = config["num_hidden_layers"] if layers else 1
     head_dim = config["hidden_size"] // config["num_attention_heads"]
     b = batch_size if batch else 1
     unit = 8 if bits else 1
-    return int(kv_factor * layers_n * config[kv_key] * head_dim * seq_len * b
-               * bytes_per_value * unit)
+    return int(
+        kv_factor * layers_n * config[kv_key] * head_dim * seq_len * b * bytes_per_value * unit
+    )
 
 
-def kv_cache_bytes_from_config(config: dict, seq_len: int, batch_size: int = 1,
-                               bytes_per_value: int = 2) -> int:
+def kv_cache_bytes_from_config(
+    config: dict, seq_len: int, batch_size: int = 1, bytes_per_value: int = 2
+) -> int:
     return _bytes(config, seq_len, batch_size, bytes_per_value)
 
 
 def _config(layers, d_model, heads, kv_heads):
-    return {"num_hidden_layers": layers, "hidden_size": d_model,
-            "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    return {
+        "num_hidden_layers": layers,
+        "hidden_size": d_model,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+    }
 
 
 def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("a tiny GQA model: 3 layers, d_model=64, 8 heads, 2 KV heads, 5 sequences of "
-                 "10 tokens, fp32", (_config(3, 64, 8, 2), 10, 5, 4)),
-            Case("a Llama-3-8B-like config, one token in bf16",
-                 (_config(32, 4096, 32, 8), 1, 1, 2)),
+            Case(
+                "a tiny GQA model: 3 layers, d_model=64, 8 heads, 2 KV heads, 5 sequences of "
+                "10 tokens, fp32",
+                (_config(3, 64, 8, 2), 10, 5, 4),
+            ),
+            Case(
+                "a Llama-3-8B-like config, one token in bf16", (_config(32, 4096, 32, 8), 1, 1, 2)
+            ),
         ]
     n = int(rng.integers(100, 5000))
     return [
-        Case("Llama-3-8B-like, 128k tokens (131072) in bf16", (_config(32, 4096, 32, 8),
-                                                               131072, 1, 2)),
+        Case(
+            "Llama-3-8B-like, 128k tokens (131072) in bf16",
+            (_config(32, 4096, 32, 8), 131072, 1, 2),
+        ),
         Case(f"MQA, 12 layers, batch 3, {n} tokens, fp16", (_config(12, 768, 12, 1), n, 3, 2)),
-        Case("plain MHA, 6 layers, 2 sequences of 512 tokens, fp32",
-             (_config(6, 512, 8, 8), 512, 2, 4)),
+        Case(
+            "plain MHA, 6 layers, 2 sequences of 512 tokens, fp32",
+            (_config(6, 512, 8, 8), 512, 2, 4),
+        ),
     ]
 
 
-register(Exercise(
-    id="04.6",
-    title="KV-cache bytes from a model config",
-    points=1,
-    target="kv_cache_bytes_from_config",
-    cases=_bytes_cases,
-    reference=kv_cache_bytes_from_config,
-    atol=0.0,
-    rtol=1e-12,
-    mistakes={
-        "you counted only the keys (or only the values): the cache holds both K and V, "
-        "a factor 2.":
-            lambda c, n, b, p: _bytes(c, n, b, p, kv_factor=1),
-        "your cache is as wide as hidden_size per layer and token, as in plain multi-head "
-        "attention: with GQA only num_key_value_heads heads are cached, each of size "
-        "head_dim = hidden_size // num_attention_heads (not hidden_size // num_kv_heads).":
-            lambda c, n, b, p: _bytes(c, n, b, p, kv_key="num_attention_heads"),
-        "you forgot the layers: every layer caches its own keys and values.":
-            lambda c, n, b, p: _bytes(c, n, b, p, layers=False),
-        "you forgot the batch: each of the batch_size sequences has its own cache.":
-            lambda c, n, b, p: _bytes(c, n, b, p, batch=False),
-        "your answer is 8 times too large: that is bits. bytes_per_value already counts "
-        "bytes (2 for bf16/fp16, 4 for fp32).":
-            lambda c, n, b, p: _bytes(c, n, b, p, bits=True),
-    },
-    hint="bytes = 2 (K and V) x layers x KV heads x head_dim x tokens x batch x "
-         "bytes_per_value, with head_dim = hidden_size // num_attention_heads.",
-))
+register(
+    Exercise(
+        id="04.6",
+        title="KV-cache bytes from a model config",
+        points=1,
+        target="kv_cache_bytes_from_config",
+        cases=_bytes_cases,
+        reference=kv_cache_bytes_from_config,
+        atol=0.0,
+        rtol=1e-12,
+        mistakes={
+            "you counted only the keys (or only the values): the cache holds both K and V, "
+            "a factor 2.": lambda c, n, b, p: _bytes(c, n, b, p, kv_factor=1),
+            "your cache is as wide as hidden_size per layer and token, as in plain multi-head "
+            "attention: with GQA only num_key_value_heads heads are cached, each of size "
+            "head_dim = hidden_size // num_attention_heads (not hidden_size // num_kv_heads).": lambda c, n, b, p: (
+                _bytes(c, n, b, p, kv_key="num_attention_heads")
+            ),
+            "you forgot the layers: every layer caches its own keys and values.": lambda c, n, b, p: (
+                _bytes(c, n, b, p, layers=False)
+            ),
+            "you forgot the batch: each of the batch_size sequences has its own cache.": lambda c, n, b, p: (
+                _bytes(c, n, b, p, batch=False)
+            ),
+            "your answer is 8 times too large: that is bits. bytes_per_value already counts "
+            "bytes (2 for bf16/fp16, 4 for fp32).": lambda c, n, b, p: _bytes(
+                c, n, b, p, bits=True
+            ),
+        },
+        hint="bytes = 2 (K and V) x layers x KV heads x head_dim x tokens x batch x "
+        "bytes_per_value, with head_dim = hidden_size // num_attention_heads.",
+    )
+)

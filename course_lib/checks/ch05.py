@@ -38,12 +38,16 @@ def sinusoidal_table_reference(n_positions: int, d_model: int) -> np.ndarray:
 
 def _sin_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
-        return [Case("4 positions, d_model = 6", (4, 6)),
-                Case("50 positions, d_model = 16", (50, 16))]
+        return [
+            Case("4 positions, d_model = 6", (4, 6)),
+            Case("50 positions, d_model = 16", (50, 16)),
+        ]
     n = int(rng.integers(5, 30))
-    return [Case("1 position, d_model = 2: [[0, 1]]", (1, 2)),
-            Case("200 positions, d_model = 64", (200, 64)),
-            Case(f"{n} positions, d_model = 10", (n, 10))]
+    return [
+        Case("1 position, d_model = 2: [[0, 1]]", (1, 2)),
+        Case("200 positions, d_model = 64", (200, 64)),
+        Case(f"{n} positions, d_model = 10", (n, 10)),
+    ]
 
 
 def _sin_table(n, d, exponent, even=np.sin, odd=np.cos):
@@ -75,33 +79,32 @@ def _sin_positive_exponent(n, d):
     return _sin_table(n, d, lambda j, d: -2 * (j // 2) / d)
 
 
-register(Exercise(
-    id="05.1",
-    title="the sinusoidal position table",
-    points=1,
-    target="sinusoidal_table",
-    cases=_sin_cases,
-    reference=sinusoidal_table_reference,
-    # A table computed in float32 (torch's default) is off by up to ~1e-5 at position 200;
-    # that is rounding, not a mistake. Every wrong formula below is off by O(1).
-    atol=1e-4,
-    rtol=1e-4,
-    mistakes={
-        "sin and cos are swapped: even features (0, 2, 4, ...) hold sin, odd ones cos.":
-            _sin_swapped,
-        "features 2i and 2i+1 must share ONE frequency 10000^(-2i/d); you used the feature "
-        "index j itself (10000^(-j/d)), so the cos of a pair turns at a different speed.":
-            _sin_feature_index,
-        "the exponent is 2i/d, not i/d: with i the pair index, omega_i = 10000^(-2i/d).":
-            _sin_no_two,
-        "you put all the sines first and all the cosines second ([sin | cos]); the table "
-        "interleaves them: sin at feature 2i, cos at feature 2i+1.": _sin_concat,
-        "the angle is p / 10000^(2i/d), i.e. p times a frequency <= 1; you multiplied by "
-        "10000^(2i/d) instead of dividing.": _sin_positive_exponent,
-    },
-    hint="build angles[p, i] = p / 10000**(2*i/d) with shape (n, d/2), then put "
-         "sin(angles) in the even columns and cos(angles) in the odd columns.",
-))
+register(
+    Exercise(
+        id="05.1",
+        title="the sinusoidal position table",
+        points=1,
+        target="sinusoidal_table",
+        cases=_sin_cases,
+        reference=sinusoidal_table_reference,
+        # A table computed in float32 (torch's default) is off by up to ~1e-5 at position 200;
+        # that is rounding, not a mistake. Every wrong formula below is off by O(1).
+        atol=1e-4,
+        rtol=1e-4,
+        mistakes={
+            "sin and cos are swapped: even features (0, 2, 4, ...) hold sin, odd ones cos.": _sin_swapped,
+            "features 2i and 2i+1 must share ONE frequency 10000^(-2i/d); you used the feature "
+            "index j itself (10000^(-j/d)), so the cos of a pair turns at a different speed.": _sin_feature_index,
+            "the exponent is 2i/d, not i/d: with i the pair index, omega_i = 10000^(-2i/d).": _sin_no_two,
+            "you put all the sines first and all the cosines second ([sin | cos]); the table "
+            "interleaves them: sin at feature 2i, cos at feature 2i+1.": _sin_concat,
+            "the angle is p / 10000^(2i/d), i.e. p times a frequency <= 1; you multiplied by "
+            "10000^(2i/d) instead of dividing.": _sin_positive_exponent,
+        },
+        hint="build angles[p, i] = p / 10000**(2*i/d) with shape (n, d/2), then put "
+        "sin(angles) in the even columns and cos(angles) in the odd columns.",
+    )
+)
 
 
 # --------------------------------------------------------------------------- 05.2 RoPE
@@ -116,25 +119,33 @@ def rope_interleaved_reference(x: torch.Tensor, positions: torch.Tensor) -> torc
 def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("two tokens (1, 0) at positions 1 and 2, d = 2: rotations by 1 and 2 radians",
-                 (torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DT), torch.tensor([1, 2]))),
+            Case(
+                "two tokens (1, 0) at positions 1 and 2, d = 2: rotations by 1 and 2 radians",
+                (torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DT), torch.tensor([1, 2])),
+            ),
             Case("x (5, 8) at positions 0..4", (_t(rng, 5, 8), torch.arange(5))),
-            Case("x (2, 3, 6, 16) at positions 10..15 (new tokens after a KV cache of 10)",
-                 (_t(rng, 2, 3, 6, 16), torch.arange(10, 16))),
-            Case("x (3, 8) at positions 5000..5002 (deep into a long context)",
-                 (_t(rng, 3, 8), torch.arange(5000, 5003))),
+            Case(
+                "x (2, 3, 6, 16) at positions 10..15 (new tokens after a KV cache of 10)",
+                (_t(rng, 2, 3, 6, 16), torch.arange(10, 16)),
+            ),
+            Case(
+                "x (3, 8) at positions 5000..5002 (deep into a long context)",
+                (_t(rng, 3, 8), torch.arange(5000, 5003)),
+            ),
         ]
     return [
-        Case("positions out of order with a repeat",
-             (_t(rng, 4, 8), torch.tensor([7, 0, 7, 3]))),
+        Case("positions out of order with a repeat", (_t(rng, 4, 8), torch.tensor([7, 0, 7, 3]))),
         Case("x (2, 4, 9, 64), positions 100..108", (_t(rng, 2, 4, 9, 64), torch.arange(100, 109))),
-        Case("random positions below 300",
-             (_t(rng, 3, 7, 12), torch.from_numpy(rng.integers(0, 300, size=7)))),
+        Case(
+            "random positions below 300",
+            (_t(rng, 3, 7, 12), torch.from_numpy(rng.integers(0, 300, size=7))),
+        ),
     ]
 
 
-def _rope_with(x, positions, theta_exp, sign=1.0, half=False, pos=None, layout="stack",
-               inplace=False):
+def _rope_with(
+    x, positions, theta_exp, sign=1.0, half=False, pos=None, layout="stack", inplace=False
+):
     d = x.shape[-1]
     i = torch.arange(d // 2, dtype=DT)  # (d/2,)
     theta = BASE ** (-theta_exp(i, d))  # (d/2,)
@@ -142,7 +153,7 @@ def _rope_with(x, positions, theta_exp, sign=1.0, half=False, pos=None, layout="
     ang = p.to(DT)[:, None] * theta  # (N, d/2)
     cos, sin = torch.cos(ang), sign * torch.sin(ang)  # (N, d/2)
     if half:
-        a, b = x[..., : d // 2], x[..., d // 2:]
+        a, b = x[..., : d // 2], x[..., d // 2 :]
     else:
         a, b = x[..., 0::2], x[..., 1::2]
     ya = a * cos - b * sin  # (..., N, d/2)
@@ -157,50 +168,59 @@ def _rope_compare(got, expected, case) -> str | None:
     msg = compare_values(got, expected, _ROPE_ATOL, _ROPE_RTOL)
     if msg is None or compare_values(got, expected, 1e-2, 0.0) is not None:
         return msg
-    return (msg + " Your rotation is right but not precise enough: an angle p * theta "
-            "computed in float32 (about 7 significant digits) is off by about p * 1e-7 "
-            "radian, i.e. 5e-4 at position 5000. Compute theta and the angles in float64 "
-            "(positions.to(torch.float64)), as long-context code must.")
+    return (
+        msg + " Your rotation is right but not precise enough: an angle p * theta "
+        "computed in float32 (about 7 significant digits) is off by about p * 1e-7 "
+        "radian, i.e. 5e-4 at position 5000. Compute theta and the angles in float64 "
+        "(positions.to(torch.float64)), as long-context code must."
+    )
 
 
 _ROPE_ATOL, _ROPE_RTOL = 1e-6, 1e-5
 
-register(Exercise(
-    id="05.2",
-    title="RoPE, interleaved pairs (2i, 2i+1)",
-    points=2,
-    target="rope_interleaved",
-    cases=_rope_cases,
-    reference=rope_interleaved_reference,
-    atol=_ROPE_ATOL,
-    rtol=_ROPE_RTOL,
-    compare=_rope_compare,
-    mistakes={
-        "your rotation turns the wrong way (clockwise): the new pair is "
-        "(x_a cos - x_b sin, x_a sin + x_b cos).":
-            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, sign=-1.0),
-        "you paired features (i, i + d/2) ('rotate half'); this exercise pairs neighbours "
-        "(2i, 2i+1).":
-            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, half=True),
-        "theta_i = 10000^(-2i/d) with i the pair index: your exponent is i/d.":
-            lambda x, pos: _rope_with(x, pos, lambda i, d: i / d),
-        "you ignored `positions` and rotated token t by t * theta (positions 0..N-1): "
-        "use the positions you are given (they may start after a KV cache).":
-            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d,
-                                      pos=lambda x, p: torch.arange(x.shape[-2])),
-        "your rotated pairs are right but written back in the wrong layout: "
-        "torch.cat((a', b'), -1) puts all first coordinates before all second ones. "
-        "Interleave them back: torch.stack((a', b'), dim=-1).flatten(-2).":
-            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, layout="cat"),
-        "your second coordinate used the already-rotated first one (did you overwrite "
-        "x[..., 0::2] in place before computing x[..., 1::2]?). Compute both new values "
-        "from the original a and b, into a new tensor.":
-            lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, inplace=True),
-    },
-    hint="angles = positions[:, None] * theta[None, :] has shape (N, d/2); rotate "
-         "a = x[..., 0::2], b = x[..., 1::2] and interleave the results back with "
-         "torch.stack((a', b'), dim=-1).flatten(-2).",
-))
+register(
+    Exercise(
+        id="05.2",
+        title="RoPE, interleaved pairs (2i, 2i+1)",
+        points=2,
+        target="rope_interleaved",
+        cases=_rope_cases,
+        reference=rope_interleaved_reference,
+        atol=_ROPE_ATOL,
+        rtol=_ROPE_RTOL,
+        compare=_rope_compare,
+        mistakes={
+            "your rotation turns the wrong way (clockwise): the new pair is "
+            "(x_a cos - x_b sin, x_a sin + x_b cos).": lambda x, pos: _rope_with(
+                x, pos, lambda i, d: 2 * i / d, sign=-1.0
+            ),
+            "you paired features (i, i + d/2) ('rotate half'); this exercise pairs neighbours "
+            "(2i, 2i+1).": lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, half=True),
+            "theta_i = 10000^(-2i/d) with i the pair index: your exponent is i/d.": lambda x, pos: (
+                _rope_with(x, pos, lambda i, d: i / d)
+            ),
+            "you ignored `positions` and rotated token t by t * theta (positions 0..N-1): "
+            "use the positions you are given (they may start after a KV cache).": lambda x, pos: (
+                _rope_with(
+                    x, pos, lambda i, d: 2 * i / d, pos=lambda x, p: torch.arange(x.shape[-2])
+                )
+            ),
+            "your rotated pairs are right but written back in the wrong layout: "
+            "torch.cat((a', b'), -1) puts all first coordinates before all second ones. "
+            "Interleave them back: torch.stack((a', b'), dim=-1).flatten(-2).": lambda x, pos: (
+                _rope_with(x, pos, lambda i, d: 2 * i / d, layout="cat")
+            ),
+            "your second coordinate used the already-rotated first one (did you overwrite "
+            "x[..., 0::2] in place before computing x[..., 1::2]?). Compute both new values "
+            "from the original a and b, into a new tensor.": lambda x, pos: _rope_with(
+                x, pos, lambda i, d: 2 * i / d, inplace=True
+            ),
+        },
+        hint="angles = positions[:, None] * theta[None, :] has shape (N, d/2); rotate "
+        "a = x[..., 0::2], b = x[..., 1::2] and interleave the results back with "
+        "torch.stack((a', b'), dim=-1).flatten(-2).",
+    )
+)
 
 
 # --------------------------------------------------------------------------- 05.3 relative score
@@ -222,19 +242,29 @@ def relative_score_reference(q: torch.Tensor, k: torch.Tensor, delta: torch.Tens
 def _rel_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("d = 2, rows (q, k, delta) = ((1,0), (1,0), 0), ((1,0), (1,0), 1), "
-                 "((1,0), (0,1), 1), ((0,1), (0,1), 1); expected [1, cos 1, sin 1, cos 1]",
-                 (torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=DT),
-                  torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=DT),
-                  torch.tensor([0, 1, 1, 1]))),
-            Case("4 random (q, k) pairs in d = 8, delta in -20..20",
-                 (_t(rng, 4, 8), _t(rng, 4, 8), torch.from_numpy(rng.integers(-20, 21, 4)))),
+            Case(
+                "d = 2, rows (q, k, delta) = ((1,0), (1,0), 0), ((1,0), (1,0), 1), "
+                "((1,0), (0,1), 1), ((0,1), (0,1), 1); expected [1, cos 1, sin 1, cos 1]",
+                (
+                    torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=DT),
+                    torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=DT),
+                    torch.tensor([0, 1, 1, 1]),
+                ),
+            ),
+            Case(
+                "4 random (q, k) pairs in d = 8, delta in -20..20",
+                (_t(rng, 4, 8), _t(rng, 4, 8), torch.from_numpy(rng.integers(-20, 21, 4))),
+            ),
         ]
     return [
-        Case("d = 64, delta = 0, -1, 1, 150, -150",
-             (_t(rng, 5, 64), _t(rng, 5, 64), torch.tensor([0, -1, 1, 150, -150]))),
-        Case("d = 16, random delta below 300 in size",
-             (_t(rng, 6, 16), _t(rng, 6, 16), torch.from_numpy(rng.integers(-300, 300, 6)))),
+        Case(
+            "d = 64, delta = 0, -1, 1, 150, -150",
+            (_t(rng, 5, 64), _t(rng, 5, 64), torch.tensor([0, -1, 1, 150, -150])),
+        ),
+        Case(
+            "d = 16, random delta below 300 in size",
+            (_t(rng, 6, 16), _t(rng, 6, 16), torch.from_numpy(rng.integers(-300, 300, 6))),
+        ),
     ]
 
 
@@ -242,8 +272,8 @@ def _rel(q, k, delta, sign=1.0, conj=True, theta_exp=lambda i, d: 2 * i / d, hal
     d = q.shape[-1]
     theta = BASE ** (-theta_exp(torch.arange(d // 2, dtype=DT), d))  # (d/2,)
     if half:  # pairs (i, i + d/2)
-        zq = torch.complex(q[:, : d // 2], q[:, d // 2:])  # (B, d/2)
-        zk = torch.complex(k[:, : d // 2], k[:, d // 2:])  # (B, d/2)
+        zq = torch.complex(q[:, : d // 2], q[:, d // 2 :])  # (B, d/2)
+        zk = torch.complex(k[:, : d // 2], k[:, d // 2 :])  # (B, d/2)
     else:  # pairs (2i, 2i+1)
         zq = torch.complex(q[:, 0::2], q[:, 1::2])  # (B, d/2)
         zk = torch.complex(k[:, 0::2], k[:, 1::2])  # (B, d/2)
@@ -258,50 +288,61 @@ def _unless_same(wrong):
     There it cannot explain a failure; without this, a complex result whose real part is
     right would "match" e.g. the i/d-exponent twin on a d = 2 case, where i/d = 2i/d = 0.
     """
+
     def twin(q, k, delta):
         out = wrong(q, k, delta)  # (B,)
         if torch.allclose(out, relative_score_reference(q, k, delta), atol=1e-9, rtol=0):
             raise ValueError("this mistake makes no difference on this input")
         return out
+
     return twin
 
 
 def _rel_compare(got, expected, case) -> str | None:
     """Refuse complex results (numpy would silently drop the imaginary part)."""
     if (isinstance(got, torch.Tensor) and got.is_complex()) or np.iscomplexobj(got):
-        return (f"your result is complex (dtype {got.dtype}), but a score is a real number: "
-                "return the REAL part of the sum, (...).real, a real tensor of shape (B,).")
+        return (
+            f"your result is complex (dtype {got.dtype}), but a score is a real number: "
+            "return the REAL part of the sum, (...).real, a real tensor of shape (B,)."
+        )
     return compare_values(got, expected, 1e-6, 1e-5)
 
 
-register(Exercise(
-    id="05.3",
-    title="the RoPE score from the offset m - n alone",
-    points=2,
-    target="relative_score",
-    cases=_rel_cases,
-    reference=relative_score_reference,
-    atol=1e-6,
-    rtol=1e-5,
-    compare=_rel_compare,
-    mistakes={
-        "the sign of the offset is flipped: with delta = m - n the factor is "
-        "e^{+i delta theta} (equivalently, the score is q^T R_{n-m} k, rotating k by -delta)."
-        : _unless_same(lambda q, k, d: _rel(q, k, d, sign=-1.0)),
-        "you forgot the complex conjugate of k: the real dot product of two pairs is "
-        "Re(z_q * conj(z_k)), not Re(z_q * z_k).":
-            _unless_same(lambda q, k, d: _rel(q, k, d, conj=False)),
-        "theta_i = 10000^(-2i/d) with i the pair index: your exponent is i/d.":
-            _unless_same(lambda q, k, d: _rel(q, k, d, theta_exp=lambda i, dd: i / dd)),
-        "you returned the plain dot product q.k: the rotation by delta * theta_i is missing.":
-            _unless_same(lambda q, k, d: (q * k).sum(-1)),
-        "you paired features (i, i + d/2); this chapter's RoPE pairs neighbours: "
-        "z_i = x[..., 2i] + 1j * x[..., 2i+1].":
-            _unless_same(lambda q, k, d: _rel(q, k, d, half=True)),
-    },
-    hint="read pairs as complex numbers z = x[..., 0::2] + 1j * x[..., 1::2]; the score is "
-         "the real part of sum_i z_q,i * conj(z_k,i) * exp(1j * delta * theta_i).",
-))
+register(
+    Exercise(
+        id="05.3",
+        title="the RoPE score from the offset m - n alone",
+        points=2,
+        target="relative_score",
+        cases=_rel_cases,
+        reference=relative_score_reference,
+        atol=1e-6,
+        rtol=1e-5,
+        compare=_rel_compare,
+        mistakes={
+            "the sign of the offset is flipped: with delta = m - n the factor is "
+            "e^{+i delta theta} (equivalently, the score is q^T R_{n-m} k, rotating k by -delta).": _unless_same(
+                lambda q, k, d: _rel(q, k, d, sign=-1.0)
+            ),
+            "you forgot the complex conjugate of k: the real dot product of two pairs is "
+            "Re(z_q * conj(z_k)), not Re(z_q * z_k).": _unless_same(
+                lambda q, k, d: _rel(q, k, d, conj=False)
+            ),
+            "theta_i = 10000^(-2i/d) with i the pair index: your exponent is i/d.": _unless_same(
+                lambda q, k, d: _rel(q, k, d, theta_exp=lambda i, dd: i / dd)
+            ),
+            "you returned the plain dot product q.k: the rotation by delta * theta_i is missing.": _unless_same(
+                lambda q, k, d: (q * k).sum(-1)
+            ),
+            "you paired features (i, i + d/2); this chapter's RoPE pairs neighbours: "
+            "z_i = x[..., 2i] + 1j * x[..., 2i+1].": _unless_same(
+                lambda q, k, d: _rel(q, k, d, half=True)
+            ),
+        },
+        hint="read pairs as complex numbers z = x[..., 0::2] + 1j * x[..., 1::2]; the score is "
+        "the real part of sum_i z_q,i * conj(z_k,i) * exp(1j * delta * theta_i).",
+    )
+)
 
 
 # --------------------------------------------------------------------------- 05.4 conventions
@@ -320,8 +361,10 @@ def interleaved_to_half_weights_reference(W: torch.Tensor, num_heads: int) -> to
 def _conv_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("one head, W = the column indices 0..7 (d_model 1, d_head 8)",
-                 (torch.arange(8, dtype=DT)[None, :], 1)),
+            Case(
+                "one head, W = the column indices 0..7 (d_model 1, d_head 8)",
+                (torch.arange(8, dtype=DT)[None, :], 1),
+            ),
             Case("W (12, 16), 2 heads of d_head 8", (_t(rng, 12, 16), 2)),
         ]
     return [
@@ -342,23 +385,23 @@ def _conv_global(W, num_heads):
     return W[:, rope_permutation(W.shape[1])]
 
 
-register(Exercise(
-    id="05.4",
-    title="convert W_Q / W_K from interleaved to half-split RoPE",
-    points=2,
-    target="interleaved_to_half_weights",
-    cases=_conv_cases,
-    reference=interleaved_to_half_weights_reference,
-    atol=1e-12,
-    rtol=0.0,
-    mistakes={
-        "you applied the inverse permutation: new column j must be old column perm[j] with "
-        "perm = [0, 2, 4, ..., 1, 3, 5, ...] (W_new = W[:, perm]), not W_new[:, perm] = W.":
-            _conv_inverse,
-        "you permuted all H*d_head columns at once; RoPE pairs features within each head, so "
-        "permute each head's d_head columns separately (reshape to (d_model, H, d_head)).":
-            _conv_global,
-    },
-    hint="reshape W to (d_model, H, d_head), index the last axis with "
-         "perm = [0, 2, ..., d_head-2, 1, 3, ..., d_head-1], reshape back.",
-))
+register(
+    Exercise(
+        id="05.4",
+        title="convert W_Q / W_K from interleaved to half-split RoPE",
+        points=2,
+        target="interleaved_to_half_weights",
+        cases=_conv_cases,
+        reference=interleaved_to_half_weights_reference,
+        atol=1e-12,
+        rtol=0.0,
+        mistakes={
+            "you applied the inverse permutation: new column j must be old column perm[j] with "
+            "perm = [0, 2, 4, ..., 1, 3, 5, ...] (W_new = W[:, perm]), not W_new[:, perm] = W.": _conv_inverse,
+            "you permuted all H*d_head columns at once; RoPE pairs features within each head, so "
+            "permute each head's d_head columns separately (reshape to (d_model, H, d_head)).": _conv_global,
+        },
+        hint="reshape W to (d_model, H, d_head), index the last axis with "
+        "perm = [0, 2, ..., d_head-2, 1, 3, ..., d_head-1], reshape back.",
+    )
+)

@@ -26,8 +26,9 @@ from .core import Case, Exercise, compare_values, get_exercise, register
 # --------------------------------------------------------------------------- 06.1 online softmax
 
 
-def online_softmax_update_reference(m: np.ndarray, l: np.ndarray,
-                                    x_block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def online_softmax_update_reference(
+    m: np.ndarray, l: np.ndarray, x_block: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     r""":math:`m' = \max(m, \mathrm{rowmax}\,x)`, :math:`\ell' = e^{m-m'}\ell + \mathrm{rowsum}\,e^{x - m'}`."""
     m_new = np.maximum(m, x_block.max(axis=-1))  # (rows,)
     l_new = np.exp(m - m_new) * l + np.exp(x_block - m_new[..., None]).sum(axis=-1)  # (rows,)
@@ -37,26 +38,48 @@ def online_softmax_update_reference(m: np.ndarray, l: np.ndarray,
 def _online_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("the first block: m = -inf, l = 0 (nothing seen yet), 2 rows of 4 scores",
-                 (np.full(2, -np.inf), np.zeros(2), rng.normal(size=(2, 4)))),
-            Case("a block whose scores exceed the running max (the old sum must shrink)",
-                 (np.array([0.5, 1.0]), np.array([2.0, 3.0]), np.array([[3.0, 0.0, 1.0],
-                                                                        [2.5, 4.0, -1.0]]))),
-            Case("scores around 1000: only differences may be exponentiated",
-                 (np.array([1000.0]), np.array([1.0]), np.array([[1001.0, 999.0, 1002.5]]))),
-            Case("a block below the running max: the max must not go down",
-                 (np.array([4.0, 2.0]), np.array([1.5, 2.5]),
-                  np.array([[1.0, -0.5, 0.25], [0.0, 1.5, -2.0]]))),
+            Case(
+                "the first block: m = -inf, l = 0 (nothing seen yet), 2 rows of 4 scores",
+                (np.full(2, -np.inf), np.zeros(2), rng.normal(size=(2, 4))),
+            ),
+            Case(
+                "a block whose scores exceed the running max (the old sum must shrink)",
+                (
+                    np.array([0.5, 1.0]),
+                    np.array([2.0, 3.0]),
+                    np.array([[3.0, 0.0, 1.0], [2.5, 4.0, -1.0]]),
+                ),
+            ),
+            Case(
+                "scores around 1000: only differences may be exponentiated",
+                (np.array([1000.0]), np.array([1.0]), np.array([[1001.0, 999.0, 1002.5]])),
+            ),
+            Case(
+                "a block below the running max: the max must not go down",
+                (
+                    np.array([4.0, 2.0]),
+                    np.array([1.5, 2.5]),
+                    np.array([[1.0, -0.5, 0.25], [0.0, 1.5, -2.0]]),
+                ),
+            ),
         ]
     return [
-        Case("a block entirely below the running max (m stays)",
-             (np.array([5.0, 6.0, 7.0]), np.array([1.5, 2.0, 1.0]),
-              rng.normal(size=(3, 5)) - 3.0)),
-        Case("scores around -1000: e^x underflows to 0 unless the max is subtracted",
-             (np.array([-1000.0, -990.0]), np.array([1.0, 2.0]),
-              np.array([[-1001.0, -999.5], [-995.0, -1003.0]]))),
-        Case("8 rows, a block of 1 score", (rng.normal(size=8), rng.uniform(1, 3, size=8),
-                                            rng.normal(size=(8, 1)) * 3)),
+        Case(
+            "a block entirely below the running max (m stays)",
+            (np.array([5.0, 6.0, 7.0]), np.array([1.5, 2.0, 1.0]), rng.normal(size=(3, 5)) - 3.0),
+        ),
+        Case(
+            "scores around -1000: e^x underflows to 0 unless the max is subtracted",
+            (
+                np.array([-1000.0, -990.0]),
+                np.array([1.0, 2.0]),
+                np.array([[-1001.0, -999.5], [-995.0, -1003.0]]),
+            ),
+        ),
+        Case(
+            "8 rows, a block of 1 score",
+            (rng.normal(size=8), rng.uniform(1, 3, size=8), rng.normal(size=(8, 1)) * 3),
+        ),
     ]
 
 
@@ -83,30 +106,31 @@ def _online_block_max_only(m, l, x):
     return m_new, np.exp(m - m_new) * l + np.exp(x - m_new[..., None]).sum(axis=-1)
 
 
-register(Exercise(
-    id="06.1",
-    title="one step of the online softmax",
-    points=2,
-    target="online_softmax_update",
-    cases=_online_cases,
-    reference=online_softmax_update_reference,
-    atol=1e-10,
-    rtol=1e-8,
-    mistakes={
-        "you added the new block's sum without rescaling the old one: l was computed relative "
-        "to the old max m, so multiply it by exp(m - m_new) before adding.": _online_no_rescale,
-        "you rescaled the old sum by exp(m_new - m): the factor must be exp(m - m_new) <= 1, "
-        "because every old term exp(x - m) must become exp(x - m_new).":
-            _online_inverted_rescale,
-        "your new max uses only the block: m_new = max(m, max of the block), otherwise the "
-        "running max can go down.": _online_block_max_only,
-        "you exponentiated raw scores: e^1000 overflows to inf (and inf/inf is nan), e^-1000 "
-        "underflows to 0. Only exponentiate differences, x - m_new and m - m_new, which are "
-        "<= 0.": _online_raw_exp,
-    },
-    hint="m_new = np.maximum(m, x_block.max(axis=-1)); "
-         "l_new = np.exp(m - m_new) * l + np.exp(x_block - m_new[:, None]).sum(axis=-1).",
-))
+register(
+    Exercise(
+        id="06.1",
+        title="one step of the online softmax",
+        points=2,
+        target="online_softmax_update",
+        cases=_online_cases,
+        reference=online_softmax_update_reference,
+        atol=1e-10,
+        rtol=1e-8,
+        mistakes={
+            "you added the new block's sum without rescaling the old one: l was computed relative "
+            "to the old max m, so multiply it by exp(m - m_new) before adding.": _online_no_rescale,
+            "you rescaled the old sum by exp(m_new - m): the factor must be exp(m - m_new) <= 1, "
+            "because every old term exp(x - m) must become exp(x - m_new).": _online_inverted_rescale,
+            "your new max uses only the block: m_new = max(m, max of the block), otherwise the "
+            "running max can go down.": _online_block_max_only,
+            "you exponentiated raw scores: e^1000 overflows to inf (and inf/inf is nan), e^-1000 "
+            "underflows to 0. Only exponentiate differences, x - m_new and m - m_new, which are "
+            "<= 0.": _online_raw_exp,
+        },
+        hint="m_new = np.maximum(m, x_block.max(axis=-1)); "
+        "l_new = np.exp(m - m_new) * l + np.exp(x_block - m_new[:, None]).sum(axis=-1).",
+    )
+)
 
 # --------------------------------------------------------------------------- 06.2 tiled forward
 
@@ -117,25 +141,26 @@ def _tiled(Q, K, V, block_size, *, rescale=True, scaled=True, lse_log=True, resc
     L = np.empty(N)  # (N,)
     s = 1.0 / math.sqrt(d) if scaled else 1.0
     for i in range(0, N, block_size):
-        Qi = Q[i:i + block_size]  # (Br, d)
+        Qi = Q[i : i + block_size]  # (Br, d)
         m = np.full(len(Qi), -np.inf)  # (Br,)
         l = np.zeros(len(Qi))  # (Br,)
         A = np.zeros((len(Qi), V.shape[1]))  # (Br, d_v)
         for j in range(0, K.shape[0], block_size):
-            S = Qi @ K[j:j + block_size].T * s  # (Br, Bc)
+            S = Qi @ K[j : j + block_size].T * s  # (Br, Bc)
             m_new = np.maximum(m, S.max(axis=1))  # (Br,)
             alpha = np.exp(m - m_new)  # (Br,)
             P = np.exp(S - m_new[:, None])  # (Br, Bc)
             l = (alpha * l if rescale_l else l) + P.sum(axis=1)  # (Br,)
-            A = (alpha[:, None] * A if rescale else A) + P @ V[j:j + block_size]  # (Br, d_v)
+            A = (alpha[:, None] * A if rescale else A) + P @ V[j : j + block_size]  # (Br, d_v)
             m = m_new
-        O[i:i + block_size] = A / l[:, None]  # (Br, d_v)
-        L[i:i + block_size] = m + np.log(l) if lse_log else m  # (Br,)
+        O[i : i + block_size] = A / l[:, None]  # (Br, d_v)
+        L[i : i + block_size] = m + np.log(l) if lse_log else m  # (Br,)
     return O, L
 
 
-def tiled_attention_reference(Q: np.ndarray, K: np.ndarray, V: np.ndarray,
-                              block_size: int) -> tuple[np.ndarray, np.ndarray]:
+def tiled_attention_reference(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, block_size: int
+) -> tuple[np.ndarray, np.ndarray]:
     r"""Tiled attention: :math:`O = \mathrm{softmax}(QK^\top/\sqrt d)V`, :math:`L = \mathrm{logsumexp}`."""
     return _tiled(Q, K, V, block_size)
 
@@ -143,47 +168,67 @@ def tiled_attention_reference(Q: np.ndarray, K: np.ndarray, V: np.ndarray,
 def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("N = 8 queries and keys, d = 4, blocks of 4",
-                 (rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), 4)),
-            Case("N = 10, d = 6, blocks of 3 (the last block has 1 row)",
-                 (rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), rng.normal(size=(10, 6)),
-                  3)),
+            Case(
+                "N = 8 queries and keys, d = 4, blocks of 4",
+                (rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), 4),
+            ),
+            Case(
+                "N = 10, d = 6, blocks of 3 (the last block has 1 row)",
+                (rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), 3),
+            ),
         ]
     return [
-        Case("7 queries, 13 keys, d_v = 5 != d = 3, blocks of 4",
-             (rng.normal(size=(7, 3)), rng.normal(size=(13, 3)), rng.normal(size=(13, 5)), 4)),
-        Case("a single query and key", (rng.normal(size=(1, 2)), rng.normal(size=(1, 2)),
-                                        rng.normal(size=(1, 2)), 2)),
-        Case("large scores (inputs x 6): needs the running max",
-             (rng.normal(size=(12, 8)) * 6, rng.normal(size=(12, 8)) * 6,
-              rng.normal(size=(12, 8)), 5)),
-        Case("one block holds everything", (rng.normal(size=(6, 4)), rng.normal(size=(6, 4)),
-                                            rng.normal(size=(6, 4)), 16)),
+        Case(
+            "7 queries, 13 keys, d_v = 5 != d = 3, blocks of 4",
+            (rng.normal(size=(7, 3)), rng.normal(size=(13, 3)), rng.normal(size=(13, 5)), 4),
+        ),
+        Case(
+            "a single query and key",
+            (rng.normal(size=(1, 2)), rng.normal(size=(1, 2)), rng.normal(size=(1, 2)), 2),
+        ),
+        Case(
+            "large scores (inputs x 6): needs the running max",
+            (
+                rng.normal(size=(12, 8)) * 6,
+                rng.normal(size=(12, 8)) * 6,
+                rng.normal(size=(12, 8)),
+                5,
+            ),
+        ),
+        Case(
+            "one block holds everything",
+            (rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), 16),
+        ),
     ]
 
 
-register(Exercise(
-    id="06.2",
-    title="the tiled forward loop",
-    points=3,
-    target="tiled_attention",
-    cases=_tiled_cases,
-    reference=tiled_attention_reference,
-    atol=1e-10,
-    rtol=1e-8,
-    mistakes={
-        "your accumulator A is not rescaled: when the running max grows, multiply A by "
-        "alpha = exp(m - m_new) (row by row) before adding P_tile @ V_j.":
-            lambda Q, K, V, b: _tiled(Q, K, V, b, rescale=False),
-        "you forgot the 1/sqrt(d) scale of the scores.":
-            lambda Q, K, V, b: _tiled(Q, K, V, b, scaled=False),
-        "your L is the running max m only: the log-sum-exp is L = m + log(l).":
-            lambda Q, K, V, b: _tiled(Q, K, V, b, lse_log=False),
-    },
-    hint="for each query block keep m (-inf), l (0) and A (zeros); for each key block: "
-         "S = Qi @ Kj.T / sqrt(d), m_new = max(m, rowmax S), alpha = exp(m - m_new), "
-         "P = exp(S - m_new), l = alpha*l + rowsum P, A = alpha*A + P @ Vj; then O = A / l.",
-))
+register(
+    Exercise(
+        id="06.2",
+        title="the tiled forward loop",
+        points=3,
+        target="tiled_attention",
+        cases=_tiled_cases,
+        reference=tiled_attention_reference,
+        atol=1e-10,
+        rtol=1e-8,
+        mistakes={
+            "your accumulator A is not rescaled: when the running max grows, multiply A by "
+            "alpha = exp(m - m_new) (row by row) before adding P_tile @ V_j.": lambda Q, K, V, b: (
+                _tiled(Q, K, V, b, rescale=False)
+            ),
+            "you forgot the 1/sqrt(d) scale of the scores.": lambda Q, K, V, b: _tiled(
+                Q, K, V, b, scaled=False
+            ),
+            "your L is the running max m only: the log-sum-exp is L = m + log(l).": lambda Q, K, V, b: (
+                _tiled(Q, K, V, b, lse_log=False)
+            ),
+        },
+        hint="for each query block keep m (-inf), l (0) and A (zeros); for each key block: "
+        "S = Qi @ Kj.T / sqrt(d), m_new = max(m, rowmax S), alpha = exp(m - m_new), "
+        "P = exp(S - m_new), l = alpha*l + rowsum P, A = alpha*A + P @ Vj; then O = A / l.",
+    )
+)
 
 # --------------------------------------------------------------------------- 06.3 Triton forward
 
@@ -214,8 +259,9 @@ def _flash_unmasked(q, k, v):
 
 
 def _flash_no_rescale(q, k, v):
-    out = _tiled(*(t.detach().double().cpu().numpy() for t in (q, k, v)), TRITON_BLOCK,
-                 rescale=False)[0]
+    out = _tiled(
+        *(t.detach().double().cpu().numpy() for t in (q, k, v)), TRITON_BLOCK, rescale=False
+    )[0]
     return torch.from_numpy(out).float().to(q.device)
 
 
@@ -227,13 +273,15 @@ def _flash_mask_off_by_one(q, k, v):
     """``cols <= n``: the zero-padded key number n (only exists if n % 16 != 0) joins in."""
     if k.shape[0] % TRITON_BLOCK == 0:
         return flash_forward_reference(q, k, v)
-    return flash_forward_reference(q, torch.cat([k, k.new_zeros(1, k.shape[1])]),
-                                   torch.cat([v, v.new_zeros(1, v.shape[1])]))
+    return flash_forward_reference(
+        q, torch.cat([k, k.new_zeros(1, k.shape[1])]), torch.cat([v, v.new_zeros(1, v.shape[1])])
+    )
 
 
 def _flash_l_not_rescaled(q, k, v):
-    out = _tiled(*(t.detach().double().cpu().numpy() for t in (q, k, v)), TRITON_BLOCK,
-                 rescale_l=False)[0]
+    out = _tiled(
+        *(t.detach().double().cpu().numpy() for t in (q, k, v)), TRITON_BLOCK, rescale_l=False
+    )[0]
     return torch.from_numpy(out).float().to(q.device)
 
 
@@ -254,9 +302,11 @@ def _flash_compare(got, expected, case: Case) -> str | None:
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()  # (N, d)
     bad_rows = (~torch.isclose(g, e, rtol=ex.rtol, atol=ex.atol)).any(dim=1).nonzero()
     if n % TRITON_BLOCK and bad_rows.numel() and int(bad_rows.min()) >= full:
-        msg += (f"\n    Likely cause: only rows {full}..{n - 1}, the last partial block of "
-                f"queries, are wrong: no program computed them. Launch "
-                f"triton.cdiv(n, {TRITON_BLOCK}) programs, not n // {TRITON_BLOCK}.")
+        msg += (
+            f"\n    Likely cause: only rows {full}..{n - 1}, the last partial block of "
+            f"queries, are wrong: no program computed them. Launch "
+            f"triton.cdiv(n, {TRITON_BLOCK}) programs, not n // {TRITON_BLOCK}."
+        )
     return msg
 
 
@@ -273,40 +323,43 @@ def _flash_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         ]
     return [
         Case("N = 1, d = 16", (t(1, 16), t(1, 16), t(1, 16))),
-        Case("N = 50, d = 16, large scores (inputs x 3)",
-             (t(50, 16, scale=3.0), t(50, 16, scale=3.0), t(50, 16))),
+        Case(
+            "N = 50, d = 16, large scores (inputs x 3)",
+            (t(50, 16, scale=3.0), t(50, 16, scale=3.0), t(50, 16)),
+        ),
     ]
 
 
-register(Exercise(
-    id="06.3",
-    title="a FlashAttention forward kernel in Triton",
-    points=3,
-    target="flash_forward",
-    cases=_flash_cases,
-    reference=flash_forward_reference,
-    atol=1e-5,
-    rtol=1e-4,  # float32 accumulation over <= 50 keys: errors ~1e-6
-    mistakes={
-        "keys past the end of the sequence take part in the softmax: tl.load(..., other=0.0) "
-        "gives them a score of 0, not -inf. Set s = tl.where(cols[None, :] < n, s, "
-        "float('-inf')) before the max.": _flash_unmasked,
-        "your accumulator is not rescaled by alpha = exp(m - m_new) when the running max "
-        "grows (it only shows once a row spans several key blocks).": _flash_no_rescale,
-        "you forgot the 1/sqrt(d) scale of the scores (pass it to the kernel as a float).":
-            _flash_unscaled,
-        "your mask lets in key number n, one past the end (cols <= n): the keys are "
-        "0 .. n-1, so mask with cols < n.": _flash_mask_off_by_one,
-        "your running sum l is not rescaled: like acc, it was computed relative to the old "
-        "max, so l = alpha * l + tl.sum(p, 1).": _flash_l_not_rescaled,
-        "tl.exp2(x) is 2**x, not e**x: either use tl.exp, or multiply the scores by "
-        "log2(e) = 1.4427 first (and then alpha = tl.exp2(m - m_new) too).": _flash_exp2,
-    },
-    compare=_flash_compare,
-    hint="one program per block of 16 queries: load q once, loop over key blocks with "
-         "the online softmax, mask keys >= n with -inf, divide by l at the end; launch "
-         "with grid (triton.cdiv(n, 16),).",
-))
+register(
+    Exercise(
+        id="06.3",
+        title="a FlashAttention forward kernel in Triton",
+        points=3,
+        target="flash_forward",
+        cases=_flash_cases,
+        reference=flash_forward_reference,
+        atol=1e-5,
+        rtol=1e-4,  # float32 accumulation over <= 50 keys: errors ~1e-6
+        mistakes={
+            "keys past the end of the sequence take part in the softmax: tl.load(..., other=0.0) "
+            "gives them a score of 0, not -inf. Set s = tl.where(cols[None, :] < n, s, "
+            "float('-inf')) before the max.": _flash_unmasked,
+            "your accumulator is not rescaled by alpha = exp(m - m_new) when the running max "
+            "grows (it only shows once a row spans several key blocks).": _flash_no_rescale,
+            "you forgot the 1/sqrt(d) scale of the scores (pass it to the kernel as a float).": _flash_unscaled,
+            "your mask lets in key number n, one past the end (cols <= n): the keys are "
+            "0 .. n-1, so mask with cols < n.": _flash_mask_off_by_one,
+            "your running sum l is not rescaled: like acc, it was computed relative to the old "
+            "max, so l = alpha * l + tl.sum(p, 1).": _flash_l_not_rescaled,
+            "tl.exp2(x) is 2**x, not e**x: either use tl.exp, or multiply the scores by "
+            "log2(e) = 1.4427 first (and then alpha = tl.exp2(m - m_new) too).": _flash_exp2,
+        },
+        compare=_flash_compare,
+        hint="one program per block of 16 queries: load q once, loop over key blocks with "
+        "the online softmax, mask keys >= n with -inf, divide by l at the end; launch "
+        "with grid (triton.cdiv(n, 16),).",
+    )
+)
 
 # --------------------------------------------------------------------------- 06.4 backward
 
@@ -330,7 +383,11 @@ def _backward(q, k, v, o, lse, do, scale, *, use_delta=True, scaled=True, transp
     D = (do * o).sum(dim=-1) if use_delta else torch.zeros_like(lse)  # (..., Nq)
     dS = P * (dP - D[..., None])  # (..., Nq, Nk)
     s = scale if scaled else 1.0
-    return s * dS @ k, s * dS.transpose(-2, -1) @ q, dV  # (..., Nq, d), (..., Nk, d), (..., Nk, d_v)
+    return (
+        s * dS @ k,
+        s * dS.transpose(-2, -1) @ q,
+        dV,
+    )  # (..., Nq, d), (..., Nk, d), (..., Nk, d_v)
 
 
 def _backward_case(rng, name, shape_q, n_k, scale=None):
@@ -356,27 +413,32 @@ def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(Exercise(
-    id="06.4",
-    title="the backward pass from the log-sum-exp",
-    points=3,
-    target="attention_backward",
-    cases=_backward_cases,
-    reference=attention_backward_reference,
-    atol=1e-10,
-    rtol=1e-8,
-    mistakes={
-        "you left out D: dS = P * (dP - D) with D = (dO * O).sum(-1), the softmax Jacobian's "
-        "second term. Without it the gradients of q and k are wrong.":
-            lambda *a: _backward(*a, use_delta=False),
-        "dQ and dK miss the factor scale: S = scale * Q K^T, so dQ = scale * dS K and "
-        "dK = scale * dS^T Q.": lambda *a: _backward(*a, scaled=False),
-        "dV = P^T dO (keys on the rows), not P dO.": lambda *a: _backward(*a, transpose_p=False),
-    },
-    hint="P = exp(scale * q @ k^T - lse[..., None]); dV = P^T dO; dP = dO V^T; "
-         "D = (dO * O).sum(-1); dS = P * (dP - D[..., None]); dQ = scale dS K; dK = scale dS^T Q. "
-         "Use .transpose(-2, -1) so batch dimensions work.",
-))
+register(
+    Exercise(
+        id="06.4",
+        title="the backward pass from the log-sum-exp",
+        points=3,
+        target="attention_backward",
+        cases=_backward_cases,
+        reference=attention_backward_reference,
+        atol=1e-10,
+        rtol=1e-8,
+        mistakes={
+            "you left out D: dS = P * (dP - D) with D = (dO * O).sum(-1), the softmax Jacobian's "
+            "second term. Without it the gradients of q and k are wrong.": lambda *a: _backward(
+                *a, use_delta=False
+            ),
+            "dQ and dK miss the factor scale: S = scale * Q K^T, so dQ = scale * dS K and "
+            "dK = scale * dS^T Q.": lambda *a: _backward(*a, scaled=False),
+            "dV = P^T dO (keys on the rows), not P dO.": lambda *a: _backward(
+                *a, transpose_p=False
+            ),
+        },
+        hint="P = exp(scale * q @ k^T - lse[..., None]); dV = P^T dO; dP = dO V^T; "
+        "D = (dO * O).sum(-1); dS = P * (dP - D[..., None]); dQ = scale dS K; dK = scale dS^T Q. "
+        "Use .transpose(-2, -1) so batch dimensions work.",
+    )
+)
 
 # --------------------------------------------------------------------------- 06.5 causal tiles
 
@@ -388,33 +450,41 @@ def causal_tiles_reference(n: int, block_m: int, block_n: int) -> int:
 
 def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
-        return [Case("n = 256, block_m = 64, block_n = 64", (256, 64, 64)),
-                Case("n = 1000, block_m = 128, block_n = 64", (1000, 128, 64)),
-                Case("n = 300, block_m = 128, block_n = 32: a ragged last query block",
-                     (300, 128, 32))]
-    return [Case("n = 1", (1, 128, 64)),
-            Case("n = 4096, block_m = 128, block_n = 32", (4096, 128, 32)),
-            Case("n = 300, block_m = 32, block_n = 128", (300, 32, 128))]
+        return [
+            Case("n = 256, block_m = 64, block_n = 64", (256, 64, 64)),
+            Case("n = 1000, block_m = 128, block_n = 64", (1000, 128, 64)),
+            Case("n = 300, block_m = 128, block_n = 32: a ragged last query block", (300, 128, 32)),
+        ]
+    return [
+        Case("n = 1", (1, 128, 64)),
+        Case("n = 4096, block_m = 128, block_n = 32", (4096, 128, 32)),
+        Case("n = 300, block_m = 32, block_n = 128", (300, 32, 128)),
+    ]
 
 
-register(Exercise(
-    id="06.5",
-    title="count the tiles a causal kernel computes",
-    points=1,
-    target="causal_tiles",
-    cases=_tiles_cases,
-    reference=causal_tiles_reference,
-    atol=1e-9,
-    rtol=0.0,
-    mistakes={
-        "you counted every tile: a causal kernel stops each query block's loop at its last "
-        "query, min(n, start + block_m).":
-            lambda n, bm, bn: math.ceil(n / bm) * math.ceil(n / bn),
-        "you used the triangle number T(T+1)/2 of square blocks: that is right only when "
-        "block_m == block_n and n is a multiple of them.":
-            lambda n, bm, bn: math.ceil(n / bm) * (math.ceil(n / bm) + 1) // 2,
-        "the last query block ends at n, not at start + block_m: take min(n, start + block_m).":
-            lambda n, bm, bn: sum(math.ceil((s + bm) / bn) for s in range(0, n, bm)),
-    },
-    hint="sum over query blocks start = 0, block_m, ...: ceil(min(n, start + block_m) / block_n).",
-))
+register(
+    Exercise(
+        id="06.5",
+        title="count the tiles a causal kernel computes",
+        points=1,
+        target="causal_tiles",
+        cases=_tiles_cases,
+        reference=causal_tiles_reference,
+        atol=1e-9,
+        rtol=0.0,
+        mistakes={
+            "you counted every tile: a causal kernel stops each query block's loop at its last "
+            "query, min(n, start + block_m).": lambda n, bm, bn: (
+                math.ceil(n / bm) * math.ceil(n / bn)
+            ),
+            "you used the triangle number T(T+1)/2 of square blocks: that is right only when "
+            "block_m == block_n and n is a multiple of them.": lambda n, bm, bn: (
+                math.ceil(n / bm) * (math.ceil(n / bm) + 1) // 2
+            ),
+            "the last query block ends at n, not at start + block_m: take min(n, start + block_m).": lambda n, bm, bn: (
+                sum(math.ceil((s + bm) / bn) for s in range(0, n, bm))
+            ),
+        },
+        hint="sum over query blocks start = 0, block_m, ...: ceil(min(n, start + block_m) / block_n).",
+    )
+)

@@ -383,7 +383,7 @@ register(
 
 
 def seq_to_head_all_to_all_reference(xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``xs[i] (B, H, n, d)`` → ``ys[j] (B, H/P, P*n, d)``: head group j, all ranks' tokens."""
+    """``xs[i] (B, H, n, d_h)`` → ``ys[j] (B, H/P, P*n, d_h)``: head group j, all ranks' tokens."""
     return all_to_all_seq_to_head(list(xs))
 
 
@@ -425,10 +425,10 @@ def _a2a_reversed_ranks(xs):
 
 def _a2a_interleaved_tokens(xs):
     P = len(xs)
-    B, H, n, d = xs[0].shape
+    B, H, n, head_dim = xs[0].shape
     h = H // P
     return [
-        torch.stack([x[:, j * h : (j + 1) * h] for x in xs], dim=3).reshape(B, h, P * n, d)
+        torch.stack([x[:, j * h : (j + 1) * h] for x in xs], dim=3).reshape(B, h, P * n, head_dim)
         for j in range(P)
     ]
 
@@ -447,7 +447,7 @@ register(
             "rank j must get the contiguous head group j*H/P .. (j+1)*H/P - 1, not every P-th "
             "head (x[:, j::P]).": _a2a_strided_heads,
             "you concatenated along the head axis: the pieces from different ranks are different "
-            "tokens, so they go along the sequence axis (dim 2), giving (B, H/P, P*n, d).": _a2a_head_dim,
+            "tokens, so they go along the sequence axis (dim 2), giving (B, H/P, P*n, d_h).": _a2a_head_dim,
             "the sequence must be in rank order, rank 0's tokens first (that is position order "
             "for a contiguous split).": _a2a_reversed_ranks,
             "the tokens of different ranks are interleaved: you stacked the rank axis after the "
@@ -488,7 +488,7 @@ def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 
 def _per(seq_len, world_size, num_heads, head_dim, b):
-    return num_heads * (seq_len // world_size) * head_dim * b  # one (H, n, d) tensor
+    return num_heads * (seq_len // world_size) * head_dim * b  # one (H, n, d_h) tensor
 
 
 def _bytes_ring_p_hops(n, p, h, d, b):

@@ -98,8 +98,9 @@ def get_exercise(exercise_id: str) -> Exercise:
         try:
             importlib.import_module(f"course_lib.checks.ch{chapter}")
         except ModuleNotFoundError as err:
-            raise KeyError(f"unknown exercise {exercise_id!r}: no checks module for "
-                           f"chapter {chapter!r}") from err
+            raise KeyError(
+                f"unknown exercise {exercise_id!r}: no checks module for chapter {chapter!r}"
+            ) from err
     if exercise_id not in _REGISTRY:
         raise KeyError(f"unknown exercise {exercise_id!r}")
     return _REGISTRY[exercise_id]
@@ -145,38 +146,42 @@ def _describe(x: Any) -> str:
 
 def _shape_hint(got: tuple, expected: tuple) -> str:
     if len(got) != len(expected):
-        return (f" Your result has {len(got)} dimensions instead of {len(expected)}: "
-                "did you drop or add a batch dimension, or squeeze by accident?")
+        return (
+            f" Your result has {len(got)} dimensions instead of {len(expected)}: "
+            "did you drop or add a batch dimension, or squeeze by accident?"
+        )
     if sorted(got) == sorted(expected):
         return " The same sizes in another order: did you transpose the wrong axes?"
     diff = [i for i, (g, e) in enumerate(zip(got, expected)) if g != e]
     if len(diff) == 1:
         i = diff[0] - len(got)
-        return (f" Only axis {i} differs ({got[i]} vs {expected[i]}): check which "
-                "dimension you reduce or multiply over there.")
+        return (
+            f" Only axis {i} differs ({got[i]} vs {expected[i]}): check which "
+            "dimension you reduce or multiply over there."
+        )
     return ""
 
 
-def compare_values(got: Any, expected: Any, atol: float, rtol: float,
-                   check_dtype: bool = False, where: str = "") -> str | None:
+def compare_values(
+    got: Any, expected: Any, atol: float, rtol: float, check_dtype: bool = False, where: str = ""
+) -> str | None:
     """None when ``got`` matches ``expected``; otherwise a precise, learner-facing message."""
     got, expected = _to_numpy(got), _to_numpy(expected)
     label = f"{where}: " if where else ""
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)):
-            return (f"{label}expected a tuple of {len(expected)} items, got "
-                    f"{_describe(got)}.")
+            return f"{label}expected a tuple of {len(expected)} items, got {_describe(got)}."
         if len(got) != len(expected):
             return f"{label}expected {len(expected)} items, got {len(got)}."
         for i, (g, e) in enumerate(zip(got, expected)):
-            msg = compare_values(g, e, atol, rtol, check_dtype, f"{where}[{i}]" if where
-                                 else f"item {i}")
+            msg = compare_values(
+                g, e, atol, rtol, check_dtype, f"{where}[{i}]" if where else f"item {i}"
+            )
             if msg:
                 return msg
         return None
     if got is None:
-        return (f"{label}your function returned None: did you forget the `return` "
-                "statement?")
+        return f"{label}your function returned None: did you forget the `return` statement?"
     if isinstance(expected, np.ndarray) or isinstance(got, np.ndarray):
         try:
             got_a = np.asarray(got)
@@ -186,22 +191,30 @@ def compare_values(got: Any, expected: Any, atol: float, rtol: float,
         if got_a.dtype == object:
             return f"{label}expected {_describe(exp_a)}, got {_describe(got)}."
         if np.iscomplexobj(got_a) and not np.iscomplexobj(exp_a):
-            return (f"{label}your result is complex (dtype {got_a.dtype}); expected real "
-                    "numbers. Did you forget to take `.real` (or to convert back from the "
-                    "complex form)?")
+            return (
+                f"{label}your result is complex (dtype {got_a.dtype}); expected real "
+                "numbers. Did you forget to take `.real` (or to convert back from the "
+                "complex form)?"
+            )
         if got_a.shape != exp_a.shape:
-            return (f"{label}expected shape {tuple(exp_a.shape)}, got {tuple(got_a.shape)}."
-                    + _shape_hint(tuple(got_a.shape), tuple(exp_a.shape)))
+            return (
+                f"{label}expected shape {tuple(exp_a.shape)}, got {tuple(got_a.shape)}."
+                + _shape_hint(tuple(got_a.shape), tuple(exp_a.shape))
+            )
         if exp_a.dtype == bool or got_a.dtype == bool:
             if exp_a.dtype != got_a.dtype:
-                return (f"{label}expected a boolean array, got dtype {got_a.dtype}."
-                        if exp_a.dtype == bool else
-                        f"{label}expected dtype {exp_a.dtype}, got a boolean array.")
+                return (
+                    f"{label}expected a boolean array, got dtype {got_a.dtype}."
+                    if exp_a.dtype == bool
+                    else f"{label}expected dtype {exp_a.dtype}, got a boolean array."
+                )
             bad = np.argwhere(got_a != exp_a)
             if len(bad):
                 idx = tuple(int(i) for i in bad[0])
-                return (f"{label}{len(bad)} of {exp_a.size} entries differ; first at index "
-                        f"{idx}: expected {exp_a[idx]}, got {got_a[idx]}.")
+                return (
+                    f"{label}{len(bad)} of {exp_a.size} entries differ; first at index "
+                    f"{idx}: expected {exp_a[idx]}, got {got_a[idx]}."
+                )
             return None
         if check_dtype and got_a.dtype != exp_a.dtype:
             return f"{label}expected dtype {exp_a.dtype}, got {got_a.dtype}."
@@ -212,25 +225,31 @@ def compare_values(got: Any, expected: Any, atol: float, rtol: float,
         nan_got, nan_exp = np.isnan(got_f), np.isnan(exp_f)
         if (nan_got & ~nan_exp).any():
             idx = tuple(int(i) for i in np.argwhere(nan_got & ~nan_exp)[0])
-            return (f"{label}your result contains NaN ({int((nan_got & ~nan_exp).sum())} "
-                    f"entries, first at index {idx}) where the expected values are finite. "
-                    "NaN usually comes from inf - inf, inf / inf or 0/0: a softmax over a "
-                    "row whose entries are all -inf, or exp() overflowing to inf on large "
-                    "inputs (subtract the row's max first).")
+            return (
+                f"{label}your result contains NaN ({int((nan_got & ~nan_exp).sum())} "
+                f"entries, first at index {idx}) where the expected values are finite. "
+                "NaN usually comes from inf - inf, inf / inf or 0/0: a softmax over a "
+                "row whose entries are all -inf, or exp() overflowing to inf on large "
+                "inputs (subtract the row's max first)."
+            )
         inf_got = np.isinf(got_f) & ~np.isinf(exp_f)
         if inf_got.any():
             idx = tuple(int(i) for i in np.argwhere(inf_got)[0])
-            return (f"{label}your result contains inf at index {idx} where the expected "
-                    "value is finite: an overflow (exp of a large number?).")
+            return (
+                f"{label}your result contains inf at index {idx} where the expected "
+                "value is finite: an overflow (exp of a large number?)."
+            )
         close = np.isclose(got_f, exp_f, atol=atol, rtol=rtol, equal_nan=True)
         if not close.all():
             err = np.abs(got_f - exp_f)
             err[np.isnan(err)] = 0.0
             idx = np.unravel_index(int(np.argmax(err)), err.shape)
             idx = tuple(int(i) for i in idx)
-            return (f"{label}{int((~close).sum())} of {close.size} values are off. Largest "
-                    f"error {err[idx]:.3g} at index {idx}: expected {exp_f[idx]:.6g}, got "
-                    f"{got_f[idx]:.6g} (tolerance atol={atol:g}, rtol={rtol:g}).")
+            return (
+                f"{label}{int((~close).sum())} of {close.size} values are off. Largest "
+                f"error {err[idx]:.3g} at index {idx}: expected {exp_f[idx]:.6g}, got "
+                f"{got_f[idx]:.6g} (tolerance atol={atol:g}, rtol={rtol:g})."
+            )
         return None
     if isinstance(expected, bool):
         if not isinstance(got, (bool, np.bool_)):
@@ -282,8 +301,11 @@ def _is_not_implemented(err: BaseException) -> bool:
 
 def _student_traceback(err: BaseException, limit: int = 3) -> str:
     """The last few frames of a learner's exception, without course_lib's frames."""
-    frames = [f for f in traceback.extract_tb(err.__traceback__)
-              if "course_lib" not in f.filename.replace("\\", "/")]
+    frames = [
+        f
+        for f in traceback.extract_tb(err.__traceback__)
+        if "course_lib" not in f.filename.replace("\\", "/")
+    ]
     lines = [f"line {f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames[-limit:]]
     where = ("\n      " + "\n      ".join(lines)) if lines else ""
     return f"{type(err).__name__}: {err}{where}"
@@ -352,12 +374,10 @@ def run_case(ex: Exercise, fn: Callable, case: Case) -> tuple[Any, CaseResult | 
     try:
         return fn(*c.args, **c.kwargs), None
     except SystemExit as err:  # sys.exit() inside the function fails this case only
-        return None, CaseResult(case.name, False,
-                                f"your function called sys.exit({err.code!r})")
+        return None, CaseResult(case.name, False, f"your function called sys.exit({err.code!r})")
     except Exception as err:  # learner code may raise anything
         if _is_not_implemented(err):
-            return None, CaseResult(case.name, False, "not implemented yet",
-                                    not_implemented=True)
+            return None, CaseResult(case.name, False, "not implemented yet", not_implemented=True)
         msg = "your function raised " + _student_traceback(err)
         if ex.hint:
             msg += f"\n    Hint: {ex.hint}"
@@ -392,8 +412,13 @@ class CheckReport:
         return any(r.not_implemented for r in self.results)
 
     def __repr__(self) -> str:
-        state = ("passed" if self.passed else
-                 "not implemented yet" if self.not_implemented else "not passed")
+        state = (
+            "passed"
+            if self.passed
+            else "not implemented yet"
+            if self.not_implemented
+            else "not passed"
+        )
         return f"<CheckReport {self.exercise.id}: {state}>"
 
     def _ipython_display_(self) -> None:
@@ -403,8 +428,14 @@ class CheckReport:
 VISIBLE_SEED = 1234
 
 
-def check(exercise_id: str, fn: Callable | None, *, hidden: bool = False,
-          seed: int | None = None, quiet: bool = False) -> CheckReport:
+def check(
+    exercise_id: str,
+    fn: Callable | None,
+    *,
+    hidden: bool = False,
+    seed: int | None = None,
+    quiet: bool = False,
+) -> CheckReport:
     """Run an exercise's cases on the learner's function and print specific feedback.
 
     Passing prints one line per case. Not started yet prints a friendly note and returns.
@@ -413,8 +444,10 @@ def check(exercise_id: str, fn: Callable | None, *, hidden: bool = False,
     ex = get_exercise(exercise_id)
     head = f"Exercise {ex.id} ({ex.title})"
     if fn is None or not callable(fn):
-        raise CheckFailed(f"{head}: expected a function named `{ex.target}`, got "
-                          f"{_describe(fn)}. Run the cell that defines it first.")
+        raise CheckFailed(
+            f"{head}: expected a function named `{ex.target}`, got "
+            f"{_describe(fn)}. Run the cell that defines it first."
+        )
     results = []
     for case in _cases(ex, hidden, VISIBLE_SEED if seed is None else seed):
         got, failure = run_case(ex, fn, case)
@@ -429,9 +462,11 @@ def check(exercise_id: str, fn: Callable | None, *, hidden: bool = False,
         # exercise must fail, not print a friendly note.
         raise CheckFailed(f"✗ {head}: not implemented yet.")
     if report.not_implemented:
-        print(f"⏳ {head}: not implemented yet. Replace the `raise NotImplementedError(...)` "
-              f"line in `{ex.target}` with your code, run that cell, then run this check "
-              "again.")
+        print(
+            f"⏳ {head}: not implemented yet. Replace the `raise NotImplementedError(...)` "
+            f"line in `{ex.target}` with your code, run that cell, then run this check "
+            "again."
+        )
         return report
     if not quiet:
         for r in results:
@@ -454,8 +489,10 @@ def _flatten(x: Any, prefix: str, arrays: dict, spec: list) -> Any:
     """Turn an output into JSON-able structure with arrays stored separately."""
     x = _to_numpy(x)
     if isinstance(x, (tuple, list)):
-        return {"seq": type(x).__name__, "items": [_flatten(e, f"{prefix}_{i}", arrays, spec)
-                                                   for i, e in enumerate(x)]}
+        return {
+            "seq": type(x).__name__,
+            "items": [_flatten(e, f"{prefix}_{i}", arrays, spec) for i, e in enumerate(x)],
+        }
     if isinstance(x, np.ndarray):
         if x.dtype == object:
             return {"repr": repr(x)[:200]}
@@ -554,8 +591,9 @@ def _result_file_problem(path: Path) -> str | None:
         except (zipfile.BadZipFile, OSError, ValueError):
             return f"{path.name} is not a readable archive"
         if unpacked > MAX_RESULT_BYTES:
-            return (f"{path.name} unpacks to {unpacked} bytes, over the {MAX_RESULT_BYTES} "
-                    "byte limit")
+            return (
+                f"{path.name} unpacks to {unpacked} bytes, over the {MAX_RESULT_BYTES} byte limit"
+            )
     return None
 
 
@@ -565,9 +603,16 @@ def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
     out = Path(out_dir)
     jpath, npath = out / f"{ex.id}.json", out / f"{ex.id}.npz"
     if not jpath.exists():
-        return Verdict(ex.id, 0, ex.points, "error",
-                       ["the check for this exercise never ran (an earlier cell failed, the "
-                        "kernel died or the time limit was reached)"])
+        return Verdict(
+            ex.id,
+            0,
+            ex.points,
+            "error",
+            [
+                "the check for this exercise never ran (an earlier cell failed, the "
+                "kernel died or the time limit was reached)"
+            ],
+        )
     for path in (jpath, npath):
         problem = _result_file_problem(path)
         if problem:
@@ -582,8 +627,13 @@ def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
     cases = _cases(ex, False, seed) + _cases(ex, True, seed + 1)
     recorded = record.get("cases", [])
     if len(recorded) != len(cases):
-        return Verdict(ex.id, 0, ex.points, "error",
-                       [f"expected results for {len(cases)} cases, found {len(recorded)}"])
+        return Verdict(
+            ex.id,
+            0,
+            ex.points,
+            "error",
+            [f"expected results for {len(cases)} cases, found {len(recorded)}"],
+        )
     feedback, passed, not_impl = [], 0, 0
     for case, entry in zip(cases, recorded):
         if "error" in entry:

@@ -125,7 +125,7 @@ def block_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Attention of ``q`` over one block of keys: ``(output, lse)``, the partial result.
 
-    ``q [..., Nq, d]``, ``k [..., Nk, d]``, ``v [..., Nk, d_v]``, ``mask`` boolean
+    ``q [..., Nq, d_k]``, ``k [..., Nk, d_k]``, ``v [..., Nk, d_v]``, ``mask`` boolean
     broadcastable to ``[..., Nq, Nk]`` (True = may attend). A row with no visible key gets
     output 0 and LSE $-\infty$, so that merging it changes nothing. Computed in float32
     (float64 for float64 inputs); the output is returned in ``q``'s dtype, the LSE in the
@@ -134,7 +134,7 @@ def block_attention(
     """
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(
-            f"block_attention: expected q [..., Nq, d], k [..., Nk, d], "
+            f"block_attention: expected q [..., Nq, d_k], k [..., Nk, d_k], "
             f"v [..., Nk, d_v]; got q {tuple(q.shape)}, k {tuple(k.shape)}, "
             f"v {tuple(v.shape)}"
         )
@@ -184,8 +184,8 @@ def block_attention_backward(
     dp = dout @ v.transpose(-2, -1)  # (..., Nq, Nk)
     delta = (dout * out).sum(dim=-1)  # (..., Nq) D = rowsum(dO * O)
     ds = p * (dp - delta[..., None])  # (..., Nq, Nk)
-    dq = scale * ds @ k  # (..., Nq, d)
-    dk = scale * ds.transpose(-2, -1) @ q  # (..., Nk, d)
+    dq = scale * ds @ k  # (..., Nq, d_k)
+    dk = scale * ds.transpose(-2, -1) @ q  # (..., Nk, d_k)
     return dq, dk, dv
 
 

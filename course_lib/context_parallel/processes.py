@@ -216,7 +216,7 @@ def launch(
     backend = backend or pick_backend(world_size)
     threads = max(1, (os.cpu_count() or 1) // world_size) if backend == "gloo" else 0
     ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory(prefix="course_cp_") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"course_cp_{os.getpid()}_") as tmp:
         init_file = os.path.join(tmp, "rendezvous")  # the processes meet here
         procs, readers = [], {}
         try:

@@ -72,7 +72,7 @@ def _ring_forward(q, k, v, *, is_causal, scale, layout, comm, overlap, stats):
     seq_len = n * P
     work = _work_dtype(q.dtype)
     q_pos = shard_positions(seq_len, P, r, layout).to(q.device)
-    qw = q.to(work)  # (..., n, d)
+    qw = q.to(work)  # (..., n, d_h)
     out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=work, device=q.device)  # (..., n, d_v)
     lse = torch.full(q.shape[:-1], -math.inf, dtype=work, device=q.device)  # (..., n)
     k_cur, v_cur = k, v
@@ -107,8 +107,8 @@ def _ring_backward(q, k, v, out, lse, dout, *, is_causal, scale, layout, comm, s
     seq_len = n * P
     work = _work_dtype(q.dtype)
     q_pos = shard_positions(seq_len, P, r, layout).to(q.device)
-    dq = torch.zeros(q.shape, dtype=work, device=q.device)  # (..., n, d)
-    dk_cur = torch.zeros(k.shape, dtype=work, device=q.device)  # (..., n, d) travels with K
+    dq = torch.zeros(q.shape, dtype=work, device=q.device)  # (..., n, d_h)
+    dk_cur = torch.zeros(k.shape, dtype=work, device=q.device)  # (..., n, d_h) travels with K
     dv_cur = torch.zeros(v.shape, dtype=work, device=q.device)  # (..., n, d_v) travels with V
     k_cur, v_cur = k, v
     for step in range(P):
@@ -190,7 +190,7 @@ def ring_attention(
     r"""Attention over the whole sequence, from this rank's shard: differentiable.
 
     Call it on every rank of the process group with this rank's shard
-    ``q, k, v [..., N/P, d]`` (the tokens :func:`~.sharding.shard_positions` gives it in
+    ``q, k, v [..., N/P, d_h]`` (the tokens :func:`~.sharding.shard_positions` gives it in
     ``layout``); returns this rank's rows of $\mathrm{softmax}(QK^\top\cdot\text{scale})V$,
     ``[..., N/P, d_v]`` (and the LSE with ``return_lse``). Gradients flow to ``q, k, v``
     through the ring backward. ``overlap=False`` starts each transfer only after the
@@ -222,7 +222,7 @@ def simulate_ring_attention(
 ):
     r"""Ring attention for all ranks in one process: ``(output, lse, tiles)``.
 
-    ``q, k, v [..., N, d]`` are the *full* tensors. They are sharded, every rank runs its
+    ``q, k, v [..., N, d_h]`` are the *full* tensors. They are sharded, every rank runs its
     ``P`` ring steps (the block held at step s is the one from rank r - s), and the outputs
     are put back in sequence order. ``tiles[r][s]`` counts the tiles of ``tile`` tokens
     (default: the shard length, one tile per step) rank r computed at step s.

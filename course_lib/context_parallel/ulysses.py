@@ -60,7 +60,7 @@ def _check_heads(shape, world_size, who):
 
 
 def all_to_all_seq_to_head(xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The all-to-all for all ranks at once: ``xs[i] (B, H, n, d)`` → ``ys[j] (B, H/P, P*n, d)``.
+    """The all-to-all for all ranks at once: ``xs[i] (B, H, n, d_h)`` → ``ys[j] (B, H/P, P*n, d_h)``.
 
     ``ys[j]`` holds head group j (heads ``j*H/P .. (j+1)*H/P - 1``) of every rank's tokens,
     rank 0's first.
@@ -72,7 +72,7 @@ def all_to_all_seq_to_head(xs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def all_to_all_head_to_seq(ys: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The inverse: ``ys[j] (B, H/P, P*n, d)`` → ``xs[i] (B, H, n, d)``."""
+    """The inverse: ``ys[j] (B, H/P, P*n, d_h)`` → ``xs[i] (B, H, n, d_h)``."""
     P = len(ys)
     n = ys[0].shape[2] // P
     return [torch.cat([y[:, :, i * n : (i + 1) * n] for y in ys], dim=1) for i in range(P)]
@@ -82,25 +82,27 @@ def all_to_all_head_to_seq(ys: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def seq_to_head(x: torch.Tensor, comm: Comm) -> torch.Tensor:
-    """This rank's ``(B, H, n, d)`` → ``(B, H/P, N, d)``: one all-to-all."""
+    """This rank's ``(B, H, n, d_h)`` → ``(B, H/P, N, d_h)``: one all-to-all."""
     P = comm.world_size
     _check_heads(x.shape, P, "seq_to_head")
-    B, H, n, d = x.shape
-    send = x.reshape(B, P, H // P, n, d).transpose(0, 1)  # (P, B, H/P, n, d) [j]: group j
-    recv = comm.all_to_all(send)  # (P, B, H/P, n, d) [i]: rank i's tokens of my group
-    return recv.permute(1, 2, 0, 3, 4).reshape(B, H // P, P * n, d)  # (B, H/P, N, d)
+    B, H, n, head_dim = x.shape
+    send = x.reshape(B, P, H // P, n, head_dim).transpose(0, 1)  # (P, B, H/P, n, d_h) [j]: group j
+    recv = comm.all_to_all(send)  # (P, B, H/P, n, d_h) [i]: rank i's tokens of my group
+    return recv.permute(1, 2, 0, 3, 4).reshape(B, H // P, P * n, head_dim)  # (B, H/P, N, d_h)
 
 
 def head_to_seq(y: torch.Tensor, comm: Comm) -> torch.Tensor:
-    """This rank's ``(B, H/P, N, d)`` → ``(B, H, n, d)``: the inverse all-to-all."""
+    """This rank's ``(B, H/P, N, d_h)`` → ``(B, H, n, d_h)``: the inverse all-to-all."""
     P = comm.world_size
-    B, h, N, d = y.shape
+    B, h, N, head_dim = y.shape
     if N % P:
         raise ValueError(f"head_to_seq: N = {N} tokens do not split over {P} ranks")
     n = N // P
-    send = y.reshape(B, h, P, n, d).permute(2, 0, 1, 3, 4)  # (P, B, H/P, n, d) [i]: rank i's tokens
-    recv = comm.all_to_all(send)  # (P, B, H/P, n, d) [j]: head group j of my tokens
-    return recv.transpose(0, 1).reshape(B, P * h, n, d)  # (B, H, n, d)
+    send = y.reshape(B, h, P, n, head_dim).permute(
+        2, 0, 1, 3, 4
+    )  # (P, B, H/P, n, d_h) [i]: rank i's tokens
+    recv = comm.all_to_all(send)  # (P, B, H/P, n, d_h) [j]: head group j of my tokens
+    return recv.transpose(0, 1).reshape(B, P * h, n, head_dim)  # (B, H, n, d_h)
 
 
 class _SeqToHead(torch.autograd.Function):
@@ -135,7 +137,7 @@ def ulysses_attention(
     layout: str = "contiguous",
     comm: Comm | None = None,
 ) -> torch.Tensor:
-    r"""Attention over the whole sequence from this rank's shard ``(B, H, N/P, d)``, by
+    r"""Attention over the whole sequence from this rank's shard ``(B, H, N/P, d_h)``, by
     all-to-all to a head split and back. Differentiable; returns ``(B, H, N/P, d_v)``.
 
     After the first all-to-all the sequence is in rank order (rank 0's tokens first), which
@@ -149,7 +151,7 @@ def ulysses_attention(
         _check_heads(t.shape, P, f"ulysses_attention ({name})")
     seq_len = q.shape[2] * P
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    qh, kh, vh = (_SeqToHead.apply(t, comm) for t in (q, k, v))  # (B, H/P, N, d) each
+    qh, kh, vh = (_SeqToHead.apply(t, comm) for t in (q, k, v))  # (B, H/P, N, d_h) each
     mask = None
     if is_causal:
         positions = torch.cat([shard_positions(seq_len, P, i, layout) for i in range(P)]).to(

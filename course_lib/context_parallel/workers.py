@@ -101,13 +101,13 @@ def _full_inputs(cfg: Config, dev: torch.device):
     dtype = getattr(torch, cfg.dtype)
     return [
         torch.randn(shape, generator=g, dtype=torch.float64).to(dev, dtype) for _ in range(4)
-    ]  # q, k, v, dO: (B, H, N, d) each
+    ]  # q, k, v, dO: (B, H, N, d_h) each
 
 
 def _one_device(q, k, v, dout, is_causal):
     """Output and gradients of ordinary attention on the full sequence (float64)."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)  # (B, H, N, d)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)  # (B, H, N, d_h)
     out.backward(dout.double())
     return out.detach(), q.grad, k.grad, v.grad
 
@@ -174,7 +174,8 @@ def compare_with_one_device(rank: int, world_size: int, cfg: Config | None = Non
                         "head_tiles": head_tiles,
                     }
                 )
-    return {"rank": rank, "runs": runs, "ports": listening_ports() if cfg.report_ports else []}
+    ports = listening_ports() if cfg.report_ports else []
+    return {"rank": rank, "pid": os.getpid(), "runs": runs, "ports": ports}
 
 
 def time_ring(

@@ -56,23 +56,26 @@ SUPPORTED_HEAD_DIMS = (16, 128)  # inclusive range of head dimensions the kernel
 def _check_common(q, k, v, scale, *, who: str) -> float:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{who}: expected {name} to be a torch.Tensor, got "
-                            f"{type(x).__name__}")
+            raise TypeError(f"{who}: expected {name} to be a torch.Tensor, got {type(x).__name__}")
     try:  # the shape rules of chapter 02's attention, with the same messages
         _check_qkv(q, k, v)
     except ValueError as err:
         raise ValueError(f"{who}: {err}") from None
     if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise ValueError(f"{who}: q, k and v must have the same batch dimensions: got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(
+            f"{who}: q, k and v must have the same batch dimensions: got q "
+            f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if k.shape[-2] == 0:
         raise ValueError(f"{who}: there are no keys (Nk = 0): attention is undefined")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"{who}: q, k and v must be on the same device: got {q.device}, "
-                         f"{k.device}, {v.device}")
+        raise ValueError(
+            f"{who}: q, k and v must be on the same device: got {q.device}, {k.device}, {v.device}"
+        )
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"{who}: q, k and v must share one dtype: got {q.dtype}, {k.dtype}, "
-                        f"{v.dtype}")
+        raise TypeError(
+            f"{who}: q, k and v must share one dtype: got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     if not q.dtype.is_floating_point:
         raise TypeError(f"{who}: expected floating-point q, k, v, got {q.dtype}")
     if scale is None:
@@ -83,8 +86,12 @@ def _check_common(q, k, v, scale, *, who: str) -> float:
 
 
 def flash_attention_reference(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-    is_causal: bool = False, scale: float | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
     block_size: int | tuple[int, int] = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Tiled attention with the online softmax, in plain torch: returns ``(output, lse)``.
@@ -169,9 +176,13 @@ def _cfg(bm: int, bn: int, warps: int = 4, stages: int = 2) -> dict:
     return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
 
 
-def kernel_config(head_dim: int, device: torch.device | str, *,
-                  interpreted: bool | None = None,
-                  dtype: torch.dtype | None = None) -> dict[str, list[dict]]:
+def kernel_config(
+    head_dim: int,
+    device: torch.device | str,
+    *,
+    interpreted: bool | None = None,
+    dtype: torch.dtype | None = None,
+) -> dict[str, list[dict]]:
     """Candidate block sizes and launch settings for each kernel: ``{"fwd", "dkdv", "dq"}``.
 
     Each entry is a list of configs ``{BLOCK_M, BLOCK_N, num_warps, num_stages}``
@@ -196,8 +207,11 @@ def kernel_config(head_dim: int, device: torch.device | str, *,
     if interpreted or torch.device(device).type != "cuda":
         return {"fwd": [_cfg(64, 32)], "dkdv": [_cfg(32, 64)], "dq": [_cfg(64, 32)]}
     if dtype == torch.float32:
-        return {"fwd": [_cfg(64, 32, 4, 2)], "dkdv": [_cfg(32, 64, 4, 2)],
-                "dq": [_cfg(64, 32, 4, 2)]}
+        return {
+            "fwd": [_cfg(64, 32, 4, 2)],
+            "dkdv": [_cfg(32, 64, 4, 2)],
+            "dq": [_cfg(64, 32, 4, 2)],
+        }
     cands = _gpu_candidates(head_dim)
     if os.environ.get("COURSE_FLASH_AUTOTUNE", "1") == "0":  # first candidate only: no tuning
         return {kind: configs[:1] for kind, configs in cands.items()}
@@ -207,15 +221,38 @@ def kernel_config(head_dim: int, device: torch.device | str, *,
 def _gpu_candidates(head_dim: int) -> dict[str, list[dict]]:
     """The autotuner's candidates on a GPU, the classic choice first."""
     if head_dim > 64:
-        fwd = [_cfg(128, 64, 8, 3), _cfg(128, 128, 8, 3), _cfg(128, 64, 4, 3),
-               _cfg(64, 64, 4, 3), _cfg(128, 32, 4, 2), _cfg(64, 32, 4, 1), _cfg(32, 32, 4, 1)]
-        dkdv = [_cfg(32, 64, 8, 2), _cfg(64, 64, 8, 2), _cfg(32, 128, 8, 2), _cfg(32, 64, 4, 2),
-                _cfg(16, 32, 4, 1)]
-        dq = [_cfg(64, 32, 8, 2), _cfg(64, 64, 8, 2), _cfg(128, 32, 8, 2), _cfg(64, 32, 4, 2),
-              _cfg(32, 16, 4, 1)]
+        fwd = [
+            _cfg(128, 64, 8, 3),
+            _cfg(128, 128, 8, 3),
+            _cfg(128, 64, 4, 3),
+            _cfg(64, 64, 4, 3),
+            _cfg(128, 32, 4, 2),
+            _cfg(64, 32, 4, 1),
+            _cfg(32, 32, 4, 1),
+        ]
+        dkdv = [
+            _cfg(32, 64, 8, 2),
+            _cfg(64, 64, 8, 2),
+            _cfg(32, 128, 8, 2),
+            _cfg(32, 64, 4, 2),
+            _cfg(16, 32, 4, 1),
+        ]
+        dq = [
+            _cfg(64, 32, 8, 2),
+            _cfg(64, 64, 8, 2),
+            _cfg(128, 32, 8, 2),
+            _cfg(64, 32, 4, 2),
+            _cfg(32, 16, 4, 1),
+        ]
     else:
-        fwd = [_cfg(128, 128, 4, 3), _cfg(128, 64, 4, 3), _cfg(128, 128, 8, 3),
-               _cfg(64, 64, 4, 3), _cfg(64, 32, 4, 2), _cfg(32, 32, 4, 1)]
+        fwd = [
+            _cfg(128, 128, 4, 3),
+            _cfg(128, 64, 4, 3),
+            _cfg(128, 128, 8, 3),
+            _cfg(64, 64, 4, 3),
+            _cfg(64, 32, 4, 2),
+            _cfg(32, 32, 4, 1),
+        ]
         dkdv = [_cfg(32, 128, 4, 2), _cfg(64, 128, 8, 2), _cfg(32, 64, 4, 2), _cfg(16, 32, 4, 1)]
         dq = [_cfg(128, 32, 4, 2), _cfg(128, 64, 8, 2), _cfg(64, 32, 4, 2), _cfg(32, 16, 4, 1)]
     return {"fwd": fwd, "dkdv": dkdv, "dq": dq}
@@ -236,17 +273,33 @@ def _launch(kernels, name: str, configs: list[dict], grid, *args, **meta) -> Non
     kernel = getattr(kernels, name)
     if len(configs) == 1:
         c = configs[0]
-        kernel[grid(c)](*args, **meta, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"],
-                        num_warps=c["num_warps"], num_stages=c["num_stages"])
+        kernel[grid(c)](
+            *args,
+            **meta,
+            BLOCK_M=c["BLOCK_M"],
+            BLOCK_N=c["BLOCK_N"],
+            num_warps=c["num_warps"],
+            num_stages=c["num_stages"],
+        )
         return
-    key = (name, kernels.is_interpreted(), _DO_BENCH,
-           tuple(tuple(sorted(c.items())) for c in configs))
+    key = (
+        name,
+        kernels.is_interpreted(),
+        _DO_BENCH,
+        tuple(tuple(sorted(c.items())) for c in configs),
+    )
     if key not in _autotuned:
-        tconfigs = [triton.Config({"BLOCK_M": c["BLOCK_M"], "BLOCK_N": c["BLOCK_N"]},
-                                  num_warps=c["num_warps"], num_stages=c["num_stages"])
-                    for c in configs]
-        _autotuned[key] = triton.autotune(configs=tconfigs, key=_AUTOTUNE_KEY,
-                                          do_bench=_DO_BENCH)(kernel)
+        tconfigs = [
+            triton.Config(
+                {"BLOCK_M": c["BLOCK_M"], "BLOCK_N": c["BLOCK_N"]},
+                num_warps=c["num_warps"],
+                num_stages=c["num_stages"],
+            )
+            for c in configs
+        ]
+        _autotuned[key] = triton.autotune(configs=tconfigs, key=_AUTOTUNE_KEY, do_bench=_DO_BENCH)(
+            kernel
+        )
     _autotuned[key][grid](*args, **meta)
 
 
@@ -258,37 +311,53 @@ _DTYPES_CUDA = (torch.float16, torch.bfloat16, torch.float32)
 def _check_kernel_inputs(q, k, v, scale) -> float:
     scale = _check_common(q, k, v, scale, who="flash_attention")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"flash_attention: expected q, k, v of shape [B, H, N, d] (4 "
-                         f"dimensions), got q {tuple(q.shape)}, k {tuple(k.shape)}, v "
-                         f"{tuple(v.shape)}")
+        raise ValueError(
+            f"flash_attention: expected q, k, v of shape [B, H, N, d] (4 "
+            f"dimensions), got q {tuple(q.shape)}, k {tuple(k.shape)}, v "
+            f"{tuple(v.shape)}"
+        )
     d = q.shape[-1]
     if v.shape[-1] != d:
-        raise ValueError(f"flash_attention: v must have the same head dimension as q and k "
-                         f"(d = {d}), got v {tuple(v.shape)}")
+        raise ValueError(
+            f"flash_attention: v must have the same head dimension as q and k "
+            f"(d = {d}), got v {tuple(v.shape)}"
+        )
     lo, hi = SUPPORTED_HEAD_DIMS
     if not lo <= d <= hi:
-        raise ValueError(f"flash_attention: head dimension d = {d} is not supported; the "
-                         f"kernel takes {lo} <= d <= {hi} (use "
-                         f"flash_attention_reference or torch SDPA otherwise)")
+        raise ValueError(
+            f"flash_attention: head dimension d = {d} is not supported; the "
+            f"kernel takes {lo} <= d <= {hi} (use "
+            f"flash_attention_reference or torch SDPA otherwise)"
+        )
     if q.shape[-2] == 0:
         raise ValueError("flash_attention: there are no queries (Nq = 0)")
     allowed = _DTYPES_CUDA if q.device.type == "cuda" else _DTYPES_CPU
     if q.dtype not in allowed:
         where = "on CUDA" if q.device.type == "cuda" else "on the CPU (Triton's interpreter)"
         names = ", ".join(str(t).replace("torch.", "") for t in allowed)
-        raise TypeError(f"flash_attention: dtype {q.dtype} is not supported {where}; use one "
-                        f"of {names}")
-    if (q.device.type == "cuda" and q.dtype == torch.bfloat16
-            and torch.cuda.get_device_capability(q.device) < (8, 0)):
-        raise TypeError("flash_attention: bfloat16 needs a GPU of compute capability 8.0 or "
-                        "newer (Ampere); use float16 on this GPU")
+        raise TypeError(
+            f"flash_attention: dtype {q.dtype} is not supported {where}; use one of {names}"
+        )
+    if (
+        q.device.type == "cuda"
+        and q.dtype == torch.bfloat16
+        and torch.cuda.get_device_capability(q.device) < (8, 0)
+    ):
+        raise TypeError(
+            "flash_attention: bfloat16 needs a GPU of compute capability 8.0 or "
+            "newer (Ampere); use float16 on this GPU"
+        )
     if q.device.type == "cuda" and q.shape[0] * q.shape[1] > _MAX_GRID_Y:
-        raise ValueError(f"flash_attention: B*H = {q.shape[0] * q.shape[1]} (batch x heads) "
-                         f"exceeds the CUDA grid limit of {_MAX_GRID_Y} programs on the "
-                         f"second grid axis; split the batch into chunks")
+        raise ValueError(
+            f"flash_attention: B*H = {q.shape[0] * q.shape[1]} (batch x heads) "
+            f"exceeds the CUDA grid limit of {_MAX_GRID_Y} programs on the "
+            f"second grid axis; split the batch into chunks"
+        )
     if q.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"flash_attention runs on CUDA GPUs or on the CPU through Triton's "
-                         f"interpreter, got tensors on {q.device}")
+        raise ValueError(
+            f"flash_attention runs on CUDA GPUs or on the CPU through Triton's "
+            f"interpreter, got tensors on {q.device}"
+        )
     return scale
 
 
@@ -322,7 +391,8 @@ def _prepare(q):
             "flash_attention got CPU tensors but Triton is in compiled (GPU) mode. Triton "
             "reads TRITON_INTERPRET when it is first imported: restart the kernel and call "
             "course_lib.env.setup() (or set TRITON_INTERPRET=1) before anything imports "
-            "triton, or move the tensors to a CUDA GPU.")
+            "triton, or move the tensors to a CUDA GPU."
+        )
     return kernels, interpreted
 
 
@@ -337,14 +407,32 @@ def _forward(q, k, v, is_causal: bool, scale: float):
     o = torch.empty_like(qf)  # (BH, Nq, d)
     lse = torch.empty(qf.shape[:2], dtype=torch.float32, device=q.device)  # (BH, Nq)
     cfg = kernel_config(d, q.device, interpreted=interpreted, dtype=q.dtype)
-    _launch(kernels, "_fwd_kernel", cfg["fwd"],
-            lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), B * H),  # (query blocks, B*H)
-            qf, kf, vf, o, lse, scale * kernels.LOG2E,
-            qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
-            vf.stride(0), vf.stride(1), o.stride(0), o.stride(1),
-            n_q, n_k,
-            HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=bool(is_causal),
-            DOT_PRECISION=_dot_precision(q.dtype))
+    _launch(
+        kernels,
+        "_fwd_kernel",
+        cfg["fwd"],
+        lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), B * H),  # (query blocks, B*H)
+        qf,
+        kf,
+        vf,
+        o,
+        lse,
+        scale * kernels.LOG2E,
+        qf.stride(0),
+        qf.stride(1),
+        kf.stride(0),
+        kf.stride(1),
+        vf.stride(0),
+        vf.stride(1),
+        o.stride(0),
+        o.stride(1),
+        n_q,
+        n_k,
+        HEAD_DIM=d,
+        BLOCK_D=max(16, triton.next_power_of_2(d)),
+        IS_CAUSAL=bool(is_causal),
+        DOT_PRECISION=_dot_precision(q.dtype),
+    )
     return o.view(B, H, n_q, d), lse
 
 
@@ -361,23 +449,67 @@ def _backward(do, q, k, v, o, lse, is_causal: bool, scale: float):
 
     delta = torch.empty_like(lse)  # (BH, Nq) D_i = rowsum(dO * O)
     kernels._bwd_preprocess_kernel[(triton.cdiv(n_q, 64), B * H)](
-        of, dof, delta, of.stride(0), of.stride(1), dof.stride(0), dof.stride(1), n_q,
-        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=64,
+        of,
+        dof,
+        delta,
+        of.stride(0),
+        of.stride(1),
+        dof.stride(0),
+        dof.stride(1),
+        n_q,
+        HEAD_DIM=d,
+        BLOCK_D=block_d,
+        BLOCK_M=64,
     )
     dq = torch.empty_like(qf)  # (BH, Nq, d)
     dk = torch.empty_like(kf)  # (BH, Nk, d)
     dv = torch.empty_like(vf)  # (BH, Nk, d)
     args = (qf, kf, vf, dof, lse, delta)
-    strides = (qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
-               vf.stride(0), vf.stride(1), dof.stride(0), dof.stride(1))
-    meta = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(is_causal),
-                DOT_PRECISION=_dot_precision(q.dtype))
-    _launch(kernels, "_bwd_dkdv_kernel", cfg["dkdv"],
-            lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), B * H),
-            *args, dk, dv, scale, scale * kernels.LOG2E, *strides, n_q, n_k, **meta)
-    _launch(kernels, "_bwd_dq_kernel", cfg["dq"],
-            lambda m: (triton.cdiv(n_q, m["BLOCK_M"]), B * H),
-            *args, dq, scale, scale * kernels.LOG2E, *strides, n_q, n_k, **meta)
+    strides = (
+        qf.stride(0),
+        qf.stride(1),
+        kf.stride(0),
+        kf.stride(1),
+        vf.stride(0),
+        vf.stride(1),
+        dof.stride(0),
+        dof.stride(1),
+    )
+    meta = dict(
+        HEAD_DIM=d,
+        BLOCK_D=block_d,
+        IS_CAUSAL=bool(is_causal),
+        DOT_PRECISION=_dot_precision(q.dtype),
+    )
+    _launch(
+        kernels,
+        "_bwd_dkdv_kernel",
+        cfg["dkdv"],
+        lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), B * H),
+        *args,
+        dk,
+        dv,
+        scale,
+        scale * kernels.LOG2E,
+        *strides,
+        n_q,
+        n_k,
+        **meta,
+    )
+    _launch(
+        kernels,
+        "_bwd_dq_kernel",
+        cfg["dq"],
+        lambda m: (triton.cdiv(n_q, m["BLOCK_M"]), B * H),
+        *args,
+        dq,
+        scale,
+        scale * kernels.LOG2E,
+        *strides,
+        n_q,
+        n_k,
+        **meta,
+    )
     return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
 
 
@@ -400,8 +532,14 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                    is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
     r"""Exact attention :math:`\mathrm{softmax}(\text{scale}\cdot QK^\top)V` by Triton kernels.
 
     ``q [B, H, Nq, d]``, ``k, v [B, H, Nk, d]`` with :math:`16 \le d \le 128`; any
@@ -414,8 +552,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     return FlashAttentionFunction.apply(q, k, v, bool(is_causal), scale)
 
 
-def flash_attention_with_lse(q, k, v, *, is_causal: bool = False,
-                             scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_attention_with_lse(
+    q, k, v, *, is_causal: bool = False, scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward kernel's two outputs, ``O [B, H, Nq, d]`` and ``LSE [B, H, Nq]`` (no autograd)."""
     scale = _check_kernel_inputs(q, k, v, scale)
     with _on_device(q):

@@ -38,8 +38,12 @@ def sdpa_backends() -> dict[str, object]:
         from torch.nn.attention import SDPBackend
     except ImportError:  # pragma: no cover - torch < 2.3
         return {}
-    names = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
-             "sdpa_math": "MATH", "sdpa_cudnn": "CUDNN_ATTENTION"}
+    names = {
+        "sdpa_flash": "FLASH_ATTENTION",
+        "sdpa_efficient": "EFFICIENT_ATTENTION",
+        "sdpa_math": "MATH",
+        "sdpa_cudnn": "CUDNN_ATTENTION",
+    }
     return {k: getattr(SDPBackend, v) for k, v in names.items() if hasattr(SDPBackend, v)}
 
 
@@ -81,28 +85,47 @@ def _time_ms(fn: Callable[[], object], device: str, repeats: int, warmup: int) -
     return times[len(times) // 2]
 
 
-def bench_one(impl: str, B: int, H: int, N: int, d: int, dtype: torch.dtype, is_causal: bool,
-              device: str = "cuda", repeats: int = 10, warmup: int = 3) -> dict:
+def bench_one(
+    impl: str,
+    B: int,
+    H: int,
+    N: int,
+    d: int,
+    dtype: torch.dtype,
+    is_causal: bool,
+    device: str = "cuda",
+    repeats: int = 10,
+    warmup: int = 3,
+) -> dict:
     """Time forward and backward of one implementation at one size; never raises.
 
     Returns a record with ``fwd_ms``, ``bwd_ms``, ``fwd_tflops``, ``bwd_tflops``,
     ``peak_mem_mib`` (CUDA only: peak allocated during forward+backward, beyond the
     inputs) and ``max_abs_err`` against the math backend in float32; or ``error``.
     """
-    rec = dict(impl=impl, B=B, H=H, N=N, d=d, dtype=str(dtype).replace("torch.", ""),
-               causal=bool(is_causal))
+    rec = dict(
+        impl=impl,
+        B=B,
+        H=H,
+        N=N,
+        d=d,
+        dtype=str(dtype).replace("torch.", ""),
+        causal=bool(is_causal),
+    )
     try:
         fn = make_impl(impl)
         g = torch.Generator(device="cpu").manual_seed(0)
-        q, k, v, do = (torch.randn(B, H, N, d, generator=g).to(device, dtype)
-                       for _ in range(4))  # (B, H, N, d)
+        q, k, v, do = (
+            torch.randn(B, H, N, d, generator=g).to(device, dtype) for _ in range(4)
+        )  # (B, H, N, d)
         for x in (q, k, v):
             x.requires_grad_()
         out = fn(q, k, v, is_causal)  # (B, H, N, d)
         rec["max_abs_err"] = None  # checked only where the float32 reference fits easily
         if math_is_feasible(B, H, N, 4, budget_bytes=2**32):
-            ref = F.scaled_dot_product_attention(q.detach().float(), k.detach().float(),
-                                                 v.detach().float(), is_causal=is_causal)
+            ref = F.scaled_dot_product_attention(
+                q.detach().float(), k.detach().float(), v.detach().float(), is_causal=is_causal
+            )
             rec["max_abs_err"] = float((out.detach().float() - ref).abs().max())
             del ref
         del out
@@ -114,9 +137,12 @@ def bench_one(impl: str, B: int, H: int, N: int, d: int, dtype: torch.dtype, is_
 
         total_ms = _time_ms(fwd_bwd, device, repeats, warmup)
         bwd_ms = max(total_ms - fwd_ms, 1e-6)
-        rec.update(fwd_ms=fwd_ms, bwd_ms=bwd_ms,
-                   fwd_tflops=attention_flops(B, H, N, d, is_causal, "fwd") / fwd_ms * 1e-9,
-                   bwd_tflops=attention_flops(B, H, N, d, is_causal, "bwd") / bwd_ms * 1e-9)
+        rec.update(
+            fwd_ms=fwd_ms,
+            bwd_ms=bwd_ms,
+            fwd_tflops=attention_flops(B, H, N, d, is_causal, "fwd") / fwd_ms * 1e-9,
+            bwd_tflops=attention_flops(B, H, N, d, is_causal, "bwd") / bwd_ms * 1e-9,
+        )
         if impl == "flash_attention":
             rec["configs"] = autotuned_configs()  # what the autotuner chose at this size
         if device == "cuda":
@@ -143,17 +169,23 @@ def autotuned_configs() -> dict[str, str]:
     """The block sizes / warps / stages that Triton's autotuner last chose, per kernel."""
     from . import _autotuned
 
-    return {key[0].strip("_"): str(tuner.best_config) for key, tuner in _autotuned.items()
-            if getattr(tuner, "best_config", None) is not None}
+    return {
+        key[0].strip("_"): str(tuner.best_config)
+        for key, tuner in _autotuned.items()
+        if getattr(tuner, "best_config", None) is not None
+    }
 
 
 def metadata(dry_run: bool) -> dict:
     """GPU name, library versions and date for a results file."""
     from ..env import versions
 
-    info = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "dry_run": bool(dry_run), "platform": f"{platform.system()} {platform.machine()}",
-            "versions": versions()}
+    info = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "dry_run": bool(dry_run),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "versions": versions(),
+    }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         info["cuda"] = torch.version.cuda
@@ -189,15 +221,19 @@ def load_recorded(results_dir: str | Path = RESULTS_DIR, *, include_dry_runs: bo
     return found
 
 
-def plot_results(data: dict, *, d: int = 128, dtype: str = "bfloat16", causal: bool = False,
-                 ax=None):
+def plot_results(
+    data: dict, *, d: int = 128, dtype: str = "bfloat16", causal: bool = False, ax=None
+):
     """TFLOP/s vs N for every implementation in one results file (forward and backward)."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    rows = [r for r in data["results"] if r["d"] == d and r["dtype"] == dtype
-            and r["causal"] == causal and "error" not in r]
+    rows = [
+        r
+        for r in data["results"]
+        if r["d"] == d and r["dtype"] == dtype and r["causal"] == causal and "error" not in r
+    ]
     for impl in sorted({r["impl"] for r in rows}):
         pts = sorted((r["N"], r["fwd_tflops"], r["bwd_tflops"]) for r in rows if r["impl"] == impl)
         style = dict(marker="o", lw=2.5 if impl == "flash_attention" else 1.2, label=impl)
@@ -207,18 +243,24 @@ def plot_results(data: dict, *, d: int = 128, dtype: str = "bfloat16", causal: b
     for a, what in zip(ax, ("forward", "backward")):
         a.set_xscale("log", base=2)
         a.set_xlabel("sequence length N")
-        a.set_title(f"{what}: d={d}, {dtype}, {'causal' if causal else 'non-causal'}",
-                    fontsize=10)
+        a.set_title(f"{what}: d={d}, {dtype}, {'causal' if causal else 'non-causal'}", fontsize=10)
     ax[0].set_ylabel("TFLOP/s")
     ax[1].legend(fontsize=8)
-    ax[0].figure.suptitle(f"{meta.get('gpu') or 'CPU'} — recorded {meta.get('date')}",
-                          fontsize=10)
+    ax[0].figure.suptitle(f"{meta.get('gpu') or 'CPU'} — recorded {meta.get('date')}", fontsize=10)
     return ax
 
 
-def speedups(data: dict, *, N: int = 4096, d: int = 128, dtype: str = "bfloat16",
-             causal: bool = False, against: str = "sdpa_flash") -> dict | None:
+def speedups(
+    data: dict,
+    *,
+    N: int = 4096,
+    d: int = 128,
+    dtype: str = "bfloat16",
+    causal: bool = False,
+    against: str = "sdpa_flash",
+) -> dict | None:
     """``{"fwd": ours/theirs, "bwd": ours/theirs}`` in TFLOP/s at one size, or None."""
+
     def find(impl):
         for r in data["results"]:
             if (r["impl"], r["N"], r["d"], r["dtype"], r["causal"]) == (impl, N, d, dtype, causal):
@@ -243,20 +285,44 @@ def gpu_grid(full: bool = True) -> list[dict]:
         for d in (64, 128):
             for causal in (False, True):
                 for n in ns:
-                    out.append(dict(B=max(1, 16384 // n), H=2048 // d, N=n, d=d,
-                                    dtype=dtype, is_causal=causal))
+                    out.append(
+                        dict(
+                            B=max(1, 16384 // n),
+                            H=2048 // d,
+                            N=n,
+                            d=d,
+                            dtype=dtype,
+                            is_causal=causal,
+                        )
+                    )
     return out
 
 
-def math_is_feasible(B: int, H: int, N: int, dtype_bytes: int = 2,
-                     budget_bytes: float | None = None) -> bool:
+def math_is_feasible(
+    B: int, H: int, N: int, dtype_bytes: int = 2, budget_bytes: float | None = None
+) -> bool:
     """Whether the math backend's N x N matrices (scores, weights, their gradients) fit."""
     if budget_bytes is None:
-        budget_bytes = 0.5 * torch.cuda.get_device_properties(0).total_memory \
-            if torch.cuda.is_available() else 2**30
+        budget_bytes = (
+            0.5 * torch.cuda.get_device_properties(0).total_memory
+            if torch.cuda.is_available()
+            else 2**30
+        )
     return 4 * B * H * N * N * max(dtype_bytes, 4) <= budget_bytes
 
 
-__all__ = ["attention_flops", "autotuned_configs", "bench_one", "gpu_grid", "load_recorded", "make_impl",
-           "math_is_feasible", "metadata", "plot_results", "sdpa_backends", "speedups",
-           "write_results", "RESULTS_DIR"]
+__all__ = [
+    "attention_flops",
+    "autotuned_configs",
+    "bench_one",
+    "gpu_grid",
+    "load_recorded",
+    "make_impl",
+    "math_is_feasible",
+    "metadata",
+    "plot_results",
+    "sdpa_backends",
+    "speedups",
+    "write_results",
+    "RESULTS_DIR",
+]

@@ -36,12 +36,27 @@ LN2 = 0.6931471805599453  # ln(2)
 
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, O, LSE,  # pointers: Q (BH, NQ, D), K/V (BH, NK, D), O (BH, NQ, D), LSE (BH, NQ)
+    Q,
+    K,
+    V,
+    O,
+    LSE,  # pointers: Q (BH, NQ, D), K/V (BH, NK, D), O (BH, NQ, D), LSE (BH, NQ)
     qk_scale,  # scale * log2(e)
-    stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_ob, stride_on,
-    N_Q, N_K,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    stride_qb,
+    stride_qn,
+    stride_kb,
+    stride_kn,
+    stride_vb,
+    stride_vn,
+    stride_ob,
+    stride_on,
+    N_Q,
+    N_K,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     r"""One program = one block of BLOCK_M queries of one (batch, head).
@@ -81,8 +96,11 @@ def _fwd_kernel(
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + offs_n  # (BLOCK_N,)
         col_ok = cols < N_K  # (BLOCK_N,)
-        kt = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None],
-                     mask=col_ok[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_N) K_j^T
+        kt = tl.load(
+            k_base + cols[None, :] * stride_kn + offs_d[:, None],
+            mask=col_ok[None, :] & mask_d[:, None],
+            other=0.0,
+        )  # (BLOCK_D, BLOCK_N) K_j^T
         s = tl.dot(q, kt, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N) Q_i K_j^T
         s = s * qk_scale  # (BLOCK_M, BLOCK_N) scores in base-2 units
         valid = col_ok[None, :]  # (1, BLOCK_N) keys past the end do not exist
@@ -94,8 +112,11 @@ def _fwd_kernel(
         alpha = tl.exp2(m_i - m_new)  # (BLOCK_M,) rescales what was accumulated so far
         p = tl.exp2(s - m_new[:, None])  # (BLOCK_M, BLOCK_N) in [0, 1]
         l_i = l_i * alpha + tl.sum(p, 1)  # (BLOCK_M,)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :],
-                    mask=col_ok[:, None] & mask_d[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
+        v = tl.load(
+            v_base + cols[:, None] * stride_vn + offs_d[None, :],
+            mask=col_ok[:, None] & mask_d[None, :],
+            other=0.0,
+        )  # (BLOCK_N, BLOCK_D)
         pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_D)
         acc = acc * alpha[:, None] + pv  # (BLOCK_M, BLOCK_D)
         m_i = m_new
@@ -110,10 +131,17 @@ def _fwd_kernel(
 
 @triton.jit
 def _bwd_preprocess_kernel(
-    O, DO, DELTA,  # O, dO (BH, NQ, D); DELTA (BH, NQ) fp32
-    stride_ob, stride_on, stride_dob, stride_don,
+    O,
+    DO,
+    DELTA,  # O, dO (BH, NQ, D); DELTA (BH, NQ) fp32
+    stride_ob,
+    stride_on,
+    stride_dob,
+    stride_don,
     N_Q,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
 ):
     r""":math:`D_i = \sum_k dO_{ik} O_{ik}` (equal to :math:`\sum_j P_{ij} dP_{ij}`)."""
     start_m = tl.program_id(0)
@@ -121,22 +149,43 @@ def _bwd_preprocess_kernel(
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,)
     mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)  # (BLOCK_M, BLOCK_D)
-    o = tl.load(O + bh * stride_ob + offs_m[:, None] * stride_on + offs_d[None, :],
-                mask=mask, other=0.0).to(tl.float32)  # (BLOCK_M, BLOCK_D)
-    do = tl.load(DO + bh * stride_dob + offs_m[:, None] * stride_don + offs_d[None, :],
-                 mask=mask, other=0.0).to(tl.float32)  # (BLOCK_M, BLOCK_D)
+    o = tl.load(
+        O + bh * stride_ob + offs_m[:, None] * stride_on + offs_d[None, :], mask=mask, other=0.0
+    ).to(tl.float32)  # (BLOCK_M, BLOCK_D)
+    do = tl.load(
+        DO + bh * stride_dob + offs_m[:, None] * stride_don + offs_d[None, :], mask=mask, other=0.0
+    ).to(tl.float32)  # (BLOCK_M, BLOCK_D)
     delta = tl.sum(o * do, 1)  # (BLOCK_M,)
     tl.store(DELTA + bh * N_Q + offs_m, delta, mask=offs_m < N_Q)
 
 
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV,
-    sm_scale, qk_scale,
-    stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_dob, stride_don,
-    N_Q, N_K,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    sm_scale,
+    qk_scale,
+    stride_qb,
+    stride_qn,
+    stride_kb,
+    stride_kn,
+    stride_vb,
+    stride_vn,
+    stride_dob,
+    stride_don,
+    N_Q,
+    N_K,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     r"""One program = one block of BLOCK_N keys; it loops over the query blocks that see it.
@@ -161,10 +210,12 @@ def _bwd_dkdv_kernel(
     mask_d = offs_d < HEAD_DIM  # (BLOCK_D,)
     col_ok = offs_n < N_K  # (BLOCK_N,)
     kv_mask = col_ok[:, None] & mask_d[None, :]  # (BLOCK_N, BLOCK_D)
-    k = tl.load(K + bh * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :],
-                mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
-    v = tl.load(V + bh * stride_vb + offs_n[:, None] * stride_vn + offs_d[None, :],
-                mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
+    k = tl.load(
+        K + bh * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0
+    )  # (BLOCK_N, BLOCK_D)
+    v = tl.load(
+        V + bh * stride_vb + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0
+    )  # (BLOCK_N, BLOCK_D)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)  # (BLOCK_N, BLOCK_D)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)  # (BLOCK_N, BLOCK_D)
 
@@ -176,10 +227,16 @@ def _bwd_dkdv_kernel(
     for start_m in range(lo, N_Q, BLOCK_M):
         rows = start_m + offs_m  # (BLOCK_M,)
         row_ok = rows < N_Q  # (BLOCK_M,)
-        qt = tl.load(Q + bh * stride_qb + rows[None, :] * stride_qn + offs_d[:, None],
-                     mask=row_ok[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_M) Q_i^T
-        do = tl.load(DO + bh * stride_dob + rows[:, None] * stride_don + offs_d[None, :],
-                     mask=row_ok[:, None] & mask_d[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
+        qt = tl.load(
+            Q + bh * stride_qb + rows[None, :] * stride_qn + offs_d[:, None],
+            mask=row_ok[None, :] & mask_d[:, None],
+            other=0.0,
+        )  # (BLOCK_D, BLOCK_M) Q_i^T
+        do = tl.load(
+            DO + bh * stride_dob + rows[:, None] * stride_don + offs_d[None, :],
+            mask=row_ok[:, None] & mask_d[None, :],
+            other=0.0,
+        )  # (BLOCK_M, BLOCK_D)
         lse = tl.load(LSE + bh * N_Q + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
         delta = tl.load(DELTA + bh * N_Q + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
         # (BLOCK_N, BLOCK_M): S^T in base-2 units
@@ -197,20 +254,44 @@ def _bwd_dkdv_kernel(
         # (BLOCK_N, BLOCK_D): dK += dS^T Q
         dk += tl.dot(dst.to(k.dtype), tl.trans(qt), input_precision=DOT_PRECISION)
     dk = dk * sm_scale  # (BLOCK_N, BLOCK_D)
-    tl.store(DK + bh * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :],
-             dk.to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + bh * stride_vb + offs_n[:, None] * stride_vn + offs_d[None, :],
-             dv.to(DV.dtype.element_ty), mask=kv_mask)
+    tl.store(
+        DK + bh * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :],
+        dk.to(DK.dtype.element_ty),
+        mask=kv_mask,
+    )
+    tl.store(
+        DV + bh * stride_vb + offs_n[:, None] * stride_vn + offs_d[None, :],
+        dv.to(DV.dtype.element_ty),
+        mask=kv_mask,
+    )
 
 
 @triton.jit
 def _bwd_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ,
-    sm_scale, qk_scale,
-    stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_dob, stride_don,
-    N_Q, N_K,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    sm_scale,
+    qk_scale,
+    stride_qb,
+    stride_qn,
+    stride_kb,
+    stride_kn,
+    stride_vb,
+    stride_vn,
+    stride_dob,
+    stride_don,
+    N_Q,
+    N_K,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     r"""One program = one block of BLOCK_M queries: :math:`dQ_i = \text{scale}\sum_j dS_{ij} K_j`.
@@ -226,10 +307,14 @@ def _bwd_dq_kernel(
     mask_d = offs_d < HEAD_DIM  # (BLOCK_D,)
     row_ok = offs_m < N_Q  # (BLOCK_M,)
     q_mask = row_ok[:, None] & mask_d[None, :]  # (BLOCK_M, BLOCK_D)
-    q = tl.load(Q + bh * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :],
-                mask=q_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
-    do = tl.load(DO + bh * stride_dob + offs_m[:, None] * stride_don + offs_d[None, :],
-                 mask=q_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
+    q = tl.load(
+        Q + bh * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :], mask=q_mask, other=0.0
+    )  # (BLOCK_M, BLOCK_D)
+    do = tl.load(
+        DO + bh * stride_dob + offs_m[:, None] * stride_don + offs_d[None, :],
+        mask=q_mask,
+        other=0.0,
+    )  # (BLOCK_M, BLOCK_D)
     lse = tl.load(LSE + bh * N_Q + offs_m, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
     lse2 = lse * 1.4426950408889634  # (BLOCK_M,) base 2
     delta = tl.load(DELTA + bh * N_Q + offs_m, mask=row_ok, other=0.0)  # (BLOCK_M,)
@@ -241,10 +326,16 @@ def _bwd_dq_kernel(
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + offs_n  # (BLOCK_N,)
         col_ok = cols < N_K  # (BLOCK_N,)
-        kt = tl.load(K + bh * stride_kb + cols[None, :] * stride_kn + offs_d[:, None],
-                     mask=col_ok[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_N)
-        vt = tl.load(V + bh * stride_vb + cols[None, :] * stride_vn + offs_d[:, None],
-                     mask=col_ok[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_N)
+        kt = tl.load(
+            K + bh * stride_kb + cols[None, :] * stride_kn + offs_d[:, None],
+            mask=col_ok[None, :] & mask_d[:, None],
+            other=0.0,
+        )  # (BLOCK_D, BLOCK_N)
+        vt = tl.load(
+            V + bh * stride_vb + cols[None, :] * stride_vn + offs_d[:, None],
+            mask=col_ok[None, :] & mask_d[:, None],
+            other=0.0,
+        )  # (BLOCK_D, BLOCK_N)
         s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
         p = tl.exp2(s - lse2[:, None])  # (BLOCK_M, BLOCK_N)
         valid = row_ok[:, None] & col_ok[None, :]  # (BLOCK_M, BLOCK_N)
@@ -256,8 +347,11 @@ def _bwd_dq_kernel(
         # (BLOCK_M, BLOCK_D): dQ += dS K
         dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT_PRECISION)
     dq = dq * sm_scale  # (BLOCK_M, BLOCK_D)
-    tl.store(DQ + bh * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :],
-             dq.to(DQ.dtype.element_ty), mask=q_mask)
+    tl.store(
+        DQ + bh * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :],
+        dq.to(DQ.dtype.element_ty),
+        mask=q_mask,
+    )
 
 
 def is_interpreted() -> bool:

@@ -69,7 +69,7 @@ class Reaper:
             try:
                 with open(f"/proc/{d}/stat") as f:
                     stat = f.read()
-                ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+                ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
             if ppid == me:
@@ -150,8 +150,17 @@ class Progress:
 class Grader:
     """Runs one worker process per submission and collects their signed results."""
 
-    def __init__(self, root: Path, course, seed: int, args, scratch: Path, out_dir: Path,
-                 n_subs: int = 0, reaper: Reaper | None = None):
+    def __init__(
+        self,
+        root: Path,
+        course,
+        seed: int,
+        args,
+        scratch: Path,
+        out_dir: Path,
+        n_subs: int = 0,
+        reaper: Reaper | None = None,
+    ):
         self.root, self.course, self.seed, self.args = root, course, seed, args
         self.out_dir = out_dir
         self.scratch = scratch
@@ -182,14 +191,19 @@ class Grader:
                 except OSError:
                     pass
 
-    def _fallback(self, sub: Submission, status: str, reason: str,
-                  assignment: str | None = None) -> dict:
+    def _fallback(
+        self, sub: Submission, status: str, reason: str, assignment: str | None = None
+    ) -> dict:
         from .rebuild import assignment_from_name
 
         assignment = assignment or assignment_from_name(sub.name, self.course)
-        return {"submission": sub.id, "assignment": assignment or "", "notes": [],
-                "flags": {},
-                "rows": whole_submission_rows(sub.id, assignment, self.course, status, reason)}
+        return {
+            "submission": sub.id,
+            "assignment": assignment or "",
+            "notes": [],
+            "flags": {},
+            "rows": whole_submission_rows(sub.id, assignment, self.course, status, reason),
+        }
 
     def _check_integrity(self) -> None:
         if self.manifest is None:
@@ -222,25 +236,38 @@ class Grader:
         if data is None:
             return self._fallback(sub, "error", sub.problem)
         if sub.link and Path(sub.link).is_relative_to(self.root / "solutions"):
-            return self._fallback(sub, "error", "not graded: the submission is a symbolic link "
-                                  "to the course's own solutions, not a learner's notebook")
+            return self._fallback(
+                sub,
+                "error",
+                "not graded: the submission is a symbolic link "
+                "to the course's own solutions, not a learner's notebook",
+            )
         if self.stopping:
             return self._fallback(sub, "error", "not graded: grading was interrupted")
         if self.tainted:
-            return self._fallback(sub, "error", "not graded: the course's files were modified "
-                                  f"during this grading run ({self.tainted})")
+            return self._fallback(
+                sub,
+                "error",
+                "not graded: the course's files were modified "
+                f"during this grading run ({self.tainted})",
+            )
         try:
             res = self._run_worker(index, sub, data)
         finally:
             self._check_integrity()
         if sub.link:
             res.setdefault("flags", {}).setdefault("*", []).append(
-                f"the submission is a symbolic link to {sub.link}")
+                f"the submission is a symbolic link to {sub.link}"
+            )
         if self.tainted:
-            return self._fallback(sub, "error", "not trusted: the course's files were "
-                                  f"modified while this submission was graded ({self.tainted})"
-                                  "; restore them (git checkout) and grade again",
-                                  res.get("assignment"))
+            return self._fallback(
+                sub,
+                "error",
+                "not trusted: the course's files were "
+                f"modified while this submission was graded ({self.tainted})"
+                "; restore them (git checkout) and grade again",
+                res.get("assignment"),
+            )
         return res
 
     def _run_worker(self, index: int, sub: Submission, data: bytes) -> dict:
@@ -249,14 +276,21 @@ class Grader:
         key = secrets.token_bytes(32)
         # The notebook goes to the worker with its job, on stdin: no copy on disk that
         # another submission's kernel, running meanwhile, could swap for a solved one.
-        job = {"key": key.hex(), "root": str(self.root), "submission": sub.id,
-               "name": sub.name, "notebook_b64": base64.b64encode(data).decode(),
-               "scratch": str(work),
-               "seed": self.seed, "cell_timeout": self.args.cell_timeout,
-               "timeout": self.args.timeout, "output_limit": self.args.output_limit,
-               "threads": self.threads, "manifest": self.manifest,
-               "memory_limit": int(self.args.memory_limit * 2**30) if self.args.memory_limit
-               else None}
+        job = {
+            "key": key.hex(),
+            "root": str(self.root),
+            "submission": sub.id,
+            "name": sub.name,
+            "notebook_b64": base64.b64encode(data).decode(),
+            "scratch": str(work),
+            "seed": self.seed,
+            "cell_timeout": self.args.cell_timeout,
+            "timeout": self.args.timeout,
+            "output_limit": self.args.output_limit,
+            "threads": self.threads,
+            "manifest": self.manifest,
+            "memory_limit": int(self.args.memory_limit * 2**30) if self.args.memory_limit else None,
+        }
         # The worker finds the kernel by name: only the environment's own "python3" spec
         # (this Python's ipykernel), never one in a user's ~/.local/share/jupyter.
         env = dict(os.environ, JUPYTER_DATA_DIR=str(work / "jupyter-data"))
@@ -267,8 +301,14 @@ class Grader:
             try:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "course_lib.grading.worker", str(w)],
-                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
-                    pass_fds=(w,), cwd=work, env=env, start_new_session=True)
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(w,),
+                    cwd=work,
+                    env=env,
+                    start_new_session=True,
+                )
             except OSError as err:
                 os.close(r)
                 os.close(w)
@@ -319,16 +359,19 @@ class Grader:
                         pass
             self.sweep()  # and nothing its code started in a session of its own
         if result is None:
-            reason = fatal or (f"the grading process was killed (exit code {proc.returncode}) "
-                               "while running this notebook: did its code kill its parent "
-                               "process or exhaust the machine's memory?")
+            reason = fatal or (
+                f"the grading process was killed (exit code {proc.returncode}) "
+                "while running this notebook: did its code kill its parent "
+                "process or exhaust the machine's memory?"
+            )
             if self.args.verbose:
                 tail = (work / "worker.log").read_text(errors="replace")[-3000:]
                 print(f"\n--- worker log of {sub.id} ---\n{tail}", file=sys.stderr)
             result = self._fallback(sub, "error", reason)
         if forged:
             result.setdefault("flags", {}).setdefault("*", []).append(
-                f"{forged} forged or garbled message(s) reached the grader's result channel")
+                f"{forged} forged or garbled message(s) reached the grader's result channel"
+            )
         if not self.args.keep_work:
             shutil.rmtree(work, ignore_errors=True)
         return result
@@ -338,41 +381,93 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="course-grade",
         description="Grade submitted exercise notebooks: rebuild each from the course's own "
-                    "copy with the learner's solution cells, run it in a fresh kernel with the "
-                    "hidden tests, and decide every verdict in the grader's process. Writes "
-                    "DIR/grades.csv, DIR/feedback/*.md and DIR/review.csv.")
-    p.add_argument("inputs", nargs="+", metavar="SUBMISSION_OR_FOLDER",
-                   help="notebooks, folders (searched recursively) or .zip archives")
-    p.add_argument("--out", required=True, type=Path, metavar="DIR",
-                   help="output folder for grades.csv, feedback/ and review.csv")
-    p.add_argument("--jobs", "-j", type=int, default=max(1, (os.cpu_count() or 2) // 2),
-                   help="submissions graded at once (default: half the CPU cores)")
-    p.add_argument("--timeout", type=float, default=900.0, metavar="S",
-                   help="time limit in seconds for a whole notebook, the course's own "
-                        "cells included (default 900)")
-    p.add_argument("--cell-timeout", type=float, default=180.0, metavar="S",
-                   help="time limit in seconds for a cell with learner code: a solution "
-                        "cell, or running their function on all cases (default 180)")
-    p.add_argument("--output-limit", type=int, default=1_000_000, metavar="BYTES",
-                   help="output above this many bytes per exercise is noted in the "
-                        "feedback (outputs are never kept; default 1000000)")
-    p.add_argument("--memory-limit", type=float, default=None, metavar="GB",
-                   help="cap each kernel's address space (Linux/macOS rlimit); an allocation "
-                        "past it fails in the learner's code (default: no cap; PyTorch needs "
-                        "about 3 GB)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="seed of the hidden cases (default: a secret one kept in "
-                        f"DIR/{SEED_FILE}, so re-runs into DIR agree)")
-    p.add_argument("--course", type=Path, default=None, metavar="ROOT",
-                   help="the course checkout holding solutions/ (default: this one)")
-    p.add_argument("--no-integrity-check", dest="integrity", action="store_false",
-                   help="do not stop when the course's files change during grading (only "
-                        "while developing the course, when you edit it as you grade)")
-    p.add_argument("--keep-work", action="store_true",
-                   help="keep the per-submission scratch folders (for debugging)")
+        "copy with the learner's solution cells, run it in a fresh kernel with the "
+        "hidden tests, and decide every verdict in the grader's process. Writes "
+        "DIR/grades.csv, DIR/feedback/*.md and DIR/review.csv.",
+    )
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="SUBMISSION_OR_FOLDER",
+        help="notebooks, folders (searched recursively) or .zip archives",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="output folder for grades.csv, feedback/ and review.csv",
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=max(1, (os.cpu_count() or 2) // 2),
+        help="submissions graded at once (default: half the CPU cores)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="time limit in seconds for a whole notebook, the course's own "
+        "cells included (default 900)",
+    )
+    p.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=180.0,
+        metavar="S",
+        help="time limit in seconds for a cell with learner code: a solution "
+        "cell, or running their function on all cases (default 180)",
+    )
+    p.add_argument(
+        "--output-limit",
+        type=int,
+        default=1_000_000,
+        metavar="BYTES",
+        help="output above this many bytes per exercise is noted in the "
+        "feedback (outputs are never kept; default 1000000)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="cap each kernel's address space (Linux/macOS rlimit); an allocation "
+        "past it fails in the learner's code (default: no cap; PyTorch needs "
+        "about 3 GB)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the hidden cases (default: a secret one kept in "
+        f"DIR/{SEED_FILE}, so re-runs into DIR agree)",
+    )
+    p.add_argument(
+        "--course",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="the course checkout holding solutions/ (default: this one)",
+    )
+    p.add_argument(
+        "--no-integrity-check",
+        dest="integrity",
+        action="store_false",
+        help="do not stop when the course's files change during grading (only "
+        "while developing the course, when you edit it as you grade)",
+    )
+    p.add_argument(
+        "--keep-work",
+        action="store_true",
+        help="keep the per-submission scratch folders (for debugging)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    p.add_argument("--verbose", "-v", action="store_true",
-                   help="print a worker's log when it fails")
+    p.add_argument(
+        "--verbose", "-v", action="store_true", help="print a worker's log when it fails"
+    )
     return p
 
 
@@ -389,16 +484,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     course = Course.load(root)
     for name, why in course.broken.items():
-        print(f"warning: solutions/{name}.ipynb is broken; its submissions get errors: {why}",
-              file=sys.stderr)
+        print(
+            f"warning: solutions/{name}.ipynb is broken; its submissions get errors: {why}",
+            file=sys.stderr,
+        )
     missing = [str(p) for p in args.inputs if not os.path.lexists(p)]
     if missing:  # a typo must not produce a gradebook with a bogus row
         print("error: no such file or folder: " + ", ".join(missing), file=sys.stderr)
         return 2
     subs = collect(args.inputs)
     if not subs:
-        print("error: no notebooks (.ipynb) found in " + ", ".join(map(str, args.inputs)),
-              file=sys.stderr)
+        print(
+            "error: no notebooks (.ipynb) found in " + ", ".join(map(str, args.inputs)),
+            file=sys.stderr,
+        )
         return 2
     out_dir = args.out.resolve()
     try:
@@ -414,8 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     reaper = Reaper()
     t0 = time.monotonic()
     if not args.quiet:
-        print(f"course-grade: {len(subs)} submission(s), {args.jobs} at a time, cell timeout "
-              f"{args.cell_timeout:g} s, notebook timeout {args.timeout:g} s", file=sys.stderr)
+        print(
+            f"course-grade: {len(subs)} submission(s), {args.jobs} at a time, cell timeout "
+            f"{args.cell_timeout:g} s, notebook timeout {args.timeout:g} s",
+            file=sys.stderr,
+        )
     try:
         grader = Grader(root, course, seed, args, scratch, out_dir, len(subs), reaper)
         grader.journal(f"grading {len(subs)} submission(s), jobs={args.jobs}")
@@ -448,27 +550,34 @@ def main(argv: list[str] | None = None) -> int:
         skipped = write_all(out_dir, results)
     except OSError as err:  # DIR changed under us: keep the grades rather than lose them
         rescue = Path(tempfile.mkdtemp(prefix="course-grade-results-"))
-        print(f"error: could not write to {out_dir} ({err}); the results are in {rescue}",
-              file=sys.stderr)
+        print(
+            f"error: could not write to {out_dir} ({err}); the results are in {rescue}",
+            file=sys.stderr,
+        )
         skipped, out_dir = write_all(rescue, results), rescue
     for path in skipped:
-        print(f"warning: not written, its folder leads outside {out_dir}: {path}",
-              file=sys.stderr)
+        print(f"warning: not written, its folder leads outside {out_dir}: {path}", file=sys.stderr)
     secs = time.monotonic() - t0
     print(summary_table(results))
-    print(f"\n{len(subs)} submission(s) graded in {secs:.1f} s -> {out_dir / 'grades.csv'}, "
-          f"feedback in {out_dir / 'feedback'}")
+    print(
+        f"\n{len(subs)} submission(s) graded in {secs:.1f} s -> {out_dir / 'grades.csv'}, "
+        f"feedback in {out_dir / 'feedback'}"
+    )
     if grader.strays:
-        print(f"note: {grader.strays} process(es) that learners' code left running were "
-              "stopped", file=sys.stderr)
+        print(
+            f"note: {grader.strays} process(es) that learners' code left running were stopped",
+            file=sys.stderr,
+        )
     flagged = sum(1 for r in results if r.get("flags"))
     if flagged:
         print(f"⚑ {flagged} submission(s) flagged for a human look: see {out_dir / 'review.csv'}")
     if grader.tainted:
-        print(f"error: the course's files were modified during grading ({grader.tainted}); "
-              "affected submissions were marked as errors. Restore the files and grade again, "
-              "ideally with kernels that cannot write to the course (see docs/instructors.md).",
-              file=sys.stderr)
+        print(
+            f"error: the course's files were modified during grading ({grader.tainted}); "
+            "affected submissions were marked as errors. Restore the files and grade again, "
+            "ideally with kernels that cannot write to the course (see docs/instructors.md).",
+            file=sys.stderr,
+        )
         return 3
     return 0
 

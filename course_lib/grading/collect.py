@@ -102,9 +102,14 @@ def _read_file(path: Path, sub_id: str) -> Submission:
     try:
         size = path.stat().st_size
         if size > MAX_NOTEBOOK_BYTES:
-            return Submission(sub_id, name, None,
-                              f"the file is {size / 2**20:.0f} MB, over the "
-                              f"{MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit", link=link)
+            return Submission(
+                sub_id,
+                name,
+                None,
+                f"the file is {size / 2**20:.0f} MB, over the "
+                f"{MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit",
+                link=link,
+            )
         if not path.is_file():
             return Submission(sub_id, name, None, "not a regular file", link=link)
     except OSError as err:
@@ -136,14 +141,21 @@ def _from_zip(path: Path, prefix: str) -> list[Submission]:
             sub_id = _label("/".join([prefix, *parts]))
             name = _label(parts[-1])
             if info.file_size > MAX_NOTEBOOK_BYTES:
-                out.append(Submission(sub_id, name, None,
-                                      f"the file is {info.file_size / 2**20:.0f} MB, over "
-                                      f"the {MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit"))
+                out.append(
+                    Submission(
+                        sub_id,
+                        name,
+                        None,
+                        f"the file is {info.file_size / 2**20:.0f} MB, over "
+                        f"the {MAX_NOTEBOOK_BYTES / 2**20:.0f} MB limit",
+                    )
+                )
                 continue
             # read when graded (corrupt member, unsupported compression or a password then
             # give this submission an error row)
-            out.append(Submission(sub_id, name, loader=lambda m=info.filename:
-                                  _load_member(path, m)))
+            out.append(
+                Submission(sub_id, name, loader=lambda m=info.filename: _load_member(path, m))
+            )
     return out
 
 

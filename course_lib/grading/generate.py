@@ -48,8 +48,8 @@ def placeholder(exercise_id: str, indent: str) -> list[str]:
 
     return [
         f"{indent}# Exercise {exercise_id}: your code goes here (delete the line below).",
-        f"{indent}raise NotImplementedError(\"Exercise {exercise_id} {PLACEHOLDER_MARK}: "
-        "replace this line with your code.\")",
+        f'{indent}raise NotImplementedError("Exercise {exercise_id} {PLACEHOLDER_MARK}: '
+        'replace this line with your code.")',
     ]
 
 
@@ -102,35 +102,43 @@ def validate(nb, where: str) -> dict[str, dict[str, list[int]]]:
             if len(roles.get(role, [])) != 1:
                 raise ExerciseFormatError(
                     f"{where}: exercise {ex_id} needs exactly one {role} cell, found "
-                    f"{len(roles.get(role, []))}")
+                    f"{len(roles.get(role, []))}"
+                )
         sol = nb.cells[roles["solution"][0]]
         if BEGIN_SOLUTION not in sol.source:
-            raise ExerciseFormatError(f"{where}: the solution cell of {ex_id} has no "
-                                      f"'{BEGIN_SOLUTION}'")
+            raise ExerciseFormatError(
+                f"{where}: the solution cell of {ex_id} has no '{BEGIN_SOLUTION}'"
+            )
         chk = nb.cells[roles["check"][0]]
         if f'"{ex_id}"' not in chk.source and f"'{ex_id}'" not in chk.source:
-            raise ExerciseFormatError(f"{where}: the check cell of {ex_id} does not call "
-                                      f"check(\"{ex_id}\", ...)")
+            raise ExerciseFormatError(
+                f'{where}: the check cell of {ex_id} does not call check("{ex_id}", ...)'
+            )
         if f"def {ex.target}" not in sol.source:
-            raise ExerciseFormatError(f"{where}: the solution cell of {ex_id} does not "
-                                      f"define `{ex.target}`")
+            raise ExerciseFormatError(
+                f"{where}: the solution cell of {ex_id} does not define `{ex.target}`"
+            )
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and BEGIN_SOLUTION in cell.source:
             meta = cell.get("metadata", {}).get("course") or {}
             if meta.get("role") != "solution":
-                raise ExerciseFormatError(f"{where}: cell {i} has a solution region but is "
-                                          "not marked as an exercise's solution cell")
+                raise ExerciseFormatError(
+                    f"{where}: cell {i} has a solution region but is "
+                    "not marked as an exercise's solution cell"
+                )
     return cells
 
 
 def _nbgrader_meta(role: str, ex, assignment: str) -> dict:
-    base = {"schema_version": 3, "grade_id": f"{assignment}-{ex.id}-{role}".replace(".", "_"),
-            "task": False}
+    base = {
+        "schema_version": 3,
+        "grade_id": f"{assignment}-{ex.id}-{role}".replace(".", "_"),
+        "task": False,
+    }
     if role == "solution":
         return {**base, "solution": True, "grade": False, "locked": False}
     if role == "check":
-        return {**base, "solution": False, "grade": True, "locked": True,
-                "points": ex.points}
+        return {**base, "solution": False, "grade": True, "locked": True, "points": ex.points}
     return {**base, "solution": False, "grade": False, "locked": True}
 
 
@@ -140,8 +148,9 @@ def normalise(nb, assignment: str):
 
     nb = copy.deepcopy(nb)
     nb.metadata["course"] = {"assignment": assignment}
-    nb.metadata.setdefault("kernelspec", {"display_name": "Python 3", "language": "python",
-                                          "name": "python3"})
+    nb.metadata.setdefault(
+        "kernelspec", {"display_name": "Python 3", "language": "python", "name": "python3"}
+    )
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = []
@@ -163,11 +172,17 @@ def to_exercise(solution_nb, assignment: str):
             continue
         if meta.get("role") == "solution":
             ex_id = meta["exercise"]
-            cell.source = _replace_regions(cell.source, BEGIN_SOLUTION, END_SOLUTION,
-                                           lambda ind, e=ex_id: placeholder(e, ind), where)
+            cell.source = _replace_regions(
+                cell.source,
+                BEGIN_SOLUTION,
+                END_SOLUTION,
+                lambda ind, e=ex_id: placeholder(e, ind),
+                where,
+            )
         if BEGIN_HIDDEN in cell.source:
-            cell.source = _replace_regions(cell.source, BEGIN_HIDDEN, END_HIDDEN,
-                                           lambda ind: [], where).rstrip("\n")
+            cell.source = _replace_regions(
+                cell.source, BEGIN_HIDDEN, END_HIDDEN, lambda ind: [], where
+            ).rstrip("\n")
     return nb
 
 
@@ -176,8 +191,9 @@ def _dump(nb) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def generate(root: Path | None = None, check: bool = False, out=sys.stdout,
-             only: list[Path] | None = None) -> list[str]:
+def generate(
+    root: Path | None = None, check: bool = False, out=sys.stdout, only: list[Path] | None = None
+) -> list[str]:
     """Regenerate (or, with check=True, verify) exercises/ and solutions' metadata.
 
     ``only`` limits the work to some solution notebooks. Returns the files that were
@@ -221,14 +237,22 @@ def generate(root: Path | None = None, check: bool = False, out=sys.stdout,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="course-exercises",
-        description="Regenerate exercises/ from solutions/ (the single source).")
-    parser.add_argument("--check", action="store_true",
-                        help="change nothing; exit 1 if exercises/ or solutions' metadata "
-                             "are stale")
-    parser.add_argument("--root", type=Path, default=None,
-                        help="course folder (default: this checkout)")
-    parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="only these solution notebooks (default: all of solutions/)")
+        description="Regenerate exercises/ from solutions/ (the single source).",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if exercises/ or solutions' metadata are stale",
+    )
+    parser.add_argument(
+        "--root", type=Path, default=None, help="course folder (default: this checkout)"
+    )
+    parser.add_argument(
+        "notebooks",
+        nargs="*",
+        type=Path,
+        help="only these solution notebooks (default: all of solutions/)",
+    )
     args = parser.parse_args(argv)
     try:
         changed = generate(args.root, check=args.check, only=args.notebooks or None)
@@ -243,4 +267,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

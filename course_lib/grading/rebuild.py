@@ -31,24 +31,34 @@ MAX_SOLUTION_CHARS = 1_000_000
 # (the verdict is decided in the grader's process, so tampering cannot pass anything); they
 # point at attempts to reach the grading machinery, the reference answers or the kernel.
 SUSPICIOUS: list[tuple[str, str]] = [
-    (r"course_lib\s*\.\s*(checks|grading)|from\s+course_lib\s+import\s+[^\n]*\b(checks|grading)\b"
-     r"|from\s+course_lib\.(checks|grading)",
-     "imports the course's checks or grading code"),
+    (
+        r"course_lib\s*\.\s*(checks|grading)|from\s+course_lib\s+import\s+[^\n]*\b(checks|grading)\b"
+        r"|from\s+course_lib\.(checks|grading)",
+        "imports the course's checks or grading code",
+    ),
     # no solution cell of the course needs course_lib: its modules hold the answers
     (r"\bcourse_lib\b", "uses the course's library (which implements the answers)"),
-    (r"\b(get_exercise|all_exercises|_REGISTRY|harvest|compare_values|evaluate_case|run_case)\b",
-     "uses the checking machinery"),
+    (
+        r"\b(get_exercise|all_exercises|_REGISTRY|harvest|compare_values|evaluate_case|run_case)\b",
+        "uses the checking machinery",
+    ),
     (r"\w*_reference\b|\.reference\b", "uses a reference implementation"),
-    (r"\b(get_ipython|_ih|_oh|sys\.modules|__builtins__|builtins|importlib|ctypes|gc"
-     r"|sys\._getframe|_current_frames|inspect|currentframe|f_back|f_locals|f_globals|tb_frame"
-     r"|extract_stack|settrace|setprofile)\b|\bIn\s*\[|\bOut\s*\[",
-     "inspects or patches the interpreter"),
-    (r"\bos\.(_exit|kill|killpg|fork|system|exec\w*)\b|\bsubprocess\b|\bsignal\.|\bsys\.exit\b",
-     "manipulates processes"),
+    (
+        r"\b(get_ipython|_ih|_oh|sys\.modules|__builtins__|builtins|importlib|ctypes|gc"
+        r"|sys\._getframe|_current_frames|inspect|currentframe|f_back|f_locals|f_globals|tb_frame"
+        r"|extract_stack|settrace|setprofile)\b|\bIn\s*\[|\bOut\s*\[",
+        "inspects or patches the interpreter",
+    ),
+    (
+        r"\bos\.(_exit|kill|killpg|fork|system|exec\w*)\b|\bsubprocess\b|\bsignal\.|\bsys\.exit\b",
+        "manipulates processes",
+    ),
     (r"(?<![.\w])(exec|eval|compile|__import__)\s*\(", "runs code built at run time"),
-    (r"\bsolutions\b|\.ipynb\b|ipynb|\.grader-seed|__file__|/proc/|\bopen\s*\(|read_text"
-     r"|read_bytes|\bos\.(listdir|walk|scandir)|\bglob\b",
-     "reads files (notebooks, the course's solutions or the grader's)"),
+    (
+        r"\bsolutions\b|\.ipynb\b|ipynb|\.grader-seed|__file__|/proc/|\bopen\s*\(|read_text"
+        r"|read_bytes|\bos\.(listdir|walk|scandir)|\bglob\b",
+        "reads files (notebooks, the course's solutions or the grader's)",
+    ),
 ]
 
 
@@ -101,29 +111,34 @@ def parse_notebook(data: bytes) -> tuple[nbformat.NotebookNode, list[str]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise SubmissionError("error", f"not a notebook: the file is not UTF-8 text ({err})") \
-            from None
+        raise SubmissionError(
+            "error", f"not a notebook: the file is not UTF-8 text ({err})"
+        ) from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
-        raise SubmissionError("error", f"not a notebook: invalid JSON at line {err.lineno}, "
-                                       f"column {err.colno} ({err.msg}). The file was "
-                                       "probably damaged or saved by another program.") \
-            from None
+        raise SubmissionError(
+            "error",
+            f"not a notebook: invalid JSON at line {err.lineno}, "
+            f"column {err.colno} ({err.msg}). The file was "
+            "probably damaged or saved by another program.",
+        ) from None
     except RecursionError:
-        raise SubmissionError("error", "not a notebook: the JSON is nested too deeply") \
-            from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("cells", raw.get("worksheets")),
-                                                     list):
+        raise SubmissionError("error", "not a notebook: the JSON is nested too deeply") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("cells", raw.get("worksheets")), list):
         raise SubmissionError("error", "not a notebook: the JSON has no list of cells")
     version = raw.get("nbformat")
     if not isinstance(version, int) or isinstance(version, bool):
-        raise SubmissionError("error", f"unknown notebook format: nbformat is {version!r}, "
-                                       "expected 4")
+        raise SubmissionError(
+            "error", f"unknown notebook format: nbformat is {version!r}, expected 4"
+        )
     if version > NB_VERSION:
-        raise SubmissionError("error", f"notebook format {version} is newer than this grader "
-                                       f"reads ({NB_VERSION}); save it with Jupyter 4+ as "
-                                       "nbformat 4")
+        raise SubmissionError(
+            "error",
+            f"notebook format {version} is newer than this grader "
+            f"reads ({NB_VERSION}); save it with Jupyter 4+ as "
+            "nbformat 4",
+        )
     # Some tools drop empty metadata; nbformat refuses a notebook or cell without it.
     cells = raw.get("cells") if isinstance(raw.get("cells"), list) else []
     for part in [raw, *cells]:
@@ -133,11 +148,14 @@ def parse_notebook(data: bytes) -> tuple[nbformat.NotebookNode, list[str]]:
     try:
         nb = nbformat.reads(text, as_version=NB_VERSION)
     except Exception as err:
-        raise SubmissionError("error", f"an old or broken notebook (nbformat {version}) "
-                                       f"that could not be read: {err}") from None
+        raise SubmissionError(
+            "error", f"an old or broken notebook (nbformat {version}) that could not be read: {err}"
+        ) from None
     if version < NB_VERSION:
-        notes.append(f"the notebook was in the old format nbformat {version} and was "
-                     f"converted to {NB_VERSION}; its exercise cells may have lost their tags")
+        notes.append(
+            f"the notebook was in the old format nbformat {version} and was "
+            f"converted to {NB_VERSION}; its exercise cells may have lost their tags"
+        )
     for i, cell in enumerate(nb.get("cells", [])):
         if not isinstance(cell, dict) or not isinstance(cell.get("source", ""), str):
             raise SubmissionError("error", f"not a notebook: cell {i} is malformed")
@@ -202,45 +220,79 @@ def _course_meta(cell) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def find_solution_cells(nb, assignment: str, ex_id: str, target: str
-                        ) -> tuple[list[str], list[str], str | None]:
+def find_solution_cells(
+    nb, assignment: str, ex_id: str, target: str
+) -> tuple[list[str], list[str], str | None]:
     """(sources, notes, missing reason) of the learner's solution cell(s) for one exercise."""
     notes: list[str] = []
-    cells = [c for c in nb.cells if str(_course_meta(c).get("exercise")) == ex_id
-             and _course_meta(c).get("role") == "solution"]
+    cells = [
+        c
+        for c in nb.cells
+        if str(_course_meta(c).get("exercise")) == ex_id
+        and _course_meta(c).get("role") == "solution"
+    ]
     how = "exercise id"
     if not cells:
         grade_id = f"{assignment}-{ex_id}-solution".replace(".", "_")
-        cells = [c for c in nb.cells
-                 if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == grade_id]
+        cells = [
+            c
+            for c in nb.cells
+            if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == grade_id
+        ]
         how = "nbgrader grade_id"
     if not cells:
         pattern = re.compile(rf"^\s*def\s+{re.escape(target)}\s*\(", re.M)
-        cells = [c for c in nb.cells if c.get("cell_type") == "code"
-                 and _course_meta(c).get("role") not in ("check", "statement")
-                 and pattern.search(c.get("source", ""))][-1:]
+        cells = [
+            c
+            for c in nb.cells
+            if c.get("cell_type") == "code"
+            and _course_meta(c).get("role") not in ("check", "statement")
+            and pattern.search(c.get("source", ""))
+        ][-1:]
         how = "function name"
         if cells:
-            notes.append(f"the solution cell had lost its exercise tag; the last cell that "
-                         f"defines `{target}` was used")
+            notes.append(
+                f"the solution cell had lost its exercise tag; the last cell that "
+                f"defines `{target}` was used"
+            )
     if not cells:
-        return [], notes, (f"no solution cell for exercise {ex_id} in the submission (the "
-                           f"cell was deleted or its metadata removed, and no cell defines "
-                           f"`{target}`)")
+        return (
+            [],
+            notes,
+            (
+                f"no solution cell for exercise {ex_id} in the submission (the "
+                f"cell was deleted or its metadata removed, and no cell defines "
+                f"`{target}`)"
+            ),
+        )
     code = [c for c in cells if c.get("cell_type") == "code"]
     if not code:
-        return [], notes, (f"the solution cell of exercise {ex_id} is no longer a code cell "
-                           f"(it is {cells[0].get('cell_type')!r})")
+        return (
+            [],
+            notes,
+            (
+                f"the solution cell of exercise {ex_id} is no longer a code cell "
+                f"(it is {cells[0].get('cell_type')!r})"
+            ),
+        )
     if len(code) > 1:
-        notes.append(f"the submission has {len(code)} solution cells for exercise {ex_id} "
-                     f"(matched by {how}); they were run in order, as a top-to-bottom run "
-                     "would, so the last definition counts")
+        notes.append(
+            f"the submission has {len(code)} solution cells for exercise {ex_id} "
+            f"(matched by {how}); they were run in order, as a top-to-bottom run "
+            "would, so the last definition counts"
+        )
     sources = []
     for c in code:
         src = c.get("source", "")
         if len(src) > MAX_SOLUTION_CHARS:
-            return [], notes, (f"the solution cell of exercise {ex_id} holds {len(src)} "
-                               f"characters, over the {MAX_SOLUTION_CHARS} limit")
+            return (
+                [],
+                notes,
+                (
+                    f"the solution cell of exercise {ex_id} holds {len(src)} "
+                    f"characters, over the {MAX_SOLUTION_CHARS} limit"
+                ),
+            )
         sources.append(src)
     return sources, notes, None
 
@@ -283,19 +335,24 @@ def _code_cell(source: str, role: str, ex_id: str | None):
     return cell
 
 
-def rebuild(submission_nb, assignment: str, course: Course, seed: int,
-            harvest_dirs: dict[str, str]) -> Plan:
+def rebuild(
+    submission_nb, assignment: str, course: Course, seed: int, harvest_dirs: dict[str, str]
+) -> Plan:
     """The notebook to run: the course's copy with the learner's solution cells spliced in."""
     from course_lib.checks.core import get_exercise
 
     base = course.solution_notebook(assignment)
-    plan = Plan(assignment, nbformat.v4.new_notebook(metadata=base.metadata),
-                list(course.exercises[assignment]), [], dict(harvest_dirs))
+    plan = Plan(
+        assignment,
+        nbformat.v4.new_notebook(metadata=base.metadata),
+        list(course.exercises[assignment]),
+        [],
+        dict(harvest_dirs),
+    )
     found: dict[str, list[str]] = {}
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
-        sources, notes, missing = find_solution_cells(submission_nb, assignment, ex_id,
-                                                      ex.target)
+        sources, notes, missing = find_solution_cells(submission_nb, assignment, ex_id, ex.target)
         plan.notes[ex_id] = notes
         if missing:
             plan.missing[ex_id] = missing
@@ -321,8 +378,9 @@ def rebuild(submission_nb, assignment: str, course: Course, seed: int,
             if ex_id in plan.missing:
                 continue
             target = get_exercise(ex_id).target
-            src = HARVEST_TEMPLATE.format(ex_id=ex_id, target=target, seed=int(seed),
-                                          out=str(harvest_dirs[ex_id]))
+            src = HARVEST_TEMPLATE.format(
+                ex_id=ex_id, target=target, seed=int(seed), out=str(harvest_dirs[ex_id])
+            )
             plan.nb.cells.append(_code_cell(src, "harvest", ex_id))
             plan.roles.append(("harvest", ex_id))
         else:

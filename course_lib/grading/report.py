@@ -62,14 +62,16 @@ def _num(x: float) -> str:
 
 def _exercise_key(ex_id: str) -> tuple:
     """Sort "00.2" before "00.10"; any other key ("*", "") sorts too, before the ids."""
-    return tuple((1, int(p), "") if p.isdigit() else (0, 0, p)
-                 for p in re.split(r"[.]", ex_id or ""))
+    return tuple(
+        (1, int(p), "") if p.isdigit() else (0, 0, p) for p in re.split(r"[.]", ex_id or "")
+    )
 
 
 def sorted_rows(results: list[dict]) -> list[dict]:
     rows = [r for res in results for r in res["rows"]]
-    return sorted(rows, key=lambda r: (r["submission"], r["assignment"],
-                                       _exercise_key(r["exercise"])))
+    return sorted(
+        rows, key=lambda r: (r["submission"], r["assignment"], _exercise_key(r["exercise"]))
+    )
 
 
 def grades_csv(results: list[dict]) -> str:
@@ -77,15 +79,26 @@ def grades_csv(results: list[dict]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in sorted_rows(results):
-        w.writerow([r["submission"], r["assignment"], r["exercise"], _num(r["points"]),
-                    _num(r["max_points"]), r["status"]])
+        w.writerow(
+            [
+                r["submission"],
+                r["assignment"],
+                r["exercise"],
+                _num(r["points"]),
+                _num(r["max_points"]),
+                r["status"],
+            ]
+        )
     return buf.getvalue()
 
 
 def feedback_path(out_dir: Path, submission: str) -> Path:
     """Where a submission's feedback goes: its path, made safe, with .md."""
-    parts = [re.sub(r"[^\w.@+\- ]", "_", p).strip(" .") or "_"
-             for p in submission.split("/") if p not in ("", ".", "..")]
+    parts = [
+        re.sub(r"[^\w.@+\- ]", "_", p).strip(" .") or "_"
+        for p in submission.split("/")
+        if p not in ("", ".", "..")
+    ]
     name = parts[-1]
     parts[-1] = (name[:-6] if name.endswith(".ipynb") else name) + ".md"
     return Path(out_dir, "feedback", *parts)
@@ -109,14 +122,21 @@ def feedback_markdown(result: dict) -> str:
     rows = sorted(result["rows"], key=lambda r: _exercise_key(r["exercise"]))
     got = sum(float(r["points"]) for r in rows)
     total = sum(float(r["max_points"]) for r in rows)
-    lines = [f"# Feedback: {result.get('assignment') or 'unknown assignment'}", "",
-             "Submission: `" + _safe(result["submission"]).replace("`", "'") + "`", "",
-             f"**Score: {_num(got)} / {_num(total)}**", ""]
+    lines = [
+        f"# Feedback: {result.get('assignment') or 'unknown assignment'}",
+        "",
+        "Submission: `" + _safe(result["submission"]).replace("`", "'") + "`",
+        "",
+        f"**Score: {_num(got)} / {_num(total)}**",
+        "",
+    ]
     if any(r["exercise"] for r in rows):
         lines += ["| exercise | | points | status |", "|---|---|---|---|"]
         for r in rows:
-            lines.append(f"| {r['exercise']} | {r.get('title', '')} | {_num(r['points'])} / "
-                         f"{_num(r['max_points'])} | {ICONS[r['status']]} {r['status']} |")
+            lines.append(
+                f"| {r['exercise']} | {r.get('title', '')} | {_num(r['points'])} / "
+                f"{_num(r['max_points'])} | {ICONS[r['status']]} {r['status']} |"
+            )
         lines.append("")
     if result.get("notes"):
         lines += ["## Notes", ""] + [f"- {_safe(n)}" for n in result["notes"]] + [""]
@@ -124,8 +144,11 @@ def feedback_markdown(result: dict) -> str:
         head = f"Exercise {r['exercise']}" if r["exercise"] else "This submission"
         if r.get("title"):
             head += f": {r['title']}"
-        lines += [f"## {head} — {ICONS[r['status']]} {r['status']} "
-                  f"({_num(r['points'])} / {_num(r['max_points'])})", ""]
+        lines += [
+            f"## {head} — {ICONS[r['status']]} {r['status']} "
+            f"({_num(r['points'])} / {_num(r['max_points'])})",
+            "",
+        ]
         if r["status"] == "passed":
             lines.append("All of the grader's cases passed, including the hidden ones.")
             lines.append("")
@@ -134,8 +157,11 @@ def feedback_markdown(result: dict) -> str:
             lines.append(f"- {first}")
             lines += [f"  {line}" for line in rest]
         lines.append("")
-    lines += ["---", "Cases are drawn afresh by the grader (visible ones and hidden ones), so "
-              "the numbers differ from those in your notebook's checks."]
+    lines += [
+        "---",
+        "Cases are drawn afresh by the grader (visible ones and hidden ones), so "
+        "the numbers differ from those in your notebook's checks.",
+    ]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -202,19 +228,20 @@ def summary_table(results: list[dict]) -> str:
         total = sum(float(r["max_points"]) for r in res["rows"])
         counts = Counter(r["status"] for r in res["rows"])
         sub = res["submission"]
-        sub = sub if len(sub) <= width else "…" + sub[-(width - 1):]
+        sub = sub if len(sub) <= width else "…" + sub[-(width - 1) :]
         flag = "  ⚑ review" if res.get("flags") else ""
         stat = " ".join(f"{k}:{counts[k]}" for k in ICONS if counts[k])
         secs = f"{res['seconds']:.0f} s" if res.get("seconds") is not None else "-"
-        lines.append(f"{sub:<{width}}  {(res.get('assignment') or '?'):<22} "
-                     f"{_num(got):>4}/{_num(total):<4} {secs:>6}  {stat}{flag}")
+        lines.append(
+            f"{sub:<{width}}  {(res.get('assignment') or '?'):<22} "
+            f"{_num(got):>4}/{_num(total):<4} {secs:>6}  {stat}{flag}"
+        )
         for r in res["rows"]:
             if r["exercise"]:
                 per_ex.setdefault((r["assignment"], r["exercise"]), Counter())[r["status"]] += 1
     if per_ex:
         lines += ["", "per exercise:"]
-        for (a, e), c in sorted(per_ex.items(), key=lambda kv: (kv[0][0],
-                                                                 _exercise_key(kv[0][1]))):
+        for (a, e), c in sorted(per_ex.items(), key=lambda kv: (kv[0][0], _exercise_key(kv[0][1]))):
             stat = " ".join(f"{k}:{c[k]}" for k in ICONS if c[k])
             lines.append(f"  {e:<7} {a:<22} {stat}")
     return "\n".join(lines)

@@ -72,18 +72,25 @@ class _Client(NotebookClient):
 def kernel_env(threads: int, private_dir: Path) -> dict[str, str]:
     """The kernel's environment: the grader's, with private IPython/Jupyter folders."""
     env = dict(os.environ)
-    for name in ("IPYTHONDIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR",
-                 "MPLCONFIGDIR"):
+    for name in (
+        "IPYTHONDIR",
+        "JUPYTER_RUNTIME_DIR",
+        "JUPYTER_CONFIG_DIR",
+        "JUPYTER_DATA_DIR",
+        "MPLCONFIGDIR",
+    ):
         d = private_dir / name.lower()
         d.mkdir(parents=True, exist_ok=True)
         env[name] = str(d)
-    env.update({
-        "MPLBACKEND": "Agg",
-        "COURSE_GRADING": "1",
-        "OMP_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-        "OPENBLAS_NUM_THREADS": str(threads),
-    })
+    env.update(
+        {
+            "MPLBACKEND": "Agg",
+            "COURSE_GRADING": "1",
+            "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
+            "OPENBLAS_NUM_THREADS": str(threads),
+        }
+    )
     env.pop("JPY_PARENT_PID", None)
     env.pop("JUPYTER_PATH", None)
     return env
@@ -108,11 +115,19 @@ def _kill_group(pid: int | None) -> None:
         pass
 
 
-def execute(nb, roles: list[tuple[str, str | None]], workdir: Path, *, cell_timeout: float,
-            total_timeout: float, env: dict[str, str], max_restarts: int = 3,
-            memory_limit: int | None = None,
-            on_kernel: Callable[[int], None] | None = None,
-            on_cell: Callable[[int, CellOutcome], None] | None = None) -> list[CellOutcome]:
+def execute(
+    nb,
+    roles: list[tuple[str, str | None]],
+    workdir: Path,
+    *,
+    cell_timeout: float,
+    total_timeout: float,
+    env: dict[str, str],
+    max_restarts: int = 3,
+    memory_limit: int | None = None,
+    on_kernel: Callable[[int], None] | None = None,
+    on_cell: Callable[[int, CellOutcome], None] | None = None,
+) -> list[CellOutcome]:
     """Run ``nb``'s code cells in order; return one CellOutcome per cell.
 
     ``roles[i][0]`` is "course", "solution" or "harvest"; harvest cells are never replayed
@@ -142,15 +157,28 @@ def execute(nb, roles: list[tuple[str, str | None]], workdir: Path, *, cell_time
                 done(j, CellOutcome("skipped", why))
 
     while i < n:
-        client = _Client(nb, timeout=int(cell_timeout), kernel_name="python3",
-                         allow_errors=True, startup_timeout=120, shutdown_kernel="immediate",
-                         iopub_timeout=5, record_timing=False, coalesce_streams=False,
-                         resources={"metadata": {"path": str(workdir)}})
+        client = _Client(
+            nb,
+            timeout=int(cell_timeout),
+            kernel_name="python3",
+            allow_errors=True,
+            startup_timeout=120,
+            shutdown_kernel="immediate",
+            iopub_timeout=5,
+            record_timing=False,
+            coalesce_streams=False,
+            resources={"metadata": {"path": str(workdir)}},
+        )
         pid = None
         try:
             client.km = client.create_kernel_manager()
-            client.start_new_kernel(cwd=str(workdir), env=env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, **extra)
+            client.start_new_kernel(
+                cwd=str(workdir),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                **extra,
+            )
             proc = getattr(getattr(client.km, "provisioner", None), "process", None)
             pid = getattr(proc, "pid", None)
             if pid and on_kernel:
@@ -164,15 +192,15 @@ def execute(nb, roles: list[tuple[str, str | None]], workdir: Path, *, cell_time
         try:
             if restarts:  # replay what went well before, so later cells have their state
                 for j in range(i):
-                    if (nb.cells[j].cell_type != "code" or j in bad
-                            or roles[j][0] == "harvest"):
+                    if nb.cells[j].cell_type != "code" or j in bad or roles[j][0] == "harvest":
                         continue
                     remaining = deadline - time.monotonic()
                     if remaining <= 1:
                         raise _OutOfTime()
                     learner = roles[j][0] != "course"
-                    client.timeout = max(1, int(min(cell_timeout, remaining) if learner
-                                                else remaining))
+                    client.timeout = max(
+                        1, int(min(cell_timeout, remaining) if learner else remaining)
+                    )
                     client.execute_cell(nb.cells[j], j)
             while i < n:
                 cell = nb.cells[i]
@@ -193,11 +221,18 @@ def execute(nb, roles: list[tuple[str, str | None]], workdir: Path, *, cell_time
                     client.execute_cell(cell, i)
                 except CellTimeoutError:
                     total = limit < cell_timeout or not learner
-                    msg = (f"the notebook reached its total time limit of {total_timeout:g} s "
-                           "while this cell ran" if total else
-                           f"the cell did not finish within {cell_timeout:g} s")
-                    done(i, CellOutcome("timeout", msg, client.output_bytes.get(i, 0),
-                                        time.monotonic() - t0))
+                    msg = (
+                        f"the notebook reached its total time limit of {total_timeout:g} s "
+                        "while this cell ran"
+                        if total
+                        else f"the cell did not finish within {cell_timeout:g} s"
+                    )
+                    done(
+                        i,
+                        CellOutcome(
+                            "timeout", msg, client.output_bytes.get(i, 0), time.monotonic() - t0
+                        ),
+                    )
                     bad.add(i)
                     i += 1
                     if total:
@@ -205,25 +240,43 @@ def execute(nb, roles: list[tuple[str, str | None]], workdir: Path, *, cell_time
                     restart_needed = True
                     break
                 except DeadKernelError:
-                    done(i, CellOutcome("died", "the kernel died while this cell ran (os._exit, "
-                                        "a signal, a crash in native code, or out of memory)",
-                                        client.output_bytes.get(i, 0), time.monotonic() - t0))
+                    done(
+                        i,
+                        CellOutcome(
+                            "died",
+                            "the kernel died while this cell ran (os._exit, "
+                            "a signal, a crash in native code, or out of memory)",
+                            client.output_bytes.get(i, 0),
+                            time.monotonic() - t0,
+                        ),
+                    )
                     bad.add(i)
                     i += 1
                     restart_needed = True
                     break
                 err = client.errors.get(i)
-                done(i, CellOutcome("error" if err else "ok", err or "",
-                                    client.output_bytes.get(i, 0), time.monotonic() - t0))
+                done(
+                    i,
+                    CellOutcome(
+                        "error" if err else "ok",
+                        err or "",
+                        client.output_bytes.get(i, 0),
+                        time.monotonic() - t0,
+                    ),
+                )
                 i += 1
         except _OutOfTime:
-            skip_rest(i, f"not run: the notebook reached its total time limit of "
-                         f"{total_timeout:g} s")
+            skip_rest(
+                i, f"not run: the notebook reached its total time limit of {total_timeout:g} s"
+            )
             i = n
         except (CellTimeoutError, DeadKernelError):
             # a replayed cell failed this time: stop rather than loop
-            skip_rest(i, "not run: the kernel could not be brought back to a working state "
-                         "after an earlier cell hung or crashed it")
+            skip_rest(
+                i,
+                "not run: the kernel could not be brought back to a working state "
+                "after an earlier cell hung or crashed it",
+            )
             i = n
         finally:
             try:
@@ -234,8 +287,11 @@ def execute(nb, roles: list[tuple[str, str | None]], workdir: Path, *, cell_time
         if restart_needed and i < n:
             restarts += 1
             if restarts > max_restarts:
-                skip_rest(i, f"not run: the kernel hung or crashed {restarts} times; grading "
-                             "of this notebook stopped")
+                skip_rest(
+                    i,
+                    f"not run: the kernel hung or crashed {restarts} times; grading "
+                    "of this notebook stopped",
+                )
                 break
     return [o if o is not None else CellOutcome("skipped", "not run") for o in outcomes]
 

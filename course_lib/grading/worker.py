@@ -51,8 +51,11 @@ def _hook_files() -> list[Path]:
     for d in sorted({*site.getsitepackages(), site.getusersitepackages()}):
         if Path(d).is_dir():
             files += sorted(Path(d).glob("*.pth"))
-            files += [Path(d) / n for n in ("sitecustomize.py", "usercustomize.py")
-                      if (Path(d) / n).exists()]
+            files += [
+                Path(d) / n
+                for n in ("sitecustomize.py", "usercustomize.py")
+                if (Path(d) / n).exists()
+            ]
     return files
 
 
@@ -98,16 +101,32 @@ def changed_files(old: dict[str, str], new: dict[str, str]) -> list[str]:
 # --------------------------------------------------------------------------- rows
 
 
-def row(submission: str, assignment: str, exercise: str, points: float, max_points: float,
-        status: str, feedback: list[str], title: str = "") -> dict:
+def row(
+    submission: str,
+    assignment: str,
+    exercise: str,
+    points: float,
+    max_points: float,
+    status: str,
+    feedback: list[str],
+    title: str = "",
+) -> dict:
     assert status in STATUSES, status
-    return {"submission": submission, "assignment": assignment, "exercise": exercise,
-            "points": points, "max_points": max_points, "status": status,
-            "feedback": list(feedback), "title": title}
+    return {
+        "submission": submission,
+        "assignment": assignment,
+        "exercise": exercise,
+        "points": points,
+        "max_points": max_points,
+        "status": status,
+        "feedback": list(feedback),
+        "title": title,
+    }
 
 
-def whole_submission_rows(sub_id: str, assignment: str | None, course, status: str,
-                          reason: str) -> list[dict]:
+def whole_submission_rows(
+    sub_id: str, assignment: str | None, course, status: str, reason: str
+) -> list[dict]:
     """Rows for a submission that could not be graded at all: one per exercise if its
     assignment is known, else a single row with an empty exercise."""
     from course_lib.checks.core import get_exercise
@@ -116,8 +135,7 @@ def whole_submission_rows(sub_id: str, assignment: str | None, course, status: s
         rows = []
         for ex_id in course.exercises[assignment]:
             ex = get_exercise(ex_id)
-            rows.append(row(sub_id, assignment, ex_id, 0, ex.points, status, [reason],
-                            ex.title))
+            rows.append(row(sub_id, assignment, ex_id, 0, ex.points, status, [reason], ex.title))
         return rows
     return [row(sub_id, assignment or "", "", 0, 0, status, [reason])]
 
@@ -146,8 +164,10 @@ def results_problem(folder: Path) -> str | None:
             return f"the results folder holds a non-file ({f.name})"
         total += st.st_size
         if f.suffix == ".json" and st.st_size > MAX_RECORD_BYTES:
-            return (f"the recorded results ({f.name}) take {st.st_size / 2**20:.0f} MB, more "
-                    f"than the {MAX_RECORD_BYTES / 2**20:.0f} MB the grader reads")
+            return (
+                f"the recorded results ({f.name}) take {st.st_size / 2**20:.0f} MB, more "
+                f"than the {MAX_RECORD_BYTES / 2**20:.0f} MB the grader reads"
+            )
         if f.suffix == ".npz":  # a zip: what it unpacks to counts, not its size on disk
             try:
                 with zipfile.ZipFile(f) as zf:
@@ -155,8 +175,10 @@ def results_problem(folder: Path) -> str | None:
             except (zipfile.BadZipFile, OSError, ValueError):
                 return f"the recorded outputs ({f.name}) are not a readable archive"
     if total > MAX_RESULT_BYTES:
-        return (f"your function's outputs take {total / 2**20:.0f} MB, more than the "
-                f"{MAX_RESULT_BYTES / 2**20:.0f} MB the grader reads")
+        return (
+            f"your function's outputs take {total / 2**20:.0f} MB, more than the "
+            f"{MAX_RESULT_BYTES / 2**20:.0f} MB the grader reads"
+        )
     return None
 
 
@@ -171,22 +193,52 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
     h = outcomes[harvest[0]] if harvest else None
     if h is not None and h.status == "timeout":
         if "total time limit" in h.message:
-            return "timeout", 0, [f"your function was still running when the notebook reached "
-                                  f"its total time limit ({h.message})"]
-        return "timeout", 0, [f"your function did not finish within {cell_timeout:g} s on the "
-                              "grader's tests: an infinite loop, or far too slow"]
+            return (
+                "timeout",
+                0,
+                [
+                    f"your function was still running when the notebook reached "
+                    f"its total time limit ({h.message})"
+                ],
+            )
+        return (
+            "timeout",
+            0,
+            [
+                f"your function did not finish within {cell_timeout:g} s on the "
+                "grader's tests: an infinite loop, or far too slow"
+            ],
+        )
     if h is not None and h.status == "died":
-        return "error", 0, ["the kernel crashed while your function ran on the grader's tests "
-                            "(os._exit, sys.exit from native code, a segfault, or running out "
-                            "of memory)"]
+        return (
+            "error",
+            0,
+            [
+                "the kernel crashed while your function ran on the grader's tests "
+                "(os._exit, sys.exit from native code, a segfault, or running out "
+                "of memory)"
+            ],
+        )
     for i in sol_cells:
         o = outcomes[i]
         if o.status == "timeout":
-            return "timeout", 0, [f"your solution cell itself did not finish ({o.message}): "
-                                  "is there an infinite loop outside the function?"]
+            return (
+                "timeout",
+                0,
+                [
+                    f"your solution cell itself did not finish ({o.message}): "
+                    "is there an infinite loop outside the function?"
+                ],
+            )
         if o.status == "died":
-            return "error", 0, ["the kernel crashed while your solution cell ran (os._exit, a "
-                                "signal, a crash in native code, or out of memory)"]
+            return (
+                "error",
+                0,
+                [
+                    "the kernel crashed while your solution cell ran (os._exit, a "
+                    "signal, a crash in native code, or out of memory)"
+                ],
+            )
     if h is not None and h.status == "skipped":
         status = "timeout" if "time limit" in h.message else "error"
         return status, 0, [f"your function was never checked: {h.message}"]
@@ -195,19 +247,34 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
         msg = h.message if h is not None and h.message else "no results were recorded"
         extra = [f"your solution cell raised {errored[-1].message}"] if errored else []
         return "error", 0, extra + [f"the check of this exercise did not run: {msg}"]
-    if errored and v.status in ("missing", "error") and not any(
-            "not implemented" in f for f in v.feedback):
+    if (
+        errored
+        and v.status in ("missing", "error")
+        and not any("not implemented" in f for f in v.feedback)
+    ):
         return "error", 0, [f"your solution cell raised {errored[-1].message}"] + v.feedback
     if v.status == "error" and h is not None and h.status == "error":
         if h.message.startswith(("SystemExit", "KeyboardInterrupt")):
-            return "error", 0, [f"your function stopped the program ({h.message}): it must "
-                                "return its result, not call sys.exit() or exit()"]
-        return "error", 0, [f"the check of this exercise could not run: {h.message}"] + \
-            v.feedback
+            return (
+                "error",
+                0,
+                [
+                    f"your function stopped the program ({h.message}): it must "
+                    "return its result, not call sys.exit() or exit()"
+                ],
+            )
+        return "error", 0, [f"the check of this exercise could not run: {h.message}"] + v.feedback
     if v.status == "missing" and v.feedback[:1] == ["not implemented"]:
         rest = [f for f in v.feedback[1:] if not f.endswith("not implemented yet")]
-        return "missing", 0, [f"not implemented yet: `{ex.target}` still raises "
-                              "NotImplementedError (the placeholder line)"] + rest
+        return (
+            "missing",
+            0,
+            [
+                f"not implemented yet: `{ex.target}` still raises "
+                "NotImplementedError (the placeholder line)"
+            ]
+            + rest,
+        )
     return v.status, v.points, v.feedback
 
 
@@ -237,8 +304,11 @@ def grade(job: dict, send=None) -> dict:
         result["seconds"] = round(time.monotonic() - t0, 2)
         return result
 
-    data = (base64.b64decode(job["notebook_b64"]) if "notebook_b64" in job
-            else Path(job["notebook"]).read_bytes())
+    data = (
+        base64.b64decode(job["notebook_b64"])
+        if "notebook_b64" in job
+        else Path(job["notebook"]).read_bytes()
+    )
     try:
         nb, notes = parse_notebook(data)
     except SubmissionError as err:
@@ -249,23 +319,37 @@ def grade(job: dict, send=None) -> dict:
     assignment, how = identify(nb, name, course)
     if assignment is None:
         known = ", ".join(course.notebooks) or "none"
-        return finish(whole_submission_rows(
-            sub_id, None, course, "error",
-            f"unknown assignment: neither the notebook's metadata nor its file name "
-            f"{name!r} nor its exercise ids match one of this course's assignments ({known})"))
+        return finish(
+            whole_submission_rows(
+                sub_id,
+                None,
+                course,
+                "error",
+                f"unknown assignment: neither the notebook's metadata nor its file name "
+                f"{name!r} nor its exercise ids match one of this course's assignments ({known})",
+            )
+        )
     result["assignment"] = assignment
     if assignment in course.broken:
-        return finish(whole_submission_rows(
-            sub_id, assignment, course, "error", "the course's own copy of this assignment "
-            f"could not be read, so nothing was graded: {course.broken[assignment]}"))
+        return finish(
+            whole_submission_rows(
+                sub_id,
+                assignment,
+                course,
+                "error",
+                "the course's own copy of this assignment "
+                f"could not be read, so nothing was graded: {course.broken[assignment]}",
+            )
+        )
     for ex_id in course.exercises[assignment]:
         get_exercise(ex_id)  # import the chapter's checks before any learner code runs
     if how != "metadata":
         result["notes"].append(f"assignment {assignment} recognised by its {how}")
     seed = int(job["seed"])
     harvest_root = scratch / "harvest"
-    harvest_dirs = {e: str(harvest_root / secrets.token_hex(8))
-                    for e in course.exercises[assignment]}
+    harvest_dirs = {
+        e: str(harvest_root / secrets.token_hex(8)) for e in course.exercises[assignment]
+    }
     plan = rebuild(nb, assignment, course, seed, harvest_dirs)
     result["flags"] = plan.flags
     verdicts = {}
@@ -288,34 +372,59 @@ def grade(job: dict, send=None) -> dict:
     if not any(r == "harvest" for r, _ in plan.roles):  # nothing to check: no kernel
         outcomes = [CellOutcome("skipped", "not run") for _ in plan.roles]
     else:
-        outcomes = execute(plan.nb, plan.roles, workdir, cell_timeout=float(job["cell_timeout"]),
-                           total_timeout=float(job["timeout"]), env=env,
-                           memory_limit=job.get("memory_limit"),
-                           on_kernel=(lambda pid: send({"kernel_pid": pid})) if send else None,
-                           on_cell=on_cell)
+        outcomes = execute(
+            plan.nb,
+            plan.roles,
+            workdir,
+            cell_timeout=float(job["cell_timeout"]),
+            total_timeout=float(job["timeout"]),
+            env=env,
+            memory_limit=job.get("memory_limit"),
+            on_kernel=(lambda pid: send({"kernel_pid": pid})) if send else None,
+            on_cell=on_cell,
+        )
     limit = int(job.get("output_limit", 0))
     rows = []
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
         notes = list(plan.notes.get(ex_id, []))
         if ex_id in plan.missing:
-            rows.append(row(sub_id, assignment, ex_id, 0, ex.points, "missing",
-                            notes + [plan.missing[ex_id]], ex.title))
+            rows.append(
+                row(
+                    sub_id,
+                    assignment,
+                    ex_id,
+                    0,
+                    ex.points,
+                    "missing",
+                    notes + [plan.missing[ex_id]],
+                    ex.title,
+                )
+            )
             continue
-        status, points, feedback = _verdict_for(ex, plan, outcomes, verdicts,
-                                                float(job["cell_timeout"]))
+        status, points, feedback = _verdict_for(
+            ex, plan, outcomes, verdicts, float(job["cell_timeout"])
+        )
         cells = [i for i, (_, e) in enumerate(plan.roles) if e == ex_id]
         printed = sum(outcomes[i].output_bytes for i in cells)
         if limit and printed > limit:
-            notes.append(f"your code printed {printed / 2**20:.1f} MB of output; the grader "
-                         "discarded it (print less: the output is not graded)")
-        rows.append(row(sub_id, assignment, ex_id, points, ex.points, status,
-                        notes + feedback, ex.title))
-    course_cells = [o for o, (r, _) in zip(outcomes, plan.roles)
-                    if r == "course" and o.status in ("error", "timeout", "died")]
+            notes.append(
+                f"your code printed {printed / 2**20:.1f} MB of output; the grader "
+                "discarded it (print less: the output is not graded)"
+            )
+        rows.append(
+            row(sub_id, assignment, ex_id, points, ex.points, status, notes + feedback, ex.title)
+        )
+    course_cells = [
+        o
+        for o, (r, _) in zip(outcomes, plan.roles)
+        if r == "course" and o.status in ("error", "timeout", "died")
+    ]
     for o in course_cells[:3]:
-        result["notes"].append(f"a course cell failed while grading ({o.status}: "
-                               f"{o.message[:300]}); later exercises may be affected")
+        result["notes"].append(
+            f"a course cell failed while grading ({o.status}: "
+            f"{o.message[:300]}); later exercises may be affected"
+        )
     return finish(rows)
 
 
@@ -355,22 +464,30 @@ def main(argv: list[str] | None = None) -> int:
     def send(payload: dict) -> None:
         data = memoryview(sign(key, payload))
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
 
     expected = job.get("manifest")
     if expected is not None:
         changed = changed_files(expected, manifest(Path(job["root"]), list(expected)))
         if changed:
-            send({"fatal": "the course's files changed since grading started: "
-                           + ", ".join(changed[:5])})
+            send(
+                {
+                    "fatal": "the course's files changed since grading started: "
+                    + ", ".join(changed[:5])
+                }
+            )
             return 3
     try:
         result = grade(job, send)
     except Exception as err:  # a bug here must not take the other submissions down
         import traceback
 
-        send({"fatal": f"internal grader error: {type(err).__name__}: {err}\n"
-                       + traceback.format_exc()[-2000:]})
+        send(
+            {
+                "fatal": f"internal grader error: {type(err).__name__}: {err}\n"
+                + traceback.format_exc()[-2000:]
+            }
+        )
         return 2
     send({"result": result})
     return 0

@@ -39,8 +39,9 @@ from .render import figure_png
 __all__ = ["AttentionExplorer", "attention_maps"]
 
 
-def attention_maps(model: CorefAttention, vocab: Vocab, sentence: str, *,
-                   causal: bool = False, scaled: bool = True) -> tuple[list[str], list[np.ndarray]]:
+def attention_maps(
+    model: CorefAttention, vocab: Vocab, sentence: str, *, causal: bool = False, scaled: bool = True
+) -> tuple[list[str], list[np.ndarray]]:
     """Tokens of ``sentence`` and the attention weights ``[N, N]`` of every layer.
 
     ``scaled=False`` uses scale 1 instead of :math:`1/\\sqrt{d}` (to see the softmax
@@ -48,8 +49,10 @@ def attention_maps(model: CorefAttention, vocab: Vocab, sentence: str, *,
     """
     ids = vocab.encode(sentence)
     if len(ids) > model.pos.num_embeddings:
-        raise ValueError(f"the model knows positions up to {model.pos.num_embeddings}, the "
-                         f"sentence has {len(ids)} words")
+        raise ValueError(
+            f"the model knows positions up to {model.pos.num_embeddings}, the "
+            f"sentence has {len(ids)} words"
+        )
     tokens = torch.tensor([ids])  # (1, N)
     with torch.no_grad():
         maps = model(tokens, is_causal=causal, scale=None if scaled else 1.0)  # L x (1, N, N)
@@ -93,8 +96,14 @@ class AttentionExplorer:
     ``display(explorer.widget)`` (or just put the explorer last in a cell).
     """
 
-    def __init__(self, models: dict[str, CorefAttention], vocab: Vocab, sentences: list[str],
-                 *, query: str = "it"):
+    def __init__(
+        self,
+        models: dict[str, CorefAttention],
+        vocab: Vocab,
+        sentences: list[str],
+        *,
+        query: str = "it",
+    ):
         import ipywidgets as w
 
         if not models:
@@ -108,30 +117,49 @@ class AttentionExplorer:
         n_layers = max(m.n_layers for m in self.models.values())
 
         self.model = w.Dropdown(options=list(self.models), description="model")
-        self.sentence = w.Dropdown(options=list(sentences), description="sentence",
-                                   layout=w.Layout(width="560px"))
-        self.text = w.Text(value="", description="or type", continuous_update=False,
-                           placeholder="a sentence using the vocabulary, then Enter",
-                           layout=w.Layout(width="560px"))
+        self.sentence = w.Dropdown(
+            options=list(sentences), description="sentence", layout=w.Layout(width="560px")
+        )
+        self.text = w.Text(
+            value="",
+            description="or type",
+            continuous_update=False,
+            placeholder="a sentence using the vocabulary, then Enter",
+            layout=w.Layout(width="560px"),
+        )
         self.query = w.Dropdown(options=[], description="query")
-        self.layer = w.ToggleButtons(options=[str(i + 1) for i in range(n_layers)],
-                                     value=str(n_layers), description="layer",
-                                     style={"button_width": "48px"})
+        self.layer = w.ToggleButtons(
+            options=[str(i + 1) for i in range(n_layers)],
+            value=str(n_layers),
+            description="layer",
+            style={"button_width": "48px"},
+        )
         self.causal = w.Checkbox(value=False, description="causal mask")
         self.scaled = w.Checkbox(value=True, description="scale by 1/√d")
         self.summary = w.HTML()
         self.plot = w.Image(format="png")
-        for part, name in ((self.model, "model"), (self.sentence, "sentence"),
-                           (self.text, "text"), (self.query, "query"), (self.layer, "layer"),
-                           (self.causal, "causal"), (self.scaled, "scale"),
-                           (self.summary, "summary"), (self.plot, "plot")):
+        for part, name in (
+            (self.model, "model"),
+            (self.sentence, "sentence"),
+            (self.text, "text"),
+            (self.query, "query"),
+            (self.layer, "layer"),
+            (self.causal, "causal"),
+            (self.scaled, "scale"),
+            (self.summary, "summary"),
+            (self.plot, "plot"),
+        ):
             part.add_class(f"attention-explorer-{name}")
-        self.widget = w.VBox([
-            w.HBox([self.model, self.layer]),
-            self.sentence, self.text,
-            w.HBox([self.query, self.causal, self.scaled]),
-            self.summary, self.plot,
-        ])
+        self.widget = w.VBox(
+            [
+                w.HBox([self.model, self.layer]),
+                self.sentence,
+                self.text,
+                w.HBox([self.query, self.causal, self.scaled]),
+                self.summary,
+                self.plot,
+            ]
+        )
         self.widget.add_class("attention-explorer")
 
         self._set_query_options()
@@ -149,9 +177,13 @@ class AttentionExplorer:
 
     def current(self) -> tuple[list[str], np.ndarray]:
         """Tokens and the weights ``[N, N]`` currently drawn."""
-        tokens, maps = attention_maps(self.models[self.model.value], self.vocab,
-                                      self.sentence.value, causal=self.causal.value,
-                                      scaled=self.scaled.value)
+        tokens, maps = attention_maps(
+            self.models[self.model.value],
+            self.vocab,
+            self.sentence.value,
+            causal=self.causal.value,
+            scaled=self.scaled.value,
+        )
         layer = min(int(self.layer.value), len(maps)) - 1
         return tokens, maps[layer]
 
@@ -185,8 +217,9 @@ class AttentionExplorer:
             attention_maps(self.models[self.model.value], self.vocab, text)
         except (KeyError, ValueError) as err:
             msg = err.args[0] if err.args else str(err)
-            self.summary.value = (f"<span style='color:#b00'>cannot use that sentence: "
-                                  f"{html.escape(str(msg))}</span>")
+            self.summary.value = (
+                f"<span style='color:#b00'>cannot use that sentence: {html.escape(str(msg))}</span>"
+            )
             return
         if text not in self.sentence.options:
             self.sentence.options = [*self.sentence.options, text]
@@ -202,10 +235,13 @@ class AttentionExplorer:
         top = np.argsort(-row)[:3]
         parts = ", ".join(f"'{html.escape(tokens[j])}' {row[j]:.2f}" for j in top)
         mode = ("causal" if self.causal.value else "bidirectional") + (
-            ", scaled" if self.scaled.value else ", unscaled")
-        self.summary.value = (f"<b>{html.escape(self.model.value)}</b> model, layer "
-                              f"{self.layer.value} ({mode}): query {q} "
-                              f"'{html.escape(tokens[q])}' → {parts}")
+            ", scaled" if self.scaled.value else ", unscaled"
+        )
+        self.summary.value = (
+            f"<b>{html.escape(self.model.value)}</b> model, layer "
+            f"{self.layer.value} ({mode}): query {q} "
+            f"'{html.escape(tokens[q])}' → {parts}"
+        )
         title = f"{self.model.value}, layer {self.layer.value}, {mode}"
         self.plot.value = _render_png(tokens, weights, q, title)
         self.draws += 1

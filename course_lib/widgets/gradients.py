@@ -52,15 +52,19 @@ def verdict(ratio: float, factor: float = 1e3) -> str:
     return f"stays within a factor {factor:g}"
 
 
-def _render_png(dist: torch.Tensor, norms: torch.Tensor, bound: torch.Tensor,
-                title: str) -> bytes:
+def _render_png(dist: torch.Tensor, norms: torch.Tensor, bound: torch.Tensor, title: str) -> bytes:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.4, 3.0), dpi=80)
     ax = fig.subplots()
     ax.semilogy(dist.numpy(), norms.numpy(), label="‖∂h_T/∂x_t‖_F (autograd)")
-    ax.semilogy(dist.numpy(), bound.numpy(), "k:", lw=1,
-                label="ρ^(T−t) ‖W_xh‖_F (linear regime; upper bound)")
+    ax.semilogy(
+        dist.numpy(),
+        bound.numpy(),
+        "k:",
+        lw=1,
+        label="ρ^(T−t) ‖W_xh‖_F (linear regime; upper bound)",
+    )
     ax.set_xlabel("distance T − t")
     ax.set_ylabel("norm (log scale)")
     ax.set_title(title, fontsize=10)
@@ -78,8 +82,16 @@ class GradientExplorer:
     :attr:`ratio` their first/last ratio. Display with ``display(explorer.widget)``.
     """
 
-    def __init__(self, *, T: int = 60, d_h: int = 32, d_in: int = 8, rho: float = 1.0,
-                 input_scale: float = 1e-8, seed: int = 0):
+    def __init__(
+        self,
+        *,
+        T: int = 60,
+        d_h: int = 32,
+        d_in: int = 8,
+        rho: float = 1.0,
+        input_scale: float = 1e-8,
+        seed: int = 0,
+    ):
         import ipywidgets as w
 
         if T < 2 or d_h < 1 or d_in < 1:
@@ -91,15 +103,27 @@ class GradientExplorer:
         self.b = torch.zeros(d_h, dtype=torch.float64)  # (d_h,)
         self.draws = 0
         self.norms = torch.empty(T, dtype=torch.float64)  # (T,) set by redraw()
-        self.rho = w.FloatSlider(value=rho, min=0.5, max=3.0, step=0.05,
-                                 description="ρ(W_hh)", continuous_update=False)
-        self.scale = w.FloatLogSlider(value=input_scale, base=10, min=-8, max=1, step=0.5,
-                                      description="input size", readout_format=".0e",
-                                      continuous_update=False)
+        self.rho = w.FloatSlider(
+            value=rho, min=0.5, max=3.0, step=0.05, description="ρ(W_hh)", continuous_update=False
+        )
+        self.scale = w.FloatLogSlider(
+            value=input_scale,
+            base=10,
+            min=-8,
+            max=1,
+            step=0.5,
+            description="input size",
+            readout_format=".0e",
+            continuous_update=False,
+        )
         self.summary = w.HTML()
         self.plot = w.Image(format="png")
-        for part, name in ((self.rho, "rho"), (self.scale, "scale"),
-                           (self.summary, "summary"), (self.plot, "plot")):
+        for part, name in (
+            (self.rho, "rho"),
+            (self.scale, "scale"),
+            (self.summary, "summary"),
+            (self.plot, "plot"),
+        ):
             part.add_class(f"gradient-explorer-{name}")
         self.widget = w.VBox([w.HBox([self.rho, self.scale]), self.summary, self.plot])
         self.widget.add_class("gradient-explorer")
@@ -109,8 +133,9 @@ class GradientExplorer:
 
     def compute(self) -> torch.Tensor:
         r"""``[T]``: :math:`\lVert \partial h_T / \partial x_t \rVert_F` at the sliders' values."""
-        return jacobian_norms_through_time(self.scale.value * self.x, self.W_xh,
-                                           self.rho.value * self.Q, self.b)  # (T,)
+        return jacobian_norms_through_time(
+            self.scale.value * self.x, self.W_xh, self.rho.value * self.Q, self.b
+        )  # (T,)
 
     @property
     def ratio(self) -> float:
@@ -125,9 +150,12 @@ class GradientExplorer:
         rho, scale = float(self.rho.value), float(self.scale.value)
         dist = torch.arange(T - 1, -1, -1, dtype=torch.float64)  # (T,) T - t for t = 1..T
         bound = torch.linalg.matrix_norm(self.W_xh) * rho**dist  # (T,)
-        self.plot.value = _render_png(dist, self.norms, bound,
-                                      f"ρ = {rho:.2f}, input size {scale:.0e}")
-        self.summary.value = (f"ρ = {rho:.2f}, input size {scale:.0e}: "
-                              f"‖∂h_T/∂x_1‖ / ‖∂h_T/∂x_T‖ = <b>{self.ratio:.3g}</b> over "
-                              f"{T - 1} steps ({verdict(self.ratio)})")
+        self.plot.value = _render_png(
+            dist, self.norms, bound, f"ρ = {rho:.2f}, input size {scale:.0e}"
+        )
+        self.summary.value = (
+            f"ρ = {rho:.2f}, input size {scale:.0e}: "
+            f"‖∂h_T/∂x_1‖ / ‖∂h_T/∂x_T‖ = <b>{self.ratio:.3g}</b> over "
+            f"{T - 1} steps ({verdict(self.ratio)})"
+        )
         self.draws += 1

@@ -44,33 +44,50 @@ class KVCacheCalculator:
     ``display(calculator.widget)``; every recomputation increments :attr:`updates`.
     """
 
-    def __init__(self, *, num_layers: int, head_dim: int, weights_bytes: float,
-                 memory_bytes: float = 80e9, bytes_per_value: int = 2,
-                 kv_head_choices: tuple[int, ...] = (1, 2, 4, 8, 16, 32), num_kv_heads: int = 8,
-                 seq_len: int = 8192, max_batch: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        num_layers: int,
+        head_dim: int,
+        weights_bytes: float,
+        memory_bytes: float = 80e9,
+        bytes_per_value: int = 2,
+        kv_head_choices: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
+        num_kv_heads: int = 8,
+        seq_len: int = 8192,
+        max_batch: int = 64,
+    ) -> None:
         import ipywidgets as w
 
         if num_kv_heads not in kv_head_choices:
-            raise ValueError(f"num_kv_heads={num_kv_heads} is not one of the choices "
-                             f"{kv_head_choices}")
+            raise ValueError(
+                f"num_kv_heads={num_kv_heads} is not one of the choices {kv_head_choices}"
+            )
         lengths = [("1k", 1024), ("4k", 4096), ("8k", 8192), ("32k", 32768), ("128k", 131072)]
         if seq_len not in dict(lengths).values():
             raise ValueError(f"seq_len={seq_len} is not one of {[n for _, n in lengths]}")
         if not weights_bytes >= 0 or not memory_bytes > 0:
-            raise ValueError(f"expected weights_bytes >= 0 and memory_bytes > 0, got "
-                             f"{weights_bytes!r} and {memory_bytes!r}")
+            raise ValueError(
+                f"expected weights_bytes >= 0 and memory_bytes > 0, got "
+                f"{weights_bytes!r} and {memory_bytes!r}"
+            )
         self.num_layers, self.head_dim = int(num_layers), int(head_dim)
         self.bytes_per_value = int(bytes_per_value)
         self.weights_bytes, self.memory_bytes = float(weights_bytes), float(memory_bytes)
         self.updates = 0
 
-        self.heads = w.SelectionSlider(options=list(kv_head_choices), value=num_kv_heads,
-                                       description="KV heads")
+        self.heads = w.SelectionSlider(
+            options=list(kv_head_choices), value=num_kv_heads, description="KV heads"
+        )
         self.tokens = w.SelectionSlider(options=lengths, value=seq_len, description="tokens")
         self.batch = w.IntSlider(value=1, min=1, max=int(max_batch), description="sequences")
         self.result = w.HTML()
-        for part, name in ((self.heads, "heads"), (self.tokens, "tokens"),
-                           (self.batch, "batch"), (self.result, "result")):
+        for part, name in (
+            (self.heads, "heads"),
+            (self.tokens, "tokens"),
+            (self.batch, "batch"),
+            (self.result, "result"),
+        ):
             part.add_class(f"kv-cache-calculator-{name}")
             if name != "result":
                 part.observe(lambda _change: self.update(), names="value")
@@ -83,9 +100,14 @@ class KVCacheCalculator:
     @property
     def cache_bytes(self) -> int:
         """Bytes of the KV cache for the current slider values."""
-        return kv_cache_bytes(self.num_layers, int(self.heads.value), self.head_dim,
-                              int(self.tokens.value), batch_size=int(self.batch.value),
-                              bytes_per_value=self.bytes_per_value)
+        return kv_cache_bytes(
+            self.num_layers,
+            int(self.heads.value),
+            self.head_dim,
+            int(self.tokens.value),
+            batch_size=int(self.batch.value),
+            bytes_per_value=self.bytes_per_value,
+        )
 
     @property
     def total_bytes(self) -> float:
@@ -106,5 +128,6 @@ class KVCacheCalculator:
             f"KV cache <b>{self.cache_bytes / GiB:.2f} GiB</b> + weights "
             f"{self.weights_bytes / GiB:.1f} GiB = {self.total_bytes / GiB:.1f} GiB "
             f"({self.total_bytes / 1e9:.1f} GB): <b>{verdict}</b> in "
-            f"{self.memory_bytes / 1e9:.0f} GB")
+            f"{self.memory_bytes / 1e9:.0f} GB"
+        )
         self.updates += 1

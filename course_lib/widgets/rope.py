@@ -31,10 +31,12 @@ def _arrow(x: float, y: float, color: str, label: str, dashed: bool = False) -> 
     c = _SIZE / 2
     px, py = c + _R * x, c - _R * y
     dash = ' stroke-dasharray="4 3"' if dashed else ""
-    return (f'<line x1="{c}" y1="{c}" x2="{px:.1f}" y2="{py:.1f}" stroke="{color}" '
-            f'stroke-width="3"{dash} marker-end="url(#rope-head-{color[1:]})"/>'
-            f'<text x="{px + 6 * x:.1f}" y="{py - 6 * y:.1f}" fill="{color}" font-size="12" '
-            f'text-anchor="middle">{label}</text>')
+    return (
+        f'<line x1="{c}" y1="{c}" x2="{px:.1f}" y2="{py:.1f}" stroke="{color}" '
+        f'stroke-width="3"{dash} marker-end="url(#rope-head-{color[1:]})"/>'
+        f'<text x="{px + 6 * x:.1f}" y="{py - 6 * y:.1f}" fill="{color}" font-size="12" '
+        f'text-anchor="middle">{label}</text>'
+    )
 
 
 class RopeExplorer:
@@ -44,8 +46,15 @@ class RopeExplorer:
     them, :math:`m-n`, and the full-vector score :math:`q_m^\\top k_n`.
     """
 
-    def __init__(self, d: int = 16, base: float = 10000.0, *, max_position: int = 64,
-                 seed: int = 0, interleaved: bool = True):
+    def __init__(
+        self,
+        d: int = 16,
+        base: float = 10000.0,
+        *,
+        max_position: int = 64,
+        seed: int = 0,
+        interleaved: bool = True,
+    ):
         import ipywidgets as w
 
         g = torch.Generator().manual_seed(seed)
@@ -54,17 +63,26 @@ class RopeExplorer:
         self.k = torch.randn(d, dtype=torch.float64, generator=g)  # (d,)
         self.theta = rope_frequencies(d, base)  # (d/2,)
         style = {"description_width": "initial"}
-        self.query_position = w.IntSlider(value=0, min=0, max=max_position,
-                                          description="query position m", style=style)
-        self.key_position = w.IntSlider(value=0, min=0, max=max_position,
-                                        description="key position n", style=style)
-        self.pair = w.IntSlider(value=0, min=0, max=d // 2 - 1,
-                                description="feature pair i", style=style)
+        self.query_position = w.IntSlider(
+            value=0, min=0, max=max_position, description="query position m", style=style
+        )
+        self.key_position = w.IntSlider(
+            value=0, min=0, max=max_position, description="key position n", style=style
+        )
+        self.pair = w.IntSlider(
+            value=0, min=0, max=d // 2 - 1, description="feature pair i", style=style
+        )
         self.drawing = w.HTML()
         self.readout = w.HTML()
         self.drawing.add_class("rope-drawing")
-        self.widget = w.VBox([self.query_position, self.key_position, self.pair,
-                              w.HBox([self.drawing, self.readout])])
+        self.widget = w.VBox(
+            [
+                self.query_position,
+                self.key_position,
+                self.pair,
+                w.HBox([self.drawing, self.readout]),
+            ]
+        )
         self.widget.add_class("rope-explorer")
         self.state: dict = {}
         self.n_updates = 0
@@ -79,18 +97,26 @@ class RopeExplorer:
     def update(self) -> None:
         """Recompute the state from the sliders and redraw."""
         m, n, i = self.query_position.value, self.key_position.value, self.pair.value
-        qm = apply_rope(self.q[None], torch.tensor([m]), base=self.base,
-                        interleaved=self.interleaved)[0]  # (d,)
-        kn = apply_rope(self.k[None], torch.tensor([n]), base=self.base,
-                        interleaved=self.interleaved)[0]  # (d,)
+        qm = apply_rope(
+            self.q[None], torch.tensor([m]), base=self.base, interleaved=self.interleaved
+        )[0]  # (d,)
+        kn = apply_rope(
+            self.k[None], torch.tensor([n]), base=self.base, interleaved=self.interleaved
+        )[0]  # (d,)
         q2, k2 = self._pair(qm, i), self._pair(kn, i)
         angle_q, angle_k = math.atan2(q2[1], q2[0]), math.atan2(k2[1], k2[0])
         between = math.remainder(angle_q - angle_k, 2 * math.pi)
         self.state = {
-            "m": m, "n": n, "pair": i, "offset": m - n,
+            "m": m,
+            "n": n,
+            "pair": i,
+            "offset": m - n,
             "theta": self.theta[i].item(),
-            "q_pair": q2, "k_pair": k2,
-            "angle_q": angle_q, "angle_k": angle_k, "angle_between": between,
+            "q_pair": q2,
+            "k_pair": k2,
+            "angle_q": angle_q,
+            "angle_k": angle_k,
+            "angle_between": between,
             "pair_score": q2[0] * k2[0] + q2[1] * k2[1],
             "score": (qm @ kn).item(),
         }
@@ -102,7 +128,8 @@ class RopeExplorer:
             f"m − n = {st['offset']}<br>"
             f"angle q→k in this pair = {math.degrees(between):.1f}°<br>"
             f"pair score = {st['pair_score']:.4f}<br>"
-            f"<b>full score q<sub>m</sub>·k<sub>n</sub> = {st['score']:.4f}</b></div>")
+            f"<b>full score q<sub>m</sub>·k<sub>n</sub> = {st['score']:.4f}</b></div>"
+        )
         self.n_updates += 1
 
     def svg(self) -> str:
@@ -115,7 +142,8 @@ class RopeExplorer:
         heads = "".join(
             f'<marker id="rope-head-{col}" markerWidth="8" markerHeight="8" refX="6" refY="3" '
             f'orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#{col}"/></marker>'
-            for col in ("1f77b4", "ff7f0e", "999999"))
+            for col in ("1f77b4", "ff7f0e", "999999")
+        )
         return (
             f'<svg class="rope-svg" width="{_SIZE}" height="{_SIZE}" '
             f'data-angle-q="{self.state["angle_q"]:.6f}" '
@@ -127,7 +155,8 @@ class RopeExplorer:
             + _arrow(q0[0] / scale, q0[1] / scale, "#999999", "q (m=0)", dashed=True)
             + _arrow(kx, ky, "#ff7f0e", f"k@{self.state['n']}")
             + _arrow(qx, qy, "#1f77b4", f"q@{self.state['m']}")
-            + "</svg>")
+            + "</svg>"
+        )
 
     def _ipython_display_(self):  # pragma: no cover - display only
         from IPython.display import display

@@ -73,8 +73,15 @@ class TemperatureExplorer:
     with ``display(explorer.widget)``.
     """
 
-    def __init__(self, *, d_ks: tuple[int, ...] = (4, 16, 64, 256, 1024), d_k: int = 256,
-                 n_keys: int = 16, temperature: float | None = None, seed: int = 0):
+    def __init__(
+        self,
+        *,
+        d_ks: tuple[int, ...] = (4, 16, 64, 256, 1024),
+        d_k: int = 256,
+        n_keys: int = 16,
+        temperature: float | None = None,
+        seed: int = 0,
+    ):
         import ipywidgets as w
 
         if d_k not in d_ks:
@@ -83,20 +90,30 @@ class TemperatureExplorer:
         self.draws = 0
         self._quiet = False
         self.dk = w.Dropdown(options=list(d_ks), value=d_k, description="d_k")
-        self.slider = w.FloatLogSlider(value=math.sqrt(d_k) if temperature is None
-                                       else temperature, base=10, min=-1, max=2, step=0.01,
-                                       description="temperature τ", readout_format=".2f",
-                                       continuous_update=True,
-                                       style={"description_width": "initial"},
-                                       layout=w.Layout(width="420px"))
+        self.slider = w.FloatLogSlider(
+            value=math.sqrt(d_k) if temperature is None else temperature,
+            base=10,
+            min=-1,
+            max=2,
+            step=0.01,
+            description="temperature τ",
+            readout_format=".2f",
+            continuous_update=True,
+            style={"description_width": "initial"},
+            layout=w.Layout(width="420px"),
+        )
         self.reset = w.Button(description="τ = √d_k", tooltip="standard scaling")
         self.summary = w.HTML()
         self.plot = w.Image(format="png")
-        for part, name in ((self.slider, "slider"), (self.dk, "dk"), (self.reset, "reset"),
-                           (self.summary, "summary"), (self.plot, "plot")):
+        for part, name in (
+            (self.slider, "slider"),
+            (self.dk, "dk"),
+            (self.reset, "reset"),
+            (self.summary, "summary"),
+            (self.plot, "plot"),
+        ):
             part.add_class(f"temperature-explorer-{name}")
-        self.widget = w.VBox([w.HBox([self.dk, self.slider, self.reset]), self.summary,
-                              self.plot])
+        self.widget = w.VBox([w.HBox([self.dk, self.slider, self.reset]), self.summary, self.plot])
         self.widget.add_class("temperature-explorer")
 
         self.slider.observe(lambda _change: self.redraw(), names="value")
@@ -155,7 +172,9 @@ class TemperatureExplorer:
             f"τ = {tau:.2f} = {ratio:.2f}·√d_k &nbsp;·&nbsp; largest weight "
             f"<b>{float(p.max()):.3f}</b> &nbsp;·&nbsp; entropy <b>{ent:.2f}</b> nats "
             f"(uniform: {math.log(self.n_keys):.2f}) &nbsp;·&nbsp; Σ|J| = {jac:.3f} "
-            "(how much gradient the softmax lets through)")
-        self.plot.value = _render_png(p.numpy(), f"d_k = {d_k}, softmax(q·k / τ) with "
-                                                 f"τ = {tau:.2f}")
+            "(how much gradient the softmax lets through)"
+        )
+        self.plot.value = _render_png(
+            p.numpy(), f"d_k = {d_k}, softmax(q·k / τ) with τ = {tau:.2f}"
+        )
         self.draws += 1
