@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -95,7 +96,8 @@ def init_process_group(
     host name resolves to an address the processes cannot reach.
     """
     backend = backend or pick_backend(world_size)
-    if backend == "gloo" and single_machine and "GLOO_SOCKET_IFNAME" not in os.environ:
+    unix = sys.platform.startswith(("linux", "darwin"))
+    if backend == "gloo" and single_machine and unix and "GLOO_SOCKET_IFNAME" not in os.environ:
         lo = _loopback_interface()
         if lo:
             os.environ["GLOO_SOCKET_IFNAME"] = lo
@@ -185,8 +187,6 @@ def _stop(procs) -> None:
 def _check_importable(fn) -> None:
     """A spawned process finds ``fn`` by module and name: it must be defined at the top of a
     module, or of a script run as a file (not in a notebook cell or inside a function)."""
-    import sys
-
     name = getattr(fn, "__qualname__", repr(fn))
     interactive_main = getattr(fn, "__module__", None) == "__main__" and not getattr(
         sys.modules.get("__main__"), "__file__", None
