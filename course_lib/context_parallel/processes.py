@@ -31,6 +31,7 @@ import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.connection import wait
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -152,7 +153,7 @@ def _worker(fn, rank, world_size, init_file, backend, conn, args, threads):
         init_process_group(
             rank,
             world_size,
-            init_method=f"file://{init_file}",
+            init_method=Path(init_file).as_uri(),
             backend=backend,
             single_machine=True,
         )
