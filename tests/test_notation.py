@@ -77,7 +77,13 @@ def _files() -> list[Path]:
             if p.is_file()
             else sorted(f for f in p.rglob("*") if f.suffix in (".py", ".ipynb", ".md"))
         )
-    return [f for f in out if "__pycache__" not in f.parts]
+    # not Python caches or hidden folders (JupyterLab's .ipynb_checkpoints hold old copies)
+    return [
+        f
+        for f in out
+        if "__pycache__" not in f.parts
+        and not any(part.startswith(".") for part in f.relative_to(ROOT).parts)
+    ]
 
 
 def _code_names(source: str) -> list[tuple[int, str]]:

@@ -1,0 +1,628 @@
+r"""Checks for chapter 09 (context parallelism: attention split across devices).
+
+Six exercises, each a pure function on tensors or numbers (no processes, no process group):
+
+* 09.1 ``merge_attention(out_a, lse_a, out_b, lse_b)``: two partial attentions into one,
+  :math:`L = \log(e^{L_a} + e^{L_b})`, :math:`O = e^{L_a - L}O_a + e^{L_b - L}O_b`;
+* 09.2 ``ring_step(q, k_block, v_block, out, lse, mask)``: attend to one arriving block
+  and merge it into the running state;
+* 09.3 ``zigzag_positions(seq_len, world_size, rank)``: the tokens rank ``rank`` holds;
+* 09.4 ``seq_to_head_all_to_all(xs)``: Ulysses' all-to-all, for all ranks at once;
+* 09.5 ``forward_comm_bytes(seq_len, world_size, num_heads, head_dim, bytes_per_element)``:
+  bytes one rank sends in the forward pass, ring and Ulysses;
+* 09.6 ``ring_backward_step(q, k_block, v_block, out, lse, dout, mask)``: one block's
+  gradient contributions, from the *final* output and log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..context_parallel.comm import ring_comm_bytes, ulysses_comm_bytes
+from ..context_parallel.merge import (
+    block_attention,
+    block_attention_backward,
+    causal_mask_from_positions,
+)
+from ..context_parallel.merge import merge_attention as _merge
+from ..context_parallel.sharding import shard_positions
+from ..context_parallel.ulysses import all_to_all_seq_to_head
+from .core import Case, Exercise, register
+
+DT = torch.float64
+NEG_INF = -math.inf
+
+
+def _t(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    return torch.from_numpy(rng.normal(size=shape) * scale).to(DT)
+
+
+def _partial(rng, n_q, n_k, d, d_v, mask=None, scale=1.0):
+    """A real partial attention (output, lse) of random queries over random keys."""
+    q, k, v = _t(rng, n_q, d, scale=scale), _t(rng, n_k, d, scale=scale), _t(rng, n_k, d_v)
+    return block_attention(q, k, v, mask=mask)
+
+
+# --------------------------------------------------------------------------- 09.1 the merge
+
+
+def merge_attention_reference(out_a, lse_a, out_b, lse_b):
+    r""":math:`L = m + \log(e^{L_a-m} + e^{L_b-m})`, :math:`O = e^{L_a-L}O_a + e^{L_b-L}O_b`."""
+    return _merge(out_a, lse_a, out_b, lse_b)
+
+
+def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        out_a, lse_a = _partial(rng, 3, 4, 4, 2)
+        out_b, lse_b = _partial(rng, 3, 6, 4, 2, scale=1.5)
+        big_a, big_b = _t(rng, 2, 3), _t(rng, 2, 3)
+        mask_a = torch.tensor([[True, True], [True, False], [False, False]])  # (3, 2)
+        mask_b = torch.tensor([[True, False], [False, False], [False, False]])  # (3, 2)
+        e_a, le_a = _partial(rng, 3, 2, 4, 2, mask=mask_a)  # row 2 sees nothing here
+        e_b, le_b = _partial(rng, 3, 2, 4, 2, mask=mask_b)  # rows 1 and 2 see nothing here
+        return [
+            Case("3 queries; part a has 4 keys, part b 6 keys", (out_a, lse_a, out_b, lse_b)),
+            Case(
+                "log-sum-exps near 1000 (e^1000 overflows): only differences may be exponentiated",
+                (
+                    big_a,
+                    torch.tensor([1000.0, 990.0], dtype=DT),
+                    big_b,
+                    torch.tensor([1001.5, 990.0], dtype=DT),
+                ),
+            ),
+            Case(
+                "rows that saw no key yet: LSE -inf and output 0 in one part (row 1), or in "
+                "both (row 2: the result must stay 0 and -inf, not NaN)",
+                (e_a, le_a, e_b, le_b),
+            ),
+        ]
+    o1, l1 = _partial(rng, 5, 7, 3, 4)
+    o2, l2 = _partial(rng, 5, 2, 3, 4, scale=3.0)
+    return [
+        Case("5 queries, d_v = 4, part b with large scores", (o1, l1, o2, l2)),
+        Case(
+            "batch and heads: (2, 3, 4, 5) outputs",
+            (_t(rng, 2, 3, 4, 5), _t(rng, 2, 3, 4), _t(rng, 2, 3, 4, 5), _t(rng, 2, 3, 4)),
+        ),
+        Case(
+            "log-sum-exps near -1000 (e^-1000 underflows to 0)",
+            (
+                _t(rng, 2, 2),
+                torch.tensor([-1000.0, -1003.0], dtype=DT),
+                _t(rng, 2, 2),
+                torch.tensor([-1000.5, -1001.0], dtype=DT),
+            ),
+        ),
+        Case(
+            "part b saw nothing at all",
+            (o1, l1, torch.zeros_like(o1), torch.full_like(l1, NEG_INF)),
+        ),
+    ]
+
+
+def _merge_average(out_a, lse_a, out_b, lse_b):
+    return (out_a + out_b) / 2, torch.logaddexp(lse_a, lse_b)
+
+
+def _merge_unnormalised(out_a, lse_a, out_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    return w_a[..., None] * out_a + w_b[..., None] * out_b, _merge(out_a, lse_a, out_b, lse_b)[1]
+
+
+def _merge_lse_max(out_a, lse_a, out_b, lse_b):
+    return _merge(out_a, lse_a, out_b, lse_b)[0], torch.maximum(lse_a, lse_b)
+
+
+def _merge_swapped(out_a, lse_a, out_b, lse_b):
+    out, lse = _merge(out_a, lse_a, out_b, lse_b)
+    w_a = torch.exp(lse_a - lse).nan_to_num(0.0)
+    w_b = torch.exp(lse_b - lse).nan_to_num(0.0)
+    return w_b[..., None] * out_a + w_a[..., None] * out_b, lse
+
+
+def _merge_nan_when_empty(out_a, lse_a, out_b, lse_b):
+    """The safe formula without the guard: max(-inf, -inf) = -inf, and -inf - -inf = NaN."""
+    m = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    lse = m + torch.log(w_a + w_b)
+    return (w_a / (w_a + w_b))[..., None] * out_a + (w_b / (w_a + w_b))[..., None] * out_b, lse
+
+
+def _merge_raw_exp(out_a, lse_a, out_b, lse_b):
+    l_a, l_b = torch.exp(lse_a), torch.exp(lse_b)
+    total = l_a + l_b
+    return (l_a / total)[..., None] * out_a + (l_b / total)[..., None] * out_b, torch.log(total)
+
+
+register(
+    Exercise(
+        id="09.1",
+        title="merge two partial attentions",
+        points=2,
+        target="merge_attention",
+        cases=_merge_cases,
+        reference=merge_attention_reference,
+        atol=1e-12,
+        rtol=1e-10,
+        mistakes={
+            "you averaged the two outputs: each part must be weighted by its share of the softmax "
+            "denominator, exp(lse_a - lse) and exp(lse_b - lse), which are not 1/2 unless the two "
+            "LSEs are equal.": _merge_average,
+            "your weights exp(lse_a - m), exp(lse_b - m) are not normalised: divide by their sum "
+            "(equivalently, use exp(lse_a - lse) with the merged lse), so that they add up to 1.": _merge_unnormalised,
+            "your merged lse is the larger of the two: the sums add, so lse = log(exp(lse_a) + "
+            "exp(lse_b)) = m + log(exp(lse_a - m) + exp(lse_b - m)).": _merge_lse_max,
+            "you swapped the weights: out_a gets exp(lse_a - lse), the share of part a.": _merge_swapped,
+            "rows where both LSEs are -inf (no key seen yet) become NaN: max is -inf and "
+            "-inf - (-inf) is NaN. Replace an infinite max by 0 before subtracting (torch.where), "
+            "and divide by the weights' sum only where it is > 0; such rows stay out = 0, "
+            "lse = -inf.": _merge_nan_when_empty,
+            "you exponentiated the LSEs themselves: exp(1000) overflows to inf and inf/inf is NaN. "
+            "Subtract m = max(lse_a, lse_b) first; every exponent is then <= 0.": _merge_raw_exp,
+        },
+        hint="m = torch.maximum(lse_a, lse_b) (0 where it is -inf); w_a = exp(lse_a - m), "
+        "w_b = exp(lse_b - m); lse = m + log(w_a + w_b); out = (w_a * out_a + w_b * out_b) / "
+        "(w_a + w_b) with [..., None] on the weights, 0 where w_a + w_b == 0.",
+    )
+)
+
+# --------------------------------------------------------------------------- 09.2 one ring step
+
+
+def ring_step_reference(q, k_block, v_block, out, lse, mask):
+    r"""Partial attention over the block (scale $1/\sqrt d$, ``mask`` True = may attend),
+    merged into ``(out, lse)``."""
+    out_b, lse_b = block_attention(q, k_block, v_block, mask=mask)
+    return _merge(out, lse, out_b, lse_b)
+
+
+def _empty_state(n_q, d_v):
+    return torch.zeros(n_q, d_v, dtype=DT), torch.full((n_q,), NEG_INF, dtype=DT)
+
+
+def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        q, k0, v0, k1, v1 = (
+            _t(rng, 4, 8),
+            _t(rng, 4, 8),
+            _t(rng, 4, 3),
+            _t(rng, 4, 8),
+            _t(rng, 4, 3),
+        )
+        out, lse = ring_step_reference(q, k0, v0, *_empty_state(4, 3), None)
+        # zigzag, P = 2, N = 8: rank 0 holds positions [0, 1, 6, 7], rank 1 holds [2, 3, 4, 5]
+        pos0, pos1 = shard_positions(8, 2, 0, "zigzag"), shard_positions(8, 2, 1, "zigzag")
+        mask_own = causal_mask_from_positions(pos0, pos0)
+        mask_other = causal_mask_from_positions(pos0, pos1)  # rows 0, 1 see nothing here
+        qz, kz, vz = _t(rng, 4, 4), _t(rng, 4, 4), _t(rng, 4, 2)
+        kz1, vz1 = _t(rng, 4, 4), _t(rng, 4, 2)
+        z_out, z_lse = ring_step_reference(qz, kz, vz, *_empty_state(4, 2), mask_own)
+        return [
+            Case(
+                "the first step (out = 0, lse = -inf), no mask, 4 queries, d = 8",
+                (q, k0, v0, *_empty_state(4, 3), None),
+            ),
+            Case(
+                "the second step: merge a new block into the state of the first",
+                (q, k1, v1, out, lse, None),
+            ),
+            Case(
+                "causal, zigzag: rank 0 (positions 0, 1, 6, 7) receives rank 1's block "
+                "(positions 2..5); queries 0 and 1 may see none of it",
+                (qz, kz1, vz1, z_out, z_lse, mask_other),
+            ),
+            Case(
+                "causal, first step on the own block, mask True = may attend",
+                (qz, kz, vz, *_empty_state(4, 2), mask_own),
+            ),
+        ]
+    q, k, v = _t(rng, 6, 4, scale=3.0), _t(rng, 5, 4, scale=3.0), _t(rng, 5, 4)
+    out, lse = _partial(rng, 6, 3, 4, 4)
+    mask = torch.from_numpy(rng.random((6, 5)) < 0.5)
+    mask[0] = False
+    return [
+        Case(
+            "large scores (inputs x 3), a random mask with an empty row", (q, k, v, out, lse, mask)
+        ),
+        Case(
+            "one query, one key",
+            (_t(rng, 1, 2), _t(rng, 1, 2), _t(rng, 1, 2), *_empty_state(1, 2), None),
+        ),
+        Case(
+            "the block is masked out entirely: the state must not change",
+            (q, k, v, out, lse, torch.zeros(6, 5, dtype=torch.bool)),
+        ),
+    ]
+
+
+def _ring_unscaled(q, k, v, out, lse, mask):
+    return ring_step_reference(q * math.sqrt(q.shape[-1]), k, v, out, lse, mask)
+
+
+def _ring_no_merge(q, k, v, out, lse, mask):
+    return block_attention(q, k, v, mask=mask)
+
+
+def _ring_nan_masked_rows(q, k, v, out, lse, mask):
+    s = q @ k.T / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, NEG_INF)
+    out_b = torch.softmax(s, dim=-1) @ v  # NaN in rows with no visible key
+    return _merge(out, lse, out_b, torch.logsumexp(s, dim=-1))
+
+
+def _ring_mask_inverted(q, k, v, out, lse, mask):
+    return ring_step_reference(q, k, v, out, lse, None if mask is None else ~mask)
+
+
+def _ring_lse_is_max(q, k, v, out, lse, mask):
+    s = q @ k.T / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, NEG_INF)
+    out_b, _ = block_attention(q, k, v, mask=mask)
+    return _merge(out, lse, out_b, s.amax(dim=-1))
+
+
+register(
+    Exercise(
+        id="09.2",
+        title="one step of ring attention",
+        points=3,
+        target="ring_step",
+        cases=_ring_cases,
+        reference=ring_step_reference,
+        atol=1e-12,
+        rtol=1e-10,
+        mistakes={
+            "you forgot the 1/sqrt(d) scale of the scores.": _ring_unscaled,
+            "you returned the new block's partial result only: merge it into the running "
+            "(out, lse) with merge_attention, or every earlier block is lost.": _ring_no_merge,
+            "mask=True means 'may attend' (torch SDPA's convention): fill the scores where the "
+            "mask is False with -inf, i.e. scores.masked_fill(~mask, -inf).": _ring_mask_inverted,
+            "rows whose keys are all masked out become NaN: a softmax over a row of -inf is 0/0. "
+            "Such a row's partial result is out_b = 0, lse_b = -inf (so the merge ignores it): "
+            "compute lse_b = torch.logsumexp(scores, -1) first, then weights "
+            "exp(scores - lse_b) with lse_b replaced by 0 where it is -inf.": _ring_nan_masked_rows,
+            "the block's lse is its log-sum-exp, logsumexp(scores, -1), not the row maximum.": _ring_lse_is_max,
+        },
+        hint="scores = q @ k_block.T / sqrt(d), masked with -inf where mask is False; "
+        "lse_b = torch.logsumexp(scores, -1); out_b = exp(scores - lse_b[:, None]) @ v_block "
+        "(0 for rows with lse_b = -inf); return merge_attention(out, lse, out_b, lse_b).",
+    )
+)
+
+# --------------------------------------------------------------------------- 09.3 zigzag
+
+
+def zigzag_positions_reference(seq_len: int, world_size: int, rank: int) -> torch.Tensor:
+    """Chunk ``rank`` then chunk ``2P - 1 - rank`` of ``2P`` chunks of ``seq_len / (2P)``."""
+    return shard_positions(seq_len, world_size, rank, "zigzag")
+
+
+def _zigzag_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("N = 16, P = 4, rank 0: chunks 0 and 7", (16, 4, 0)),
+            Case("N = 16, P = 4, rank 2: chunks 2 and 5", (16, 4, 2)),
+            Case("N = 24, P = 3, rank 1: chunks of 4 tokens", (24, 3, 1)),
+            Case("N = 12, P = 2, rank 1", (12, 2, 1)),
+        ]
+    return [
+        Case("P = 1: the two halves of the sequence", (10, 1, 0)),
+        Case("N = 64, P = 8, rank 5", (64, 8, 5)),
+        Case("N = 12, P = 6, rank 3: chunks of one token", (12, 6, 3)),
+    ]
+
+
+def _zigzag_contiguous(seq_len, world_size, rank):
+    n = seq_len // world_size
+    return torch.arange(rank * n, (rank + 1) * n)
+
+
+def _zigzag_off_by_one(seq_len, world_size, rank):
+    c = seq_len // (2 * world_size)
+    back = 2 * world_size - rank
+    return torch.cat(
+        [torch.arange(rank * c, (rank + 1) * c), torch.arange(back * c, (back + 1) * c)]
+    )
+
+
+def _zigzag_reversed(seq_len, world_size, rank):
+    pos = zigzag_positions_reference(seq_len, world_size, rank)
+    c = len(pos) // 2
+    return torch.cat([pos[c:], pos[:c]])
+
+
+def _zigzag_p_chunks(seq_len, world_size, rank):
+    c = seq_len // world_size // 2  # half a shard, but counted from P chunks of N/P
+    return torch.cat(
+        [
+            torch.arange(rank * c, (rank + 1) * c),
+            torch.arange((world_size - 1 - rank) * c, (world_size - rank) * c),
+        ]
+    )
+
+
+def _zigzag_striped(seq_len, world_size, rank):
+    return torch.arange(rank, seq_len, world_size)
+
+
+register(
+    Exercise(
+        id="09.3",
+        title="the tokens of a zigzag shard",
+        points=1,
+        target="zigzag_positions",
+        cases=_zigzag_cases,
+        reference=zigzag_positions_reference,
+        atol=0.0,
+        rtol=0.0,
+        mistakes={
+            "that is the plain (contiguous) split: zigzag cuts the sequence into 2P chunks and "
+            "gives rank r chunks r and 2P - 1 - r.": _zigzag_contiguous,
+            "the second chunk is number 2P - 1 - rank (chunks are numbered 0 .. 2P - 1), not "
+            "2P - rank.": _zigzag_off_by_one,
+            "the chunks are in the wrong order: chunk r (the early tokens) first, then chunk "
+            "2P - 1 - r.": _zigzag_reversed,
+            "you mirrored among P chunks: the second chunk is counted from the end of the whole "
+            "sequence, chunk 2P - 1 - r of 2P chunks of seq_len / (2P) tokens.": _zigzag_p_chunks,
+            "that is the striped layout (token t on rank t mod P), not zigzag.": _zigzag_striped,
+        },
+        hint="c = seq_len // (2 * world_size); torch.cat([torch.arange(rank * c, (rank + 1) * c), "
+        "torch.arange(b * c, (b + 1) * c)]) with b = 2 * world_size - 1 - rank.",
+    )
+)
+
+# --------------------------------------------------------------------------- 09.4 all-to-all
+
+
+def seq_to_head_all_to_all_reference(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``xs[i] (B, H, n, d_h)`` → ``ys[j] (B, H/P, P*n, d_h)``: head group j, all ranks' tokens."""
+    return all_to_all_seq_to_head(list(xs))
+
+
+def _a2a_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        ids = [
+            torch.arange(r * 100, r * 100 + 4 * 3 * 2, dtype=DT).reshape(1, 4, 3, 2)
+            for r in range(2)
+        ]  # rank r's values start at 100 r: easy to trace
+        return [
+            Case(
+                "P = 2 ranks, B = 1, H = 4, n = 3, d = 2 (rank r's entries are 100r + index)",
+                (ids,),
+            ),
+            Case("P = 4, B = 2, H = 8, n = 2, d = 3", ([_t(rng, 2, 8, 2, 3) for _ in range(4)],)),
+            Case("P = 3, H = 3: one head per rank", ([_t(rng, 1, 3, 4, 2) for _ in range(3)],)),
+        ]
+    return [
+        Case("P = 1: nothing moves", ([_t(rng, 2, 4, 3, 2)],)),
+        Case("P = 2, H = 2, n = 5", ([_t(rng, 1, 2, 5, 3) for _ in range(2)],)),
+        Case("P = 4, H = 16", ([_t(rng, 1, 16, 2, 2) for _ in range(4)],)),
+    ]
+
+
+def _a2a_strided_heads(xs):
+    P = len(xs)
+    return [torch.cat([x[:, j::P] for x in xs], dim=2) for j in range(P)]
+
+
+def _a2a_head_dim(xs):
+    P = len(xs)
+    h = xs[0].shape[1] // P
+    return [torch.cat([x[:, j * h : (j + 1) * h] for x in xs], dim=1) for j in range(P)]
+
+
+def _a2a_reversed_ranks(xs):
+    return seq_to_head_all_to_all_reference(list(reversed(xs)))
+
+
+def _a2a_interleaved_tokens(xs):
+    P = len(xs)
+    B, H, n, head_dim = xs[0].shape
+    h = H // P
+    return [
+        torch.stack([x[:, j * h : (j + 1) * h] for x in xs], dim=3).reshape(B, h, P * n, head_dim)
+        for j in range(P)
+    ]
+
+
+register(
+    Exercise(
+        id="09.4",
+        title="Ulysses' all-to-all: from a sequence split to a head split",
+        points=2,
+        target="seq_to_head_all_to_all",
+        cases=_a2a_cases,
+        reference=seq_to_head_all_to_all_reference,
+        atol=0.0,
+        rtol=0.0,
+        mistakes={
+            "rank j must get the contiguous head group j*H/P .. (j+1)*H/P - 1, not every P-th "
+            "head (x[:, j::P]).": _a2a_strided_heads,
+            "you concatenated along the head axis: the pieces from different ranks are different "
+            "tokens, so they go along the sequence axis (dim 2), giving (B, H/P, P*n, d_h).": _a2a_head_dim,
+            "the sequence must be in rank order, rank 0's tokens first (that is position order "
+            "for a contiguous split).": _a2a_reversed_ranks,
+            "the tokens of different ranks are interleaved: you stacked the rank axis after the "
+            "token axis before reshaping. Stack (or concatenate) so that all of rank 0's n tokens "
+            "come first, then rank 1's.": _a2a_interleaved_tokens,
+        },
+        hint="h = H // P; ys[j] = torch.cat([x[:, j*h:(j+1)*h] for x in xs], dim=2) for j in "
+        "range(P).",
+    )
+)
+
+# --------------------------------------------------------------------------- 09.5 bytes
+
+
+def forward_comm_bytes_reference(
+    seq_len, world_size, num_heads, head_dim, bytes_per_element
+) -> tuple[int, int]:
+    """(ring, Ulysses) bytes one rank sends in the forward pass, B = 1, H_kv = H."""
+    kw = dict(num_heads=num_heads, head_dim=head_dim, bytes_per_element=bytes_per_element)
+    return (
+        ring_comm_bytes(seq_len, world_size, **kw),
+        ulysses_comm_bytes(seq_len, world_size, **kw),
+    )
+
+
+def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("N = 4096, P = 4, H = 8, d_h = 64, bfloat16", (4096, 4, 8, 64, 2)),
+            Case("N = 1536, P = 3, H = 6, d_h = 32, float32", (1536, 3, 6, 32, 4)),
+            Case("N = 131072, P = 8, H = 32, d_h = 128, bfloat16", (131072, 8, 32, 128, 2)),
+        ]
+    return [
+        Case("P = 1: nothing to send", (512, 1, 4, 16, 4)),
+        Case("N = 65536, P = 16, H = 16, d_h = 128, float16", (65536, 16, 16, 128, 2)),
+        Case("N = 96, P = 3, H = 6, d_h = 8, float64", (96, 3, 6, 8, 8)),
+    ]
+
+
+def _per(seq_len, world_size, num_heads, head_dim, b):
+    return num_heads * (seq_len // world_size) * head_dim * b  # one (H, n, d_h) tensor
+
+
+def _bytes_ring_p_hops(n, p, h, d, b):
+    return 2 * p * _per(n, p, h, d, b), forward_comm_bytes_reference(n, p, h, d, b)[1]
+
+
+def _bytes_ring_k_only(n, p, h, d, b):
+    return (p - 1) * _per(n, p, h, d, b), forward_comm_bytes_reference(n, p, h, d, b)[1]
+
+
+def _bytes_ring_full_sequence(n, p, h, d, b):
+    return 2 * (p - 1) * h * n * d * b, forward_comm_bytes_reference(n, p, h, d, b)[1]
+
+
+def _bytes_ulysses_keeps_nothing(n, p, h, d, b):
+    return forward_comm_bytes_reference(n, p, h, d, b)[0], 4 * _per(n, p, h, d, b)
+
+
+def _bytes_ulysses_no_output(n, p, h, d, b):
+    return forward_comm_bytes_reference(n, p, h, d, b)[0], 3 * (p - 1) * _per(n, p, h, d, b) // p
+
+
+register(
+    Exercise(
+        id="09.5",
+        title="communication volume of ring attention and Ulysses",
+        points=2,
+        target="forward_comm_bytes",
+        cases=_bytes_cases,
+        reference=forward_comm_bytes_reference,
+        atol=0.5,
+        rtol=0.0,
+        mistakes={
+            "the ring makes P - 1 hops, not P: after P - 1 shifts every rank has seen every block, "
+            "and its own block needs no message.": _bytes_ring_p_hops,
+            "the ring passes both K and V around: two tensors of H * (N / P) * d_h elements per "
+            "hop.": _bytes_ring_k_only,
+            "each ring message is one shard, N / P tokens, not the whole sequence.": _bytes_ring_full_sequence,
+            "in an all-to-all a rank keeps 1/P of its tensor (the chunk addressed to itself): it "
+            "sends (P - 1) / P of it.": _bytes_ulysses_keeps_nothing,
+            "Ulysses' forward has four all-to-alls: Q, K and V to the head split, and the output "
+            "back to the sequence split.": _bytes_ulysses_no_output,
+        },
+        hint="shard = H * (N // P) * d_h * bytes; ring = 2 * (P - 1) * shard; "
+        "ulysses = 4 * shard * (P - 1) // P.",
+    )
+)
+
+# --------------------------------------------------------------------------- 09.6 backward step
+
+
+def ring_backward_step_reference(q, k_block, v_block, out, lse, dout, mask):
+    r"""``(dq_part, dk_block, dv_block)`` with $P = e^{S - L}$ from the *final* LSE."""
+    return block_attention_backward(q, k_block, v_block, out, lse, dout, mask=mask)
+
+
+def _backward_case(rng, name, n_q, n_k, d, split, mask_fn=None, scale=1.0):
+    """Queries attend to n_k keys; the block is keys [split:]. ``out``, ``lse`` are final."""
+    q, k, v = _t(rng, n_q, d, scale=scale), _t(rng, n_k, d, scale=scale), _t(rng, n_k, d)
+    dout = _t(rng, n_q, d)
+    mask = None if mask_fn is None else mask_fn(n_q, n_k)
+    out, lse = block_attention(q, k, v, mask=mask)  # over all keys: the final result
+    block_mask = None if mask is None else mask[:, split:]
+    return Case(name, (q, k[split:], v[split:], out, lse, dout, block_mask))
+
+
+def _causal(n_q, n_k):
+    return causal_mask_from_positions(torch.arange(n_q), torch.arange(n_k))
+
+
+def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            _backward_case(rng, "5 queries over 8 keys; the block is keys 3..7", 5, 8, 4, 3),
+            _backward_case(
+                rng,
+                "causal, 6 queries and keys; the block is keys 2..5 (row 0 and 1 see none of it)",
+                6,
+                6,
+                4,
+                2,
+                _causal,
+            ),
+        ]
+    return [
+        _backward_case(rng, "large scores, block = the last key", 4, 7, 3, 6, scale=3.0),
+        _backward_case(rng, "causal, the block is everything", 5, 5, 2, 0, _causal),
+    ]
+
+
+def _bwd_local_lse(q, k, v, out, lse, dout, mask):
+    s = q @ k.T / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, NEG_INF)
+    return block_attention_backward(q, k, v, out, torch.logsumexp(s, -1), dout, mask=mask)
+
+
+def _bwd_no_mask(q, k, v, out, lse, dout, mask):
+    return block_attention_backward(q, k, v, out, lse, dout, mask=None)
+
+
+def _bwd_local_out(q, k, v, out, lse, dout, mask):
+    out_b, _ = block_attention(q, k, v, mask=mask)
+    return block_attention_backward(q, k, v, out_b, lse, dout, mask=mask)
+
+
+def _bwd_unscaled(q, k, v, out, lse, dout, mask):
+    dq, dk, dv = block_attention_backward(q, k, v, out, lse, dout, mask=mask)
+    return dq * math.sqrt(q.shape[-1]), dk * math.sqrt(q.shape[-1]), dv
+
+
+register(
+    Exercise(
+        id="09.6",
+        title="one block of the ring backward",
+        points=2,
+        target="ring_backward_step",
+        cases=_backward_cases,
+        reference=ring_backward_step_reference,
+        atol=1e-12,
+        rtol=1e-10,
+        mistakes={
+            "you recomputed the weights with the block's own log-sum-exp: they then sum to 1 "
+            "over this block alone. Use the final lse you were given (over all keys), so that "
+            "P = exp(S - lse) are the true attention weights of these keys.": _bwd_local_lse,
+            "D = rowsum(dout * out) must use the final output (given), not the block's partial "
+            "output.": _bwd_local_out,
+            "masked-out keys must get weight 0: apply the mask to the scores (-inf where it is "
+            "False) before exponentiating.": _bwd_no_mask,
+            "dq and dk miss the factor scale = 1/sqrt(d): S = scale * q k^T, so dq = scale * dS k "
+            "and dk = scale * dS^T q.": _bwd_unscaled,
+        },
+        hint="S = q @ k_block.T / sqrt(d) (masked with -inf); P = exp(S - lse[:, None]); "
+        "dv = P.T @ dout; dP = dout @ v_block.T; D = (dout * out).sum(-1); "
+        "dS = P * (dP - D[:, None]); dq = dS @ k_block / sqrt(d); dk = dS.T @ q / sqrt(d).",
+    )
+)
