@@ -132,6 +132,9 @@ def block_mask(mask_mod: MaskMod, batch_size: int | None, num_heads: int | None,
                              device=device, BLOCK_SIZE=(int(block_m), int(block_n)))
 
 
+_block_mask = block_mask  # flex_attention's argument of the same name shadows it there
+
+
 @functools.lru_cache(maxsize=1)
 def _compiled_flex():
     from torch.nn.attention.flex_attention import flex_attention as flex
@@ -142,22 +145,26 @@ def _compiled_flex():
 def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                    score_mod: ScoreMod | None = None, mask_mod: MaskMod | None = None,
                    scale: float | None = None, block_m: int = 128, block_n: int | None = None,
-                   compile: bool | None = None) -> torch.Tensor:
+                   block_mask=None, compile: bool | None = None) -> torch.Tensor:
     """PyTorch's FlexAttention on ``q, k, v [B, H, N, d]``: ``output [B, H, Nq, d_v]``.
 
-    Builds the block mask from ``mask_mod`` (tiles ``block_m x block_n``) and calls
-    ``torch.nn.attention.flex_attention``. ``compile`` defaults to True on CUDA tensors
-    (the fused kernel) and False on the CPU (eager: a reference, not a fast path).
+    Builds the block mask from ``mask_mod`` (tiles ``block_m x block_n``), or takes a
+    prebuilt ``block_mask`` (:func:`block_mask`: build it once, use it for every layer and
+    step), and calls ``torch.nn.attention.flex_attention``. ``compile`` defaults to True
+    on CUDA tensors (the fused kernel) and False on the CPU (eager: a reference, not a fast
+    path).
     """
     _need_flex()
     from torch.nn.attention.flex_attention import flex_attention as flex
 
     b, h, n_q, _ = q.shape
     n_k = k.shape[-2]
-    bm = None
+    bm = block_mask
+    if mask_mod is not None and bm is not None:
+        raise ValueError("give mask_mod or block_mask, not both")
     if mask_mod is not None:
-        bm = block_mask(mask_mod, b, h, n_q, n_k, block_m=block_m, block_n=block_n,
-                        device=q.device)
+        bm = _block_mask(mask_mod, b, h, n_q, n_k, block_m=block_m, block_n=block_n,
+                         device=q.device)
     compile = q.is_cuda if compile is None else compile
     fn = _compiled_flex() if compile else flex
     with warnings.catch_warnings():

@@ -58,6 +58,12 @@ def _named(fn, name: str):
     return fn
 
 
+def _on(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` on the device of the index tensor ``like`` (a mask built on the CPU still works
+    when FlexAttention evaluates it on a GPU)."""
+    return t if t.device == like.device else t.to(like.device)
+
+
 def _as_long(x, what: str, ndim: int) -> torch.Tensor:
     x = torch.as_tensor(x)
     if x.dtype == torch.bool or x.is_floating_point() or x.is_complex():
@@ -104,7 +110,7 @@ def padding(lengths) -> MaskMod:
     lengths = _as_long(lengths, "lengths", 1)  # (B,)
 
     def mask_mod(b, h, q_idx, kv_idx):
-        return kv_idx < lengths[b]
+        return kv_idx < _on(lengths, kv_idx)[b]
 
     return _named(mask_mod, "padding")
 
@@ -121,7 +127,8 @@ def document(doc_ids) -> MaskMod:
     doc_ids = _as_long(doc_ids, "doc_ids", 2)  # (B, N)
 
     def mask_mod(b, h, q_idx, kv_idx):
-        return doc_ids[b, q_idx] == doc_ids[b, kv_idx]
+        d = _on(doc_ids, kv_idx)
+        return d[b, q_idx] == d[b, kv_idx]
 
     return _named(mask_mod, "document")
 
@@ -142,10 +149,10 @@ def prefix_lm(prefix_lengths) -> MaskMod:
     p = _as_long(p, "prefix_lengths", 1)  # (B,) or (1,)
     if p.numel() == 1:
         def mask_mod(b, h, q_idx, kv_idx):
-            return (kv_idx < p[0]) | (q_idx >= kv_idx)
+            return (kv_idx < _on(p, kv_idx)[0]) | (q_idx >= kv_idx)
     else:
         def mask_mod(b, h, q_idx, kv_idx):
-            return (kv_idx < p[b]) | (q_idx >= kv_idx)
+            return (kv_idx < _on(p, kv_idx)[b]) | (q_idx >= kv_idx)
 
     return _named(mask_mod, "prefix_lm")
 

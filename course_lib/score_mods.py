@@ -43,7 +43,8 @@ def alibi(slopes: torch.Tensor) -> ScoreMod:
                          f"{slopes.dtype} and shape {tuple(slopes.shape)}")
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        return score - slopes[h].to(score.dtype) * (q_idx - kv_idx).to(score.dtype)
+        m = slopes.to(device=score.device, dtype=score.dtype)[h]  # this head's slope
+        return score - m * (q_idx - kv_idx).to(score.dtype)
 
     score_mod.__name__ = score_mod.__qualname__ = "alibi"
     return score_mod

@@ -197,3 +197,24 @@ def test_sliding_window_skips_more_as_the_sequence_grows():
     # window 64 = two tiles of 32: query tile I visits key tiles I-2..I (3), fewer at the start
     visited = 1 + 2 + 3 * (2048 // 32 - 2)
     assert fracs[2] == pytest.approx(1 - visited / (2048 // 32) ** 2)
+
+
+@needs_flex
+def test_flex_attention_takes_a_prebuilt_block_mask_but_not_both():
+    q, k, v = _qkv(7)
+    mod = M.sliding_window(5)
+    bm = FX.block_mask(mod, None, None, N, block_m=8)  # one tile map for every sequence, head
+    ref, _ = FX.mod_attention(q, k, v, mask_mod=mod)
+    torch.testing.assert_close(FX.flex_attention(q, k, v, block_mask=bm), ref, atol=1e-10,
+                               rtol=0)
+    with pytest.raises(ValueError, match="not both"):
+        FX.flex_attention(q, k, v, mask_mod=mod, block_mask=bm)
+
+
+@pytest.mark.parametrize("mod", [M.padding([2, 3]), M.document(torch.zeros(2, 3, dtype=torch.long)),
+                                 M.prefix_lm([1, 2]), M.prefix_lm(1)])
+def test_mask_mods_follow_the_index_device(mod):
+    """Captured tensors move to the indices' device, so a mask built on the CPU works where
+    FlexAttention evaluates it on a GPU. The "meta" device stands in for the GPU: mixing a
+    CPU tensor into a meta computation raises, as mixing it into a CUDA one would."""
+    assert M.materialize(mod, 2, 1, 3, device="meta").device.type == "meta"
