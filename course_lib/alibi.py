@@ -58,9 +58,14 @@ def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float32) -> torch
     return torch.tensor(slopes, dtype=dtype)  # (H,)
 
 
-def alibi_bias(num_heads: int, n_q: int, n_k: int | None = None, *,
-               slopes: torch.Tensor | None = None, dtype: torch.dtype = torch.float32
-               ) -> torch.Tensor:
+def alibi_bias(
+    num_heads: int,
+    n_q: int,
+    n_k: int | None = None,
+    *,
+    slopes: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     r"""The additive ALiBi bias ``[H, Nq, Nk]``: :math:`-m_h\,(i - j)`.
 
     Pass it as a float mask to ``course_lib.attention.scaled_dot_product_attention`` (it is
@@ -71,8 +76,7 @@ def alibi_bias(num_heads: int, n_q: int, n_k: int | None = None, *,
     n_k = n_q if n_k is None else n_k
     slopes = alibi_slopes(num_heads, dtype=dtype) if slopes is None else slopes.to(dtype)
     if slopes.shape != (int(num_heads),):
-        raise ValueError(f"expected slopes of shape [H] = [{num_heads}], got "
-                         f"{tuple(slopes.shape)}")
+        raise ValueError(f"expected slopes of shape [H] = [{num_heads}], got {tuple(slopes.shape)}")
     i = torch.arange(int(n_q), dtype=dtype)[:, None]  # (Nq, 1)
     j = torch.arange(int(n_k), dtype=dtype)[None, :]  # (1, Nk)
     return -slopes[:, None, None] * (i - j)  # (H, Nq, Nk)

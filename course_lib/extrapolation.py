@@ -40,8 +40,20 @@ def _python_text() -> str:
         return "".join(topics[k] for k in sorted(topics))
     except (ImportError, AttributeError):  # some distributions strip pydoc_data
         parts = []
-        for name in ("collections", "functools", "itertools", "json", "pathlib", "re",
-                     "typing", "unittest", "argparse", "logging", "subprocess", "inspect"):
+        for name in (
+            "collections",
+            "functools",
+            "itertools",
+            "json",
+            "pathlib",
+            "re",
+            "typing",
+            "unittest",
+            "argparse",
+            "logging",
+            "subprocess",
+            "inspect",
+        ):
             mod = importlib.import_module(name)
             parts += [obj.__doc__ or "" for obj in vars(mod).values()]
         return "\n".join(p for p in parts if p)
@@ -84,8 +96,9 @@ class _Block(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, N, d_h)
         else:
             bias = alibi_bias(h, n, dtype=x.dtype).to(x.device)  # (H, N, N)
-            bias = bias.masked_fill(~torch.ones(n, n, dtype=torch.bool,
-                                                device=x.device).tril(), float("-inf"))
+            bias = bias.masked_fill(
+                ~torch.ones(n, n, dtype=torch.bool, device=x.device).tril(), float("-inf")
+            )
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, d_h)
         x = x + self.W_O(out.transpose(1, 2).reshape(b, n, d))  # (B, N, D)
         return x + self.mlp(self.ln2(x))  # (B, N, D)
@@ -95,8 +108,16 @@ class TinyLM(nn.Module):
     """A small pre-norm decoder: embedding, ``num_layers`` blocks, a read-out; positions
     only through the attention (``position="rope"`` or ``"alibi"``), none added to x."""
 
-    def __init__(self, vocab_size: int, *, d_model: int = 64, num_heads: int = 8,
-                 num_layers: int = 2, d_ff: int = 128, position: str = "rope") -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        d_model: int = 64,
+        num_heads: int = 8,
+        num_layers: int = 2,
+        d_ff: int = 128,
+        position: str = "rope",
+    ) -> None:
         super().__init__()
         if position not in POSITIONS:
             raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
@@ -104,8 +125,9 @@ class TinyLM(nn.Module):
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         self.position = position
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList(_Block(d_model, num_heads, d_ff, position)
-                                    for _ in range(num_layers))
+        self.blocks = nn.ModuleList(
+            _Block(d_model, num_heads, d_ff, position) for _ in range(num_layers)
+        )
         self.ln = nn.LayerNorm(d_model)
         self.readout = nn.Linear(d_model, vocab_size)
 
@@ -116,8 +138,16 @@ class TinyLM(nn.Module):
         return self.readout(self.ln(x))  # (B, N, V)
 
 
-def train_lm(model: TinyLM, data: torch.Tensor, *, steps: int, batch_size: int = 32,
-             seq_len: int = 32, lr: float = 3e-3, seed: int = 0) -> list[float]:
+def train_lm(
+    model: TinyLM,
+    data: torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int = 32,
+    seq_len: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> list[float]:
     """AdamW on random windows of ``seq_len`` characters; the loss of every step."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -136,13 +166,15 @@ def train_lm(model: TinyLM, data: torch.Tensor, *, steps: int, batch_size: int =
 
 
 @torch.no_grad()
-def loss_by_position(model: TinyLM, data: torch.Tensor, *, seq_len: int, n: int = 16,
-                     seed: int = 123) -> torch.Tensor:
+def loss_by_position(
+    model: TinyLM, data: torch.Tensor, *, seq_len: int, n: int = 16, seed: int = 123
+) -> torch.Tensor:
     """``[seq_len]``: the mean cross-entropy at each position over ``n`` random windows."""
     gen = torch.Generator().manual_seed(seed)
     tokens, targets = _windows(data, n, seq_len, gen)  # (n, N)
     model.eval()
     logits = model(tokens)  # (n, N, V)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                           reduction="none")  # (n*N,)
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
+    )  # (n*N,)
     return loss.reshape(n, seq_len).mean(dim=0)  # (N,)

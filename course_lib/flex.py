@@ -57,9 +57,11 @@ __all__ = [
     "tile_map_from_block_mask",
 ]
 
-FLEX_MISSING = ("FlexAttention (torch.nn.attention.flex_attention) needs PyTorch 2.5 or "
-                "newer; this PyTorch does not have it, so the cells that use it are skipped "
-                "and the course's own mod_attention does the work.")
+FLEX_MISSING = (
+    "FlexAttention (torch.nn.attention.flex_attention) needs PyTorch 2.5 or "
+    "newer; this PyTorch does not have it, so the cells that use it are skipped "
+    "and the course's own mod_attention does the work."
+)
 
 # chapter 06's tile map: white skipped, orange crosses the mask's boundary, blue full
 TILE_COLORS = ("white", "orange", "steelblue")
@@ -84,9 +86,15 @@ def _need_flex() -> None:
 # --------------------------------------------------------------------------- the reference
 
 
-def mod_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                  score_mod: ScoreMod | None = None, mask_mod: MaskMod | None = None,
-                  scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def mod_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     r"""``(output [B, H, Nq, d_v], weights [B, H, Nq, Nk])`` with a score_mod and a mask_mod.
 
     ``q [B, H, Nq, d_k]``, ``k [B, H, Nk, d_k]``, ``v [B, H, Nk, d_v]``. The scores are
@@ -95,8 +103,10 @@ def mod_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.ndim != 4:
-            raise ValueError(f"expected {name} of shape [B, H, N, d], got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
+            raise ValueError(
+                f"expected {name} of shape [B, H, N, d], got "
+                f"{getattr(x, 'shape', type(x).__name__)}"
+            )
     _check_qkv(q, k, v)
     b, h, n_q, d_k = q.shape
     n_k = k.shape[-2]
@@ -114,9 +124,17 @@ def mod_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 # --------------------------------------------------------------------------- FlexAttention
 
 
-def block_mask(mask_mod: MaskMod, batch_size: int | None, num_heads: int | None, n_q: int,
-               n_k: int | None = None, *, block_m: int = 128, block_n: int | None = None,
-               device=None):
+def block_mask(
+    mask_mod: MaskMod,
+    batch_size: int | None,
+    num_heads: int | None,
+    n_q: int,
+    n_k: int | None = None,
+    *,
+    block_m: int = 128,
+    block_n: int | None = None,
+    device=None,
+):
     """FlexAttention's ``BlockMask`` for ``mask_mod`` with tiles ``block_m x block_n``.
 
     ``batch_size`` / ``num_heads`` may be None when the mask does not depend on them
@@ -128,8 +146,15 @@ def block_mask(mask_mod: MaskMod, batch_size: int | None, num_heads: int | None,
     n_k = n_q if n_k is None else n_k
     block_n = block_m if block_n is None else block_n
     device = "cpu" if device is None else device
-    return create_block_mask(mask_mod, batch_size, num_heads, int(n_q), int(n_k),
-                             device=device, BLOCK_SIZE=(int(block_m), int(block_n)))
+    return create_block_mask(
+        mask_mod,
+        batch_size,
+        num_heads,
+        int(n_q),
+        int(n_k),
+        device=device,
+        BLOCK_SIZE=(int(block_m), int(block_n)),
+    )
 
 
 _block_mask = block_mask  # flex_attention's argument of the same name shadows it there
@@ -142,10 +167,19 @@ def _compiled_flex():
     return torch.compile(flex)
 
 
-def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                   score_mod: ScoreMod | None = None, mask_mod: MaskMod | None = None,
-                   scale: float | None = None, block_m: int = 128, block_n: int | None = None,
-                   block_mask=None, compile: bool | None = None) -> torch.Tensor:
+def flex_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
+    scale: float | None = None,
+    block_m: int = 128,
+    block_n: int | None = None,
+    block_mask=None,
+    compile: bool | None = None,
+) -> torch.Tensor:
     """PyTorch's FlexAttention on ``q, k, v [B, H, N, d]``: ``output [B, H, Nq, d_v]``.
 
     Builds the block mask from ``mask_mod`` (tiles ``block_m x block_n``), or takes a
@@ -163,14 +197,14 @@ def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if mask_mod is not None and bm is not None:
         raise ValueError("give mask_mod or block_mask, not both")
     if mask_mod is not None:
-        bm = _block_mask(mask_mod, b, h, n_q, n_k, block_m=block_m, block_n=block_n,
-                         device=q.device)
+        bm = _block_mask(
+            mask_mod, b, h, n_q, n_k, block_m=block_m, block_n=block_n, device=q.device
+        )
     compile = q.is_cuda if compile is None else compile
     fn = _compiled_flex() if compile else flex
     with warnings.catch_warnings():
         # eager flex_attention warns that it is not fused: here that is the point
-        warnings.filterwarnings("ignore", message=".*flex_attention called without "
-                                                  "torch.compile.*")
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
         return fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale)
 
 
@@ -186,9 +220,11 @@ def tile_map(mask: torch.Tensor, block_m: int, block_n: int) -> torch.Tensor:
     Returns an ``int64`` tensor ``[..., ceil(Nq/block_m), ceil(Nk/block_n)]``.
     """
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.ndim < 2:
-        raise ValueError(f"expected a boolean mask [..., Nq, Nk], got "
-                         f"{getattr(mask, 'dtype', type(mask).__name__)} "
-                         f"{tuple(getattr(mask, 'shape', ()))}")
+        raise ValueError(
+            f"expected a boolean mask [..., Nq, Nk], got "
+            f"{getattr(mask, 'dtype', type(mask).__name__)} "
+            f"{tuple(getattr(mask, 'shape', ()))}"
+        )
     for name, s in (("block_m", block_m), ("block_n", block_n)):
         if isinstance(s, bool) or int(s) != s or s < 1:
             raise ValueError(f"{name} must be a positive integer, got {s!r}")
@@ -222,8 +258,10 @@ def tile_map_from_block_mask(bm) -> torch.Tensor:
     t_q, t_k = -(-n_q // block_m), -(-n_k // block_n)
     lead = tuple(bm.kv_num_blocks.shape[:2])
     out = torch.zeros(*lead, t_q, t_k, dtype=torch.long)
-    for num, idx, code in ((bm.kv_num_blocks, bm.kv_indices, PARTIAL),
-                           (bm.full_kv_num_blocks, bm.full_kv_indices, FULL)):
+    for num, idx, code in (
+        (bm.kv_num_blocks, bm.kv_indices, PARTIAL),
+        (bm.full_kv_num_blocks, bm.full_kv_indices, FULL),
+    ):
         if num is None:
             continue
         num, idx = num.cpu(), idx.cpu()

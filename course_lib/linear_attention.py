@@ -55,17 +55,26 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 def _check(q, k, v) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.ndim < 2:
-            raise ValueError(f"expected {name} of shape [..., N, d], got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
+            raise ValueError(
+                f"expected {name} of shape [..., N, d], got {getattr(x, 'shape', type(x).__name__)}"
+            )
     if q.shape[-1] != k.shape[-1] or q.shape[-2] != k.shape[-2] or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"expected q, k [..., N, d_k] and v [..., N, d_v] with the same N "
-                         f"and d_k, got q {tuple(q.shape)}, k {tuple(k.shape)}, v "
-                         f"{tuple(v.shape)}")
+        raise ValueError(
+            f"expected q, k [..., N, d_k] and v [..., N, d_v] with the same N "
+            f"and d_k, got q {tuple(q.shape)}, k {tuple(k.shape)}, v "
+            f"{tuple(v.shape)}"
+        )
 
 
-def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                     feature_map: FeatureMap = elu_feature_map, causal: bool = True,
-                     eps: float = 1e-6) -> torch.Tensor:
+def linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    feature_map: FeatureMap = elu_feature_map,
+    causal: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
     r"""The parallel form: ``[..., N, d_v]`` from ``q, k [..., N, d_k]``, ``v [..., N, d_v]``.
 
     .. math:: A = \phi(Q)\phi(K)^\top \odot M, \qquad O = \frac{A V}{A \mathbf{1}}
@@ -82,10 +91,16 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     return (a @ v) / (a.sum(dim=-1, keepdim=True) + eps)  # (..., N, d_v)
 
 
-def linear_attention_step(q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor,
-                          state: torch.Tensor, normalizer: torch.Tensor, *,
-                          feature_map: FeatureMap = elu_feature_map, eps: float = 1e-6
-                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def linear_attention_step(
+    q_t: torch.Tensor,
+    k_t: torch.Tensor,
+    v_t: torch.Tensor,
+    state: torch.Tensor,
+    normalizer: torch.Tensor,
+    *,
+    feature_map: FeatureMap = elu_feature_map,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""One token of the recurrent form: ``(o_t [..., d_v], state, normalizer)``.
 
     .. math::
@@ -105,9 +120,14 @@ def linear_attention_step(q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tenso
     return num / (den + eps), state, normalizer
 
 
-def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                               feature_map: FeatureMap = elu_feature_map, eps: float = 1e-6
-                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def linear_attention_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    feature_map: FeatureMap = elu_feature_map,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""The recurrent form, one :func:`linear_attention_step` per token.
 
     Returns ``(output [..., N, d_v], state [..., d_k, d_v], normalizer [..., d_k])``: the
@@ -122,20 +142,37 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     outs = []
     for t in range(n):
         o_t, state, normalizer = linear_attention_step(
-            q[..., t, :], k[..., t, :], v[..., t, :], state, normalizer,
-            feature_map=feature_map, eps=eps)  # (..., d_v)
+            q[..., t, :],
+            k[..., t, :],
+            v[..., t, :],
+            state,
+            normalizer,
+            feature_map=feature_map,
+            eps=eps,
+        )  # (..., d_v)
         outs.append(o_t)
     out = torch.stack(outs, dim=-2) if outs else q.new_zeros(*lead, 0, d_v)  # (..., N, d_v)
     return out, state, normalizer
 
 
-def linear_state_bytes(num_layers: int, num_heads: int, d_k: int, d_v: int,
-                       batch_size: int = 1, bytes_per_value: int = 2) -> int:
+def linear_state_bytes(
+    num_layers: int,
+    num_heads: int,
+    d_k: int,
+    d_v: int,
+    batch_size: int = 1,
+    bytes_per_value: int = 2,
+) -> int:
     r"""Bytes of linear attention's decoding state: :math:`L \times H \times (d_k d_v + d_k)
     \times B \times` bytes per value, the same at token 10 as at token 10 million."""
-    for name, n in (("num_layers", num_layers), ("num_heads", num_heads), ("d_k", d_k),
-                    ("d_v", d_v), ("batch_size", batch_size),
-                    ("bytes_per_value", bytes_per_value)):
+    for name, n in (
+        ("num_layers", num_layers),
+        ("num_heads", num_heads),
+        ("d_k", d_k),
+        ("d_v", d_v),
+        ("batch_size", batch_size),
+        ("bytes_per_value", bytes_per_value),
+    ):
         if isinstance(n, bool) or int(n) != n or n < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {n!r}")
     return int(num_layers * num_heads * (d_k * d_v + d_k) * batch_size * bytes_per_value)

@@ -148,17 +148,18 @@ def prefix_lm(prefix_lengths) -> MaskMod:
         p = p.reshape(1)
     p = _as_long(p, "prefix_lengths", 1)  # (B,) or (1,)
     if p.numel() == 1:
+
         def mask_mod(b, h, q_idx, kv_idx):
             return (kv_idx < _on(p, kv_idx)[0]) | (q_idx >= kv_idx)
     else:
+
         def mask_mod(b, h, q_idx, kv_idx):
             return (kv_idx < _on(p, kv_idx)[b]) | (q_idx >= kv_idx)
 
     return _named(mask_mod, "prefix_lm")
 
 
-def document_ids(lengths: list[int] | tuple[int, ...], seq_len: int | None = None
-                 ) -> torch.Tensor:
+def document_ids(lengths: list[int] | tuple[int, ...], seq_len: int | None = None) -> torch.Tensor:
     """Document numbers ``[N]`` of a packed sequence from its documents' lengths.
 
     ``document_ids([3, 2, 4])`` is ``[0, 0, 0, 1, 1, 2, 2, 2, 2]``. When ``seq_len`` is
@@ -171,8 +172,9 @@ def document_ids(lengths: list[int] | tuple[int, ...], seq_len: int | None = Non
     seq_len = total if seq_len is None else int(seq_len)
     if seq_len < total:
         raise ValueError(f"the documents hold {total} tokens, more than seq_len={seq_len}")
-    ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths,
-                                                                           dtype=torch.long))
+    ids = torch.repeat_interleave(
+        torch.arange(len(lengths)), torch.tensor(lengths, dtype=torch.long)
+    )
     pad = torch.full((seq_len - total,), len(lengths), dtype=torch.long)
     return torch.cat([ids, pad])  # (N,)
 
@@ -211,21 +213,37 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
 # --------------------------------------------------------------------------- to a tensor
 
 
-def index_grids(batch_size: int, num_heads: int, n_q: int, n_k: int, *, device=None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def index_grids(
+    batch_size: int, num_heads: int, n_q: int, n_k: int, *, device=None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Broadcastable index tensors ``b (B,1,1,1)``, ``h (1,H,1,1)``, ``q (1,1,Nq,1)``,
     ``kv (1,1,1,Nk)``: call a ``mask_mod`` or ``score_mod`` on them to evaluate every entry."""
-    for name, n in (("batch_size", batch_size), ("num_heads", num_heads), ("n_q", n_q),
-                    ("n_k", n_k)):
+    for name, n in (
+        ("batch_size", batch_size),
+        ("num_heads", num_heads),
+        ("n_q", n_q),
+        ("n_k", n_k),
+    ):
         if isinstance(n, bool) or int(n) != n or n < 1:
             raise ValueError(f"{name} must be a positive integer, got {n!r}")
     ar = lambda n: torch.arange(int(n), device=device)  # noqa: E731
-    return (ar(batch_size).view(-1, 1, 1, 1), ar(num_heads).view(1, -1, 1, 1),
-            ar(n_q).view(1, 1, -1, 1), ar(n_k).view(1, 1, 1, -1))
+    return (
+        ar(batch_size).view(-1, 1, 1, 1),
+        ar(num_heads).view(1, -1, 1, 1),
+        ar(n_q).view(1, 1, -1, 1),
+        ar(n_k).view(1, 1, 1, -1),
+    )
 
 
-def materialize(mask_mod: MaskMod, batch_size: int, num_heads: int, n_q: int,
-                n_k: int | None = None, *, device=None) -> torch.Tensor:
+def materialize(
+    mask_mod: MaskMod,
+    batch_size: int,
+    num_heads: int,
+    n_q: int,
+    n_k: int | None = None,
+    *,
+    device=None,
+) -> torch.Tensor:
     r"""The boolean mask ``[B, H, Nq, Nk]`` that ``mask_mod`` describes (True = may attend).
 
     One call on broadcast index tensors (:func:`index_grids`), the result expanded to the
@@ -236,13 +254,17 @@ def materialize(mask_mod: MaskMod, batch_size: int, num_heads: int, n_q: int,
     b, h, q, kv = index_grids(batch_size, num_heads, n_q, n_k, device=device)
     out = mask_mod(b, h, q, kv)
     if not isinstance(out, torch.Tensor) or out.dtype != torch.bool:
-        raise TypeError(f"mask_mod {getattr(mask_mod, '__name__', mask_mod)!r} must return a "
-                        f"boolean tensor (True = may attend), got "
-                        f"{getattr(out, 'dtype', type(out).__name__)}")
+        raise TypeError(
+            f"mask_mod {getattr(mask_mod, '__name__', mask_mod)!r} must return a "
+            f"boolean tensor (True = may attend), got "
+            f"{getattr(out, 'dtype', type(out).__name__)}"
+        )
     shape = (int(batch_size), int(num_heads), int(n_q), int(n_k))
     try:
         return out.expand(shape).clone()  # (B, H, Nq, Nk)
     except RuntimeError as err:
-        raise ValueError(f"mask_mod {mask_mod.__name__!r} returned shape {tuple(out.shape)}, "
-                         f"which does not broadcast to [B, H, Nq, Nk] = {shape}: use only "
-                         "elementwise tensor operations on b, h, q_idx, kv_idx") from err
+        raise ValueError(
+            f"mask_mod {mask_mod.__name__!r} returned shape {tuple(out.shape)}, "
+            f"which does not broadcast to [B, H, Nq, Nk] = {shape}: use only "
+            "elementwise tensor operations on b, h, q_idx, kv_idx"
+        ) from err

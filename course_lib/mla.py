@@ -76,38 +76,65 @@ class MLAConfig:
     base: float = 10000.0
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "num_heads", "head_dim", "kv_latent_dim", "rope_head_dim",
-                     "num_layers"):
+        for name in (
+            "d_model",
+            "num_heads",
+            "head_dim",
+            "kv_latent_dim",
+            "rope_head_dim",
+            "num_layers",
+        ):
             val = getattr(self, name)
             if isinstance(val, bool) or int(val) != val or val < 1:
                 raise ValueError(f"MLAConfig.{name} must be a positive integer, got {val!r}")
         if self.rope_head_dim % 2:
-            raise ValueError(f"rope_head_dim must be even (RoPE rotates pairs), got "
-                             f"{self.rope_head_dim}")
+            raise ValueError(
+                f"rope_head_dim must be even (RoPE rotates pairs), got {self.rope_head_dim}"
+            )
 
 
 # DeepSeek-V2 (DeepSeek-AI, 2024): 60 layers, d_model 5120, 128 heads of 128, d_c = 512,
 # d_h^R = 64, d_c' = 1536 (its paper's section 3.1.2; its public config.json agrees).
-DEEPSEEK_V2 = MLAConfig(d_model=5120, num_heads=128, head_dim=128, kv_latent_dim=512,
-                        rope_head_dim=64, num_layers=60, q_latent_dim=1536)
+DEEPSEEK_V2 = MLAConfig(
+    d_model=5120,
+    num_heads=128,
+    head_dim=128,
+    kv_latent_dim=512,
+    rope_head_dim=64,
+    num_layers=60,
+    q_latent_dim=1536,
+)
 
 
-def mla_cache_bytes(num_layers: int, kv_latent_dim: int, rope_head_dim: int, seq_len: int,
-                    batch_size: int = 1, bytes_per_value: int = 2) -> int:
+def mla_cache_bytes(
+    num_layers: int,
+    kv_latent_dim: int,
+    rope_head_dim: int,
+    seq_len: int,
+    batch_size: int = 1,
+    bytes_per_value: int = 2,
+) -> int:
     r"""Bytes of an MLA cache: :math:`L \times (d_c + d_h^R) \times N \times B \times`
     bytes per value. One latent and one RoPE key per token and layer, shared by all heads:
     no factor 2 (the latent serves keys *and* values) and no factor :math:`H`."""
-    for name, n in (("num_layers", num_layers), ("kv_latent_dim", kv_latent_dim),
-                    ("rope_head_dim", rope_head_dim), ("seq_len", seq_len),
-                    ("batch_size", batch_size), ("bytes_per_value", bytes_per_value)):
+    for name, n in (
+        ("num_layers", num_layers),
+        ("kv_latent_dim", kv_latent_dim),
+        ("rope_head_dim", rope_head_dim),
+        ("seq_len", seq_len),
+        ("batch_size", batch_size),
+        ("bytes_per_value", bytes_per_value),
+    ):
         if isinstance(n, bool) or int(n) != n or n < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {n!r}")
-    return int(num_layers * (kv_latent_dim + rope_head_dim) * seq_len * batch_size
-               * bytes_per_value)
+    return int(
+        num_layers * (kv_latent_dim + rope_head_dim) * seq_len * batch_size * bytes_per_value
+    )
 
 
-def cache_bytes_per_token(config: MLAConfig, *, gqa_kv_heads: int = 8,
-                          bytes_per_value: int = 2) -> dict[str, int]:
+def cache_bytes_per_token(
+    config: MLAConfig, *, gqa_kv_heads: int = 8, bytes_per_value: int = 2
+) -> dict[str, int]:
     """Cache bytes per token (all layers) of the same model shape with each kind of attention.
 
     MHA caches :math:`H` key/value heads of :math:`d_h`, GQA ``gqa_kv_heads``, MQA one
@@ -117,13 +144,16 @@ def cache_bytes_per_token(config: MLAConfig, *, gqa_kv_heads: int = 8,
     """
     c = config
     return {
-        "MHA": kv_cache_bytes(c.num_layers, c.num_heads, c.head_dim, 1,
-                              bytes_per_value=bytes_per_value),
-        "GQA": kv_cache_bytes(c.num_layers, gqa_kv_heads, c.head_dim, 1,
-                              bytes_per_value=bytes_per_value),
+        "MHA": kv_cache_bytes(
+            c.num_layers, c.num_heads, c.head_dim, 1, bytes_per_value=bytes_per_value
+        ),
+        "GQA": kv_cache_bytes(
+            c.num_layers, gqa_kv_heads, c.head_dim, 1, bytes_per_value=bytes_per_value
+        ),
         "MQA": kv_cache_bytes(c.num_layers, 1, c.head_dim, 1, bytes_per_value=bytes_per_value),
-        "MLA": mla_cache_bytes(c.num_layers, c.kv_latent_dim, c.rope_head_dim, 1,
-                               bytes_per_value=bytes_per_value),
+        "MLA": mla_cache_bytes(
+            c.num_layers, c.kv_latent_dim, c.rope_head_dim, 1, bytes_per_value=bytes_per_value
+        ),
     }
 
 
@@ -157,8 +187,10 @@ class MultiHeadLatentAttention(nn.Module):
 
     def _check_x(self, x: torch.Tensor) -> None:
         if not isinstance(x, torch.Tensor) or x.ndim != 3 or x.shape[-1] != self.config.d_model:
-            raise ValueError(f"expected x of shape [B, N, d_model={self.config.d_model}], got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
+            raise ValueError(
+                f"expected x of shape [B, N, d_model={self.config.d_model}], got "
+                f"{getattr(x, 'shape', type(x).__name__)}"
+            )
 
     def _positions(self, n: int, start: int, device) -> torch.Tensor:
         return torch.arange(start, start + n, device=device)  # (N,)
@@ -182,8 +214,7 @@ class MultiHeadLatentAttention(nn.Module):
         q_rope = split_heads(self.W_QR(q_in), c.num_heads)  # (B, H, N, d_h^R)
         return q_nope, apply_rope(q_rope, pos, base=c.base)  # rotated by position
 
-    def expand(self, c_kv: torch.Tensor, k_rope: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def expand(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r"""Naive: rebuild every head's keys ``[B, H, N, d_h + d_h^R]`` and values
         ``[B, H, N, d_h]`` from the cache (:math:`k = [W_{UK} c; k^R]`, :math:`v = W_{UV} c`)."""
         h = self.config.num_heads
@@ -200,15 +231,17 @@ class MultiHeadLatentAttention(nn.Module):
         q_nope, q_rope = self.queries(x)  # (B, H, N, d_h), (B, H, N, d_h^R)
         k, v = self.expand(c_kv, k_rope)  # (B, H, N, d_h + d_h^R), (B, H, N, d_h)
         q = torch.cat([q_nope, q_rope], dim=-1)  # (B, H, N, d_h + d_h^R)
-        heads, _ = scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                scale=self.scale)  # (B, H, N, d_h)
+        heads, _ = scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=self.scale
+        )  # (B, H, N, d_h)
         return self.W_O(merge_heads(heads))  # (B, N, D)
 
     def _append(self, x_new, c_kv, k_rope):
         self._check_x(x_new)
         if x_new.shape[1] != 1:
-            raise ValueError(f"decoding takes one new token: expected x_new [B, 1, D], got "
-                             f"{tuple(x_new.shape)}")
+            raise ValueError(
+                f"decoding takes one new token: expected x_new [B, 1, D], got {tuple(x_new.shape)}"
+            )
         pos = 0 if c_kv is None else c_kv.shape[1]
         c_new, kr_new = self.compress(x_new, start=pos)  # (B, 1, d_c), (B, 1, d_h^R)
         if c_kv is not None:
@@ -217,9 +250,9 @@ class MultiHeadLatentAttention(nn.Module):
         q_nope, q_rope = self.queries(x_new, start=pos)  # (B, H, 1, d_h), (B, H, 1, d_h^R)
         return q_nope, q_rope, c_new, kr_new
 
-    def decode_naive(self, x_new: torch.Tensor, c_kv: torch.Tensor | None,
-                     k_rope: torch.Tensor | None
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def decode_naive(
+        self, x_new: torch.Tensor, c_kv: torch.Tensor | None, k_rope: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One decoding step by up-projecting the whole cache: ``(out [B, 1, D], c_kv, k_rope)``."""
         q_nope, q_rope, c_kv, k_rope = self._append(x_new, c_kv, k_rope)
         k, v = self.expand(c_kv, k_rope)  # (B, H, N, d_h + d_h^R), (B, H, N, d_h)
@@ -238,9 +271,9 @@ class MultiHeadLatentAttention(nn.Module):
         w_ov = torch.einsum("Dhe,hec->hDc", w_o, w_uv)  # (H, D, d_c)
         return w_uk, w_ov
 
-    def decode_absorbed(self, x_new: torch.Tensor, c_kv: torch.Tensor | None,
-                        k_rope: torch.Tensor | None
-                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def decode_absorbed(
+        self, x_new: torch.Tensor, c_kv: torch.Tensor | None, k_rope: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         r"""The same step without rebuilding keys or values: ``(out [B, 1, D], c_kv, k_rope)``.
 
         .. math::
@@ -252,8 +285,10 @@ class MultiHeadLatentAttention(nn.Module):
         q_nope, q_rope, c_kv, k_rope = self._append(x_new, c_kv, k_rope)
         w_uk, w_ov = self.absorbed_weights()  # (H, d_h, d_c), (H, D, d_c)
         q_lat = torch.einsum("bhqe,hec->bhqc", q_nope, w_uk)  # (B, H, 1, d_c) query in latent space
-        scores = (q_lat @ c_kv[:, None].transpose(-2, -1)  # (B, H, 1, N) one latent for all heads
-                  + q_rope @ k_rope[:, None].transpose(-2, -1)) * self.scale  # (B, H, 1, N)
+        scores = (
+            q_lat @ c_kv[:, None].transpose(-2, -1)  # (B, H, 1, N) one latent for all heads
+            + q_rope @ k_rope[:, None].transpose(-2, -1)
+        ) * self.scale  # (B, H, 1, N)
         weights = torch.softmax(scores, dim=-1)  # (B, H, 1, N)
         o_lat = weights @ c_kv[:, None]  # (B, H, 1, d_c) weighted sum of latents
         out = torch.einsum("bhqc,hDc->bqD", o_lat, w_ov)  # (B, 1, D) sum over heads

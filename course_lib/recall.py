@@ -90,9 +90,16 @@ class RecallModel(_OneLayer):
         return self.attend(e)  # (B, N, V)
 
 
-def train_marker_recall(model: RecallModel, *, steps: int, batch_size: int = 32,
-                        seq_len: int = 32, vocab_size: int = 8, lr: float = 3e-3,
-                        seed: int = 0) -> list[float]:
+def train_marker_recall(
+    model: RecallModel,
+    *,
+    steps: int,
+    batch_size: int = 32,
+    seq_len: int = 32,
+    vocab_size: int = 8,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> list[float]:
     """Adam on fresh batches of chapter 01's recall task; the loss of every step."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -113,12 +120,14 @@ def train_marker_recall(model: RecallModel, *, steps: int, batch_size: int = 32,
 
 
 @torch.no_grad()
-def marker_recall_accuracy(model: RecallModel, *, seq_len: int = 32, vocab_size: int = 8,
-                           n: int = 256, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def marker_recall_accuracy(
+    model: RecallModel, *, seq_len: int = 32, vocab_size: int = 8, n: int = 256, seed: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(distances [N-1], accuracy [N-1])`` on ``n`` sequences marked at position 0."""
     gen = torch.Generator().manual_seed(seed)
-    b = make_recall_batch(n, seq_len, vocab_size, positions=torch.zeros(n, dtype=torch.long),
-                          generator=gen)
+    b = make_recall_batch(
+        n, seq_len, vocab_size, positions=torch.zeros(n, dtype=torch.long), generator=gen
+    )
     model.eval()
     pred = model(b.tokens, b.marker).argmax(-1)  # (n, N)
     correct = (pred == b.target[:, None]).float()  # (n, N)
@@ -138,9 +147,15 @@ class PairRecallBatch:
     targets: torch.Tensor
 
 
-def make_pair_recall_batch(batch_size: int, num_pairs: int, num_queries: int = 8, *,
-                           num_keys: int = 64, num_values: int = 16,
-                           generator: torch.Generator | None = None) -> PairRecallBatch:
+def make_pair_recall_batch(
+    batch_size: int,
+    num_pairs: int,
+    num_queries: int = 8,
+    *,
+    num_keys: int = 64,
+    num_values: int = 16,
+    generator: torch.Generator | None = None,
+) -> PairRecallBatch:
     """``num_pairs`` (key, value) tokens with distinct keys, then ``num_queries`` queries.
 
     Keys are drawn without repetition from ``num_keys`` symbols, values uniformly from
@@ -149,8 +164,10 @@ def make_pair_recall_batch(batch_size: int, num_pairs: int, num_queries: int = 8
     if not 1 <= num_pairs <= num_keys:
         raise ValueError(f"num_pairs must lie in 1..num_keys={num_keys}, got {num_pairs}")
     if batch_size < 1 or num_queries < 1 or num_values < 2:
-        raise ValueError(f"expected batch_size >= 1, num_queries >= 1, num_values >= 2, got "
-                         f"{batch_size}, {num_queries}, {num_values}")
+        raise ValueError(
+            f"expected batch_size >= 1, num_queries >= 1, num_values >= 2, got "
+            f"{batch_size}, {num_queries}, {num_values}"
+        )
     order = torch.rand(batch_size, num_keys, generator=generator).argsort(dim=-1)  # (B, K)
     keys = order[:, :num_pairs]  # (B, P) distinct keys
     values = torch.randint(num_values, (batch_size, num_pairs), generator=generator)  # (B, P)
@@ -158,15 +175,22 @@ def make_pair_recall_batch(batch_size: int, num_pairs: int, num_queries: int = 8
     query_keys = keys.gather(1, asked)  # (B, Q)
     targets = values.gather(1, asked)  # (B, Q)
     unknown = torch.full((batch_size, num_queries), num_values)  # (B, Q) the "?" value
-    return PairRecallBatch(torch.cat([keys, query_keys], 1), torch.cat([values, unknown], 1),
-                           targets)
+    return PairRecallBatch(
+        torch.cat([keys, query_keys], 1), torch.cat([values, unknown], 1), targets
+    )
 
 
 class PairRecallModel(_OneLayer):
     """Key embedding + value embedding per token, one causal attention layer, a read-out."""
 
-    def __init__(self, num_keys: int = 64, num_values: int = 16, d_model: int = 32, *,
-                 attention: str = "softmax") -> None:
+    def __init__(
+        self,
+        num_keys: int = 64,
+        num_values: int = 16,
+        d_model: int = 32,
+        *,
+        attention: str = "softmax",
+    ) -> None:
         super().__init__(d_model, num_values, attention)
         self.key_embed = nn.Embedding(num_keys, d_model)
         self.value_embed = nn.Embedding(num_values + 1, d_model)  # + the "?" of a query
@@ -182,9 +206,16 @@ def _pair_loss(model: PairRecallModel, b: PairRecallBatch) -> tuple[torch.Tensor
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b.targets.reshape(-1)), logits
 
 
-def train_pair_recall(model: PairRecallModel, num_pairs: int, *, steps: int,
-                      batch_size: int = 32, num_queries: int = 8, lr: float = 3e-3,
-                      seed: int = 0) -> list[float]:
+def train_pair_recall(
+    model: PairRecallModel,
+    num_pairs: int,
+    *,
+    steps: int,
+    batch_size: int = 32,
+    num_queries: int = 8,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> list[float]:
     """Adam on fresh pair-recall batches; the loss of every step."""
     gen = torch.Generator().manual_seed(seed)
     num_keys = model.key_embed.num_embeddings
@@ -193,8 +224,14 @@ def train_pair_recall(model: PairRecallModel, num_pairs: int, *, steps: int,
     losses = []
     model.train()
     for _ in range(int(steps)):
-        b = make_pair_recall_batch(batch_size, num_pairs, num_queries, num_keys=num_keys,
-                                   num_values=num_values, generator=gen)
+        b = make_pair_recall_batch(
+            batch_size,
+            num_pairs,
+            num_queries,
+            num_keys=num_keys,
+            num_values=num_values,
+            generator=gen,
+        )
         loss, _ = _pair_loss(model, b)
         opt.zero_grad()
         loss.backward()
@@ -205,13 +242,19 @@ def train_pair_recall(model: PairRecallModel, num_pairs: int, *, steps: int,
 
 
 @torch.no_grad()
-def pair_recall_accuracy(model: PairRecallModel, num_pairs: int, *, n: int = 512,
-                         num_queries: int = 8, seed: int = 99) -> float:
+def pair_recall_accuracy(
+    model: PairRecallModel, num_pairs: int, *, n: int = 512, num_queries: int = 8, seed: int = 99
+) -> float:
     """The fraction of ``n x num_queries`` fresh queries answered correctly."""
     gen = torch.Generator().manual_seed(seed)
-    b = make_pair_recall_batch(n, num_pairs, num_queries,
-                               num_keys=model.key_embed.num_embeddings,
-                               num_values=model.value_embed.num_embeddings - 1, generator=gen)
+    b = make_pair_recall_batch(
+        n,
+        num_pairs,
+        num_queries,
+        num_keys=model.key_embed.num_embeddings,
+        num_values=model.value_embed.num_embeddings - 1,
+        generator=gen,
+    )
     model.eval()
     _, logits = _pair_loss(model, b)
     return float((logits.argmax(-1) == b.targets).float().mean())

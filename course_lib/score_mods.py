@@ -39,8 +39,10 @@ def alibi(slopes: torch.Tensor) -> ScoreMod:
     r"""ALiBi as a ``score_mod``: :math:`S_{ij} - m_h\,(i - j)` with ``slopes [H]``."""
     slopes = torch.as_tensor(slopes)
     if slopes.ndim != 1 or not slopes.is_floating_point():
-        raise ValueError(f"expected floating-point slopes of shape [H], got dtype "
-                         f"{slopes.dtype} and shape {tuple(slopes.shape)}")
+        raise ValueError(
+            f"expected floating-point slopes of shape [H], got dtype "
+            f"{slopes.dtype} and shape {tuple(slopes.shape)}"
+        )
 
     def score_mod(score, b, h, q_idx, kv_idx):
         m = slopes.to(device=score.device, dtype=score.dtype)[h]  # this head's slope
@@ -75,7 +77,9 @@ def apply_score_mod(scores: torch.Tensor, score_mod: ScoreMod) -> torch.Tensor:
     b, h, q, kv = index_grids(*scores.shape, device=scores.device)
     out = score_mod(scores, b, h, q, kv)
     if not isinstance(out, torch.Tensor) or out.shape != scores.shape:
-        raise ValueError(f"score_mod {getattr(score_mod, '__name__', score_mod)!r} must "
-                         f"return a tensor shaped like the scores {tuple(scores.shape)}, got "
-                         f"{getattr(out, 'shape', type(out).__name__)}")
+        raise ValueError(
+            f"score_mod {getattr(score_mod, '__name__', score_mod)!r} must "
+            f"return a tensor shaped like the scores {tuple(scores.shape)}, got "
+            f"{getattr(out, 'shape', type(out).__name__)}"
+        )
     return out  # (B, H, Nq, Nk)

@@ -36,9 +36,15 @@ __all__ = [
 ]
 
 
-def sliding_window_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int,
-                               seq_len: int, window: int, batch_size: int = 1,
-                               bytes_per_value: int = 2) -> int:
+def sliding_window_cache_bytes(
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    seq_len: int,
+    window: int,
+    batch_size: int = 1,
+    bytes_per_value: int = 2,
+) -> int:
     r"""Bytes of a sliding-window KV cache: chapter 04's formula with :math:`\min(N, W)` tokens.
 
     .. math:: 2 \times L \times H_{kv} \times d_h \times \min(N, W) \times B \times
@@ -46,8 +52,14 @@ def sliding_window_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int
     """
     if isinstance(window, bool) or int(window) != window or window < 1:
         raise ValueError(f"window must be a positive integer, got {window!r}")
-    return kv_cache_bytes(num_layers, num_kv_heads, head_dim, min(int(seq_len), int(window)),
-                          batch_size=batch_size, bytes_per_value=bytes_per_value)
+    return kv_cache_bytes(
+        num_layers,
+        num_kv_heads,
+        head_dim,
+        min(int(seq_len), int(window)),
+        batch_size=batch_size,
+        bytes_per_value=bytes_per_value,
+    )
 
 
 def receptive_field(window: int, num_layers: int) -> int:
@@ -72,8 +84,9 @@ def reachable(mask: torch.Tensor, num_layers: int) -> torch.Tensor:
     :math:`M^L`. Returns ``bool [N, N]``.
     """
     if mask.ndim != 2 or mask.shape[0] != mask.shape[1] or mask.dtype != torch.bool:
-        raise ValueError(f"expected a square boolean mask [N, N], got {mask.dtype} "
-                         f"{tuple(mask.shape)}")
+        raise ValueError(
+            f"expected a square boolean mask [N, N], got {mask.dtype} {tuple(mask.shape)}"
+        )
     m = mask.to(torch.float64)  # (N, N)
     r = torch.eye(mask.shape[0], dtype=torch.float64)  # (N, N) zero layers: only itself
     for _ in range(int(num_layers)):
@@ -90,10 +103,22 @@ class RingKVCache:
     memory is fixed when the cache is built: it never grows, whatever the number of tokens.
     """
 
-    def __init__(self, window: int, batch_size: int, num_kv_heads: int, head_dim: int, *,
-                 dtype: torch.dtype = torch.float32, device=None) -> None:
-        for name, n in (("window", window), ("batch_size", batch_size),
-                        ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+    def __init__(
+        self,
+        window: int,
+        batch_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device=None,
+    ) -> None:
+        for name, n in (
+            ("window", window),
+            ("batch_size", batch_size),
+            ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim),
+        ):
             if isinstance(n, bool) or int(n) != n or n < 1:
                 raise ValueError(f"{name} must be a positive integer, got {n!r}")
         self.window = int(window)
@@ -116,9 +141,11 @@ class RingKVCache:
         expected = self.k.shape[:2] + (1,) + self.k.shape[3:]
         for name, x in (("k_new", k_new), ("v_new", v_new)):
             if tuple(x.shape) != tuple(expected):
-                raise ValueError(f"expected {name} of shape [B, H_kv, 1, d_h] = "
-                                 f"{tuple(expected)}, got {tuple(x.shape)} (one token at a "
-                                 "time: loop over a prompt's tokens)")
+                raise ValueError(
+                    f"expected {name} of shape [B, H_kv, 1, d_h] = "
+                    f"{tuple(expected)}, got {tuple(x.shape)} (one token at a "
+                    "time: loop over a prompt's tokens)"
+                )
         slot = self.seen % self.window
         self.k[:, :, slot] = k_new[:, :, 0]  # (B, H_kv, d_h) overwrite in place
         self.v[:, :, slot] = v_new[:, :, 0]
@@ -134,8 +161,10 @@ class RingKVCache:
         """
         g = q_new.shape[1] // self.k.shape[1]
         if q_new.ndim != 4 or q_new.shape[2] != 1 or g * self.k.shape[1] != q_new.shape[1]:
-            raise ValueError(f"expected q_new of shape [B, H, 1, d_h] with H a multiple of "
-                             f"H_kv={self.k.shape[1]}, got {tuple(q_new.shape)}")
+            raise ValueError(
+                f"expected q_new of shape [B, H, 1, d_h] with H a multiple of "
+                f"H_kv={self.k.shape[1]}, got {tuple(q_new.shape)}"
+            )
         scale = 1.0 / math.sqrt(q_new.shape[-1]) if scale is None else scale
         k, v = repeat_kv(self.k, g), repeat_kv(self.v, g)  # (B, H, W, d_h)
         scores = (q_new @ k.transpose(-2, -1)) * scale  # (B, H, 1, W)
@@ -144,5 +173,7 @@ class RingKVCache:
         return weights @ v  # (B, H, 1, d_h)
 
     def __repr__(self) -> str:
-        return (f"RingKVCache(window={self.window}, seen={self.seen}, "
-                f"k shape={tuple(self.k.shape)}, bytes={self.nbytes})")
+        return (
+            f"RingKVCache(window={self.window}, seen={self.seen}, "
+            f"k shape={tuple(self.k.shape)}, bytes={self.nbytes})"
+        )

@@ -12,8 +12,9 @@ from course_lib.alibi import alibi_bias, alibi_slopes
 
 def test_power_of_two_slopes_are_the_geometric_sequence():
     assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
-    torch.testing.assert_close(alibi_slopes(16), torch.tensor([2 ** (-0.5 * k)
-                                                               for k in range(1, 17)]))
+    torch.testing.assert_close(
+        alibi_slopes(16), torch.tensor([2 ** (-0.5 * k) for k in range(1, 17)])
+    )
     assert alibi_slopes(1).tolist() == [2.0**-8]
 
 

@@ -81,8 +81,7 @@ def test_ring_decode_step_reference_equals_the_library_ring_cache():
 
 def test_ring_decode_step_that_modifies_the_cache_in_place_still_passes():
     def in_place(q_new, k_new, v_new, k_cache, v_cache, position):
-        out, k2, v2 = ring_decode_step_reference(q_new, k_new, v_new, k_cache, v_cache,
-                                                 position)
+        out, k2, v2 = ring_decode_step_reference(q_new, k_new, v_new, k_cache, v_cache, position)
         k_cache.copy_(k2)
         v_cache.copy_(v2)
         return out, k_cache, v_cache
@@ -92,7 +91,8 @@ def test_ring_decode_step_that_modifies_the_cache_in_place_still_passes():
 
 def test_mla_bytes_reference_agrees_with_the_library():
     assert mla_cache_bytes_from_config(DEEPSEEK_V2_CONFIG, 4096, 2, 2) == mla_cache_bytes(
-        DEEPSEEK_V2.num_layers, DEEPSEEK_V2.kv_latent_dim, DEEPSEEK_V2.rope_head_dim, 4096, 2)
+        DEEPSEEK_V2.num_layers, DEEPSEEK_V2.kv_latent_dim, DEEPSEEK_V2.rope_head_dim, 4096, 2
+    )
 
 
 def test_absorbed_scores_reference_equals_the_mla_module():

@@ -17,9 +17,11 @@ from course_lib.linear_attention import (
 
 def _qkv(n=13, d_k=5, d_v=7, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(2, 3, n, d_k, generator=g, dtype=torch.float64),
-            torch.randn(2, 3, n, d_k, generator=g, dtype=torch.float64),
-            torch.randn(2, 3, n, d_v, generator=g, dtype=torch.float64))
+    return (
+        torch.randn(2, 3, n, d_k, generator=g, dtype=torch.float64),
+        torch.randn(2, 3, n, d_k, generator=g, dtype=torch.float64),
+        torch.randn(2, 3, n, d_v, generator=g, dtype=torch.float64),
+    )
 
 
 def test_parallel_form_is_the_formula():
@@ -49,8 +51,9 @@ def test_state_does_not_grow_and_decoding_continues():
         o, state, z = linear_attention_step(q[..., t, :], k[..., t, :], v[..., t, :], state, z)
         outs.append(o)
         assert state.numel() + z.numel() == size
-    torch.testing.assert_close(torch.stack(outs, -2), linear_attention(q, k, v)[..., 12:, :],
-                               atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(
+        torch.stack(outs, -2), linear_attention(q, k, v)[..., 12:, :], atol=1e-12, rtol=1e-10
+    )
 
 
 def test_non_causal_and_feature_map_positive():
@@ -69,8 +72,9 @@ def test_state_bytes_and_errors():
 
 
 def test_pair_recall_batch_is_consistent():
-    b = recall.make_pair_recall_batch(5, 6, 4, num_keys=10, num_values=3,
-                                      generator=torch.Generator().manual_seed(0))
+    b = recall.make_pair_recall_batch(
+        5, 6, 4, num_keys=10, num_values=3, generator=torch.Generator().manual_seed(0)
+    )
     assert b.keys.shape == b.values.shape == (5, 10) and b.targets.shape == (5, 4)
     for row in range(5):
         pairs = dict(zip(b.keys[row, :6].tolist(), b.values[row, :6].tolist()))

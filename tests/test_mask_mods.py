@@ -23,9 +23,11 @@ B, H, N, D = 2, 3, 24, 8
 
 def _qkv(seed=0, n_q=N, n_k=N):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, H, n_q, D, generator=g, dtype=DT),
-            torch.randn(B, H, n_k, D, generator=g, dtype=DT),
-            torch.randn(B, H, n_k, D, generator=g, dtype=DT))
+    return (
+        torch.randn(B, H, n_q, D, generator=g, dtype=DT),
+        torch.randn(B, H, n_k, D, generator=g, dtype=DT),
+        torch.randn(B, H, n_k, D, generator=g, dtype=DT),
+    )
 
 
 DOC_IDS = torch.stack([M.document_ids([5, 12, 7]), M.document_ids([10, 9], N)])  # (B, N)
@@ -42,11 +44,17 @@ def _variants():
         ("sliding window 5", M.sliding_window(5), ((j <= i) & (i - j < 5))[None, None]),
         ("padding", M.padding([17, 24]), padding_mask(torch.tensor([17, 24]), N)[:, None]),
         ("document", M.document(DOC_IDS), same_doc[:, None]),
-        ("document & causal", M.and_masks(M.causal, M.document(DOC_IDS)),
-         (same_doc & (j <= i))[:, None]),
+        (
+            "document & causal",
+            M.and_masks(M.causal, M.document(DOC_IDS)),
+            (same_doc & (j <= i))[:, None],
+        ),
         ("prefix-LM", M.prefix_lm([6, 0]), ((j < prefix) | (j <= i))[:, None]),
-        ("causal | padding", M.or_masks(M.causal, M.padding([3, 24])),
-         ((j <= i)[None] | (j < torch.tensor([3, 24])[:, None, None]))[:, None]),
+        (
+            "causal | padding",
+            M.or_masks(M.causal, M.padding([3, 24])),
+            ((j <= i)[None] | (j < torch.tensor([3, 24])[:, None, None]))[:, None],
+        ),
     ]
 
 
@@ -191,8 +199,10 @@ def test_flex_block_mask_classifies_tiles_like_tile_map(name, mask_mod, explicit
 
 
 def test_sliding_window_skips_more_as_the_sequence_grows():
-    fracs = [FX.fraction_skipped(FX.tile_map(M.materialize(M.sliding_window(64), 1, 1, n),
-                                             32, 32)) for n in (128, 512, 2048)]
+    fracs = [
+        FX.fraction_skipped(FX.tile_map(M.materialize(M.sliding_window(64), 1, 1, n), 32, 32))
+        for n in (128, 512, 2048)
+    ]
     assert fracs[0] < fracs[1] < fracs[2]
     # window 64 = two tiles of 32: query tile I visits key tiles I-2..I (3), fewer at the start
     visited = 1 + 2 + 3 * (2048 // 32 - 2)
@@ -205,14 +215,20 @@ def test_flex_attention_takes_a_prebuilt_block_mask_but_not_both():
     mod = M.sliding_window(5)
     bm = FX.block_mask(mod, None, None, N, block_m=8)  # one tile map for every sequence, head
     ref, _ = FX.mod_attention(q, k, v, mask_mod=mod)
-    torch.testing.assert_close(FX.flex_attention(q, k, v, block_mask=bm), ref, atol=1e-10,
-                               rtol=0)
+    torch.testing.assert_close(FX.flex_attention(q, k, v, block_mask=bm), ref, atol=1e-10, rtol=0)
     with pytest.raises(ValueError, match="not both"):
         FX.flex_attention(q, k, v, mask_mod=mod, block_mask=bm)
 
 
-@pytest.mark.parametrize("mod", [M.padding([2, 3]), M.document(torch.zeros(2, 3, dtype=torch.long)),
-                                 M.prefix_lm([1, 2]), M.prefix_lm(1)])
+@pytest.mark.parametrize(
+    "mod",
+    [
+        M.padding([2, 3]),
+        M.document(torch.zeros(2, 3, dtype=torch.long)),
+        M.prefix_lm([1, 2]),
+        M.prefix_lm(1),
+    ],
+)
 def test_mask_mods_follow_the_index_device(mod):
     """Captured tensors move to the indices' device, so a mask built on the CPU works where
     FlexAttention evaluates it on a GPU. The "meta" device stands in for the GPU: mixing a

@@ -27,8 +27,8 @@ def test_naive_and_absorbed_decoding_equal_the_full_forward(q_latent_dim):
         full = m(x)  # (B, N, D)
         c1 = kr1 = c2 = kr2 = None
         for t in range(9):
-            o1, c1, kr1 = m.decode_naive(x[:, t:t + 1], c1, kr1)
-            o2, c2, kr2 = m.decode_absorbed(x[:, t:t + 1], c2, kr2)
+            o1, c1, kr1 = m.decode_naive(x[:, t : t + 1], c1, kr1)
+            o2, c2, kr2 = m.decode_absorbed(x[:, t : t + 1], c2, kr2)
             torch.testing.assert_close(o1[:, 0], full[:, t], atol=1e-12, rtol=0)
             torch.testing.assert_close(o2[:, 0], full[:, t], atol=1e-12, rtol=0)
     assert c2.shape == (2, 9, 12) and kr2.shape == (2, 9, 4)  # the whole cache

@@ -24,15 +24,16 @@ def test_ring_cache_decoding_equals_full_attention_with_the_window_mask(window, 
     k = torch.randn(b, h_kv, n, d, generator=g, dtype=torch.float64)
     v = torch.randn(b, h_kv, n, d, generator=g, dtype=torch.float64)
     mask = M.materialize(M.sliding_window(window), 1, 1, n)
-    full, _ = scaled_dot_product_attention(q, repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv),
-                                           mask)  # (B, H, N, d)
+    full, _ = scaled_dot_product_attention(
+        q, repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv), mask
+    )  # (B, H, N, d)
     cache = RingKVCache(window, b, h_kv, d, dtype=torch.float64)
     size = cache.nbytes
     for t in range(n):
-        slot = cache.update(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        slot = cache.update(k[:, :, t : t + 1], v[:, :, t : t + 1])
         assert slot == t % window
-        out = cache.attend(q[:, :, t:t + 1])  # (B, H, 1, d)
-        torch.testing.assert_close(out, full[:, :, t:t + 1], atol=1e-12, rtol=0)
+        out = cache.attend(q[:, :, t : t + 1])  # (B, H, 1, d)
+        torch.testing.assert_close(out, full[:, :, t : t + 1], atol=1e-12, rtol=0)
         assert cache.nbytes == size  # constant memory
     held = [-1] * max(0, window - n) + list(range(max(0, n - window), n))
     assert sorted(cache.positions.tolist()) == held  # the last W tokens, -1 for empty slots
@@ -66,7 +67,7 @@ def test_receptive_field_equals_reachability(window, layers):
     last = r[n - 1]  # which inputs reach the last output
     span = int(last.sum())
     assert span == min(n, receptive_field(window, layers))
-    assert last[n - span:].all() and not last[: n - span].any()
+    assert last[n - span :].all() and not last[: n - span].any()
 
 
 def test_receptive_field_of_a_real_stack_by_gradients():
@@ -82,7 +83,7 @@ def test_receptive_field_of_a_real_stack_by_gradients():
         o, _ = scaled_dot_product_attention(h @ w[0], h @ w[1], h @ w[2], mask)
         h = h + o
     h[0, -1].sum().backward()
-    nonzero = (x.grad[0].abs().sum(-1) > 0)
+    nonzero = x.grad[0].abs().sum(-1) > 0
     assert int(nonzero.sum()) == receptive_field(window, layers)
 
 

@@ -27,22 +27,29 @@ class CacheComparison:
     ``gqa_kv_heads`` is the number of key/value heads of the GQA row (8 by default).
     """
 
-    def __init__(self, config: MLAConfig, *, gqa_kv_heads: int = 8, bytes_per_value: int = 2,
-                 seq_len: int = 32768, max_batch: int = 64) -> None:
+    def __init__(
+        self,
+        config: MLAConfig,
+        *,
+        gqa_kv_heads: int = 8,
+        bytes_per_value: int = 2,
+        seq_len: int = 32768,
+        max_batch: int = 64,
+    ) -> None:
         import ipywidgets as w
 
         lengths = [("1k", 1024), ("4k", 4096), ("32k", 32768), ("128k", 131072)]
         if seq_len not in dict(lengths).values():
             raise ValueError(f"seq_len={seq_len} is not one of {[n for _, n in lengths]}")
         self.config, self.gqa_kv_heads = config, int(gqa_kv_heads)
-        self.per_token = cache_bytes_per_token(config, gqa_kv_heads=gqa_kv_heads,
-                                               bytes_per_value=bytes_per_value)
+        self.per_token = cache_bytes_per_token(
+            config, gqa_kv_heads=gqa_kv_heads, bytes_per_value=bytes_per_value
+        )
         self.updates = 0
         self.tokens = w.SelectionSlider(options=lengths, value=seq_len, description="tokens")
         self.batch = w.IntSlider(value=1, min=1, max=int(max_batch), description="sequences")
         self.result = w.HTML()
-        for part, name in ((self.tokens, "tokens"), (self.batch, "batch"),
-                           (self.result, "result")):
+        for part, name in ((self.tokens, "tokens"), (self.batch, "batch"), (self.result, "result")):
             part.add_class(f"cache-compare-{name}")
             if name != "result":
                 part.observe(lambda _change: self.update(), names="value")
@@ -59,13 +66,18 @@ class CacheComparison:
     def update(self) -> None:
         """Recompute and rewrite the table."""
         c = self.config
-        labels = {"MHA": f"MHA ({c.num_heads} KV heads)",
-                  "GQA": f"GQA ({self.gqa_kv_heads} KV heads)", "MQA": "MQA (1 KV head)",
-                  "MLA": f"MLA (d_c + d_h^R = {c.kv_latent_dim + c.rope_head_dim})"}
+        labels = {
+            "MHA": f"MHA ({c.num_heads} KV heads)",
+            "GQA": f"GQA ({self.gqa_kv_heads} KV heads)",
+            "MQA": "MQA (1 KV head)",
+            "MLA": f"MLA (d_c + d_h^R = {c.kv_latent_dim + c.rope_head_dim})",
+        }
         rows = "".join(
             f"<tr><td>{labels[k]}</td><td style='text-align:right'>{self.per_token[k] / 1024:,.1f}"
             f" KiB</td><td style='text-align:right'><b>{total / GiB:,.2f} GiB</b></td></tr>"
-            for k, total in self.totals.items())
-        self.result.value = ("<table><tr><th>attention</th><th>per token</th><th>cache</th>"
-                             f"</tr>{rows}</table>")
+            for k, total in self.totals.items()
+        )
+        self.result.value = (
+            f"<table><tr><th>attention</th><th>per token</th><th>cache</th></tr>{rows}</table>"
+        )
         self.updates += 1
