@@ -125,3 +125,25 @@ def test_linear_step_reference_equals_the_library_step_and_nan_on_read_first_is_
 
     with pytest.raises(CheckFailed, match=r"item 1"):
         check("08.7", no_state_update, quiet=True)
+
+
+def test_classify_tiles_with_a_float32_fraction_and_int32_tiles_passes():
+    def float32_fraction(mask, block_m, block_n):
+        tiles = FX.tile_map(mask, block_m, block_n)
+        return tiles.int(), (tiles == 0).float().mean().item()
+
+    assert check("08.3", float32_fraction, quiet=True).passed
+    assert check("08.3", float32_fraction, hidden=True, quiet=True).passed
+
+
+def test_ring_shift_mistake_is_named_as_a_queue():
+    def queue(q_new, k_new, v_new, k_cache, v_cache, position):
+        k_cache = torch.cat([k_cache[:, :, 1:], k_new], dim=2)
+        v_cache = torch.cat([v_cache[:, :, 1:], v_new], dim=2)
+        g = q_new.shape[1] // k_cache.shape[1]
+        k, v = k_cache.repeat_interleave(g, 1), v_cache.repeat_interleave(g, 1)
+        w = torch.softmax(q_new @ k.transpose(-2, -1) / q_new.shape[-1] ** 0.5, dim=-1)
+        return w @ v, k_cache, v_cache
+
+    with pytest.raises(CheckFailed, match="like a queue"):
+        check("08.4", queue, quiet=True)

@@ -234,3 +234,14 @@ def test_mask_mods_follow_the_index_device(mod):
     FlexAttention evaluates it on a GPU. The "meta" device stands in for the GPU: mixing a
     CPU tensor into a meta computation raises, as mixing it into a CUDA one would."""
     assert M.materialize(mod, 2, 1, 3, device="meta").device.type == "meta"
+
+
+def test_without_flex_the_wrappers_say_what_is_missing(monkeypatch):
+    monkeypatch.setattr(FX, "flex_available", lambda: False)
+    q, k, v = _qkv(8)
+    with pytest.raises(RuntimeError, match="needs PyTorch 2.5 or newer"):
+        FX.flex_attention(q, k, v, mask_mod=M.causal)
+    with pytest.raises(RuntimeError, match="needs PyTorch 2.5 or newer"):
+        FX.block_mask(M.causal, 1, 1, 8)
+    out, _ = FX.mod_attention(q, k, v, mask_mod=M.causal)  # the course's path still works
+    assert torch.isfinite(out).all()

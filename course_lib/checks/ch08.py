@@ -276,8 +276,8 @@ register(
         target="classify_tiles",
         cases=_tiles_cases,
         reference=classify_tiles_reference,
-        atol=1e-12,
-        rtol=1e-10,
+        atol=1e-9,
+        rtol=1e-6,
         mistakes={
             "your tile map has one tile too few along an axis whose length is not a multiple of "
             "the tile size: the last, smaller tile still counts. Use ceil division, "
@@ -414,9 +414,10 @@ register(
             "you write into slot (position + 1) % W: token t goes to slot t % W.": lambda *a: (
                 _ring_wrong(*a, how="off by one")
             ),
-            "you shift the cache and append at the end: the attention output is right, but that "
-            "copies W entries per token. A ring buffer writes one slot in place: slot "
-            "position % W.": lambda *a: _ring_wrong(*a, how="roll"),
+            "you shift the cache and append the new token at the end, like a queue. The cache "
+            "is a ring (token t sits in slot t % W), so shifting drops the wrong token, and it "
+            "copies W entries per token: write the new token into slot position % W, in "
+            "place.": lambda *a: _ring_wrong(*a, how="roll"),
             "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1): query "
             "head i reads KV head i // G (chapter 04).": lambda *a: _ring_wrong(*a, how="tile"),
         },
