@@ -253,7 +253,7 @@ def tile_map_from_block_mask(bm) -> torch.Tensor:
     *full* (``full_kv_num_blocks``/``full_kv_indices``); every other tile is skipped.
     Returns ``int64 [B, H, Tq, Tk]`` (B, H are 1 when the mask ignores them).
     """
-    n_q, n_k = bm.seq_lengths
+    n_q, n_k = getattr(bm, "seq_lengths", None) or tuple(bm.shape[-2:])  # older PyTorch: shape
     block_m, block_n = bm.BLOCK_SIZE
     t_q, t_k = -(-n_q // block_m), -(-n_k // block_n)
     lead = tuple(bm.kv_num_blocks.shape[:2])
