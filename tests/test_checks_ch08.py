@@ -1,0 +1,149 @@
+"""The chapter 08 exercises: specific wrong answers a learner writes are caught and named.
+
+(That every reference passes and every declared mistake is named on the visible cases is
+tests/test_exercise_contract.py's job, for every chapter.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_lib import flex as FX
+from course_lib import mask_mods as M
+from course_lib.checks import CheckFailed, check
+from course_lib.checks.ch08 import (
+    DEEPSEEK_V2_CONFIG,
+    absorbed_scores_reference,
+    document_causal_reference,
+    linear_attention_step_reference,
+    mla_cache_bytes_from_config,
+    ring_decode_step_reference,
+)
+from course_lib.linear_attention import linear_attention_step
+from course_lib.mla import DEEPSEEK_V2, MLAConfig, MultiHeadLatentAttention, mla_cache_bytes
+from course_lib.sliding_window import RingKVCache
+
+
+def test_python_and_in_a_mask_mod_is_reported_with_the_hint():
+    def with_and(b, h, q_idx, kv_idx, doc_ids):
+        return (doc_ids[b, q_idx] == doc_ids[b, kv_idx]) and (q_idx >= kv_idx)
+
+    with pytest.raises(CheckFailed, match=r"raised RuntimeError[\s\S]*tensor operators only"):
+        check("08.1", with_and, quiet=True)
+
+
+def test_document_causal_reference_works_as_a_flex_mask_mod():
+    """The reference is a real mask_mod: with the doc_ids bound it drives mod_attention
+    (and FlexAttention, where available) exactly like the library's and_masks."""
+    doc = torch.stack([M.document_ids([3, 5, 4]), M.document_ids([6, 6])])  # (B, N)
+    mod = lambda b, h, q, kv: document_causal_reference(b, h, q, kv, doc)  # noqa: E731
+    lib = M.and_masks(M.causal, M.document(doc))
+    assert torch.equal(M.materialize(mod, 2, 3, 12), M.materialize(lib, 2, 3, 12))
+    if FX.flex_available():
+        q, k, v = (torch.randn(2, 3, 12, 4, dtype=torch.float64) for _ in range(3))
+        ref, _ = FX.mod_attention(q, k, v, mask_mod=lib)
+        torch.testing.assert_close(FX.flex_attention(q, k, v, mask_mod=mod, block_m=4), ref)
+
+
+def test_alibi_slopes_with_rounded_power_of_two_is_a_shape_error_explained():
+    def rounded(num_heads):
+        p = 2 ** round(math.log2(num_heads))  # 16 for 12 heads
+        return torch.tensor([2 ** (-8 * h / p) for h in range(1, p + 1)])
+
+    with pytest.raises(CheckFailed, match=r"expected shape \(12,\), got \(16,\)"):
+        check("08.2", rounded, quiet=True)
+
+
+def test_classify_tiles_returning_only_the_map_is_explained():
+    def only_map(mask, block_m, block_n):
+        return FX.tile_map(mask, block_m, block_n)
+
+    with pytest.raises(CheckFailed, match="expected a tuple of 2 items"):
+        check("08.3", only_map, quiet=True)
+
+
+def test_ring_decode_step_reference_equals_the_library_ring_cache():
+    torch.manual_seed(0)
+    w, b, h, h_kv, d = 3, 2, 4, 2, 5
+    cache = RingKVCache(w, b, h_kv, d, dtype=torch.float64)
+    k_cache = torch.zeros(b, h_kv, w, d, dtype=torch.float64)
+    v_cache = torch.zeros(b, h_kv, w, d, dtype=torch.float64)
+    for t in range(8):
+        q, kn, vn = (torch.randn(b, n, 1, d, dtype=torch.float64) for n in (h, h_kv, h_kv))
+        out, k_cache, v_cache = ring_decode_step_reference(q, kn, vn, k_cache, v_cache, t)
+        cache.update(kn, vn)
+        torch.testing.assert_close(out, cache.attend(q), atol=1e-12, rtol=0)
+        torch.testing.assert_close(k_cache, cache.k, atol=0, rtol=0)
+
+
+def test_ring_decode_step_that_modifies_the_cache_in_place_still_passes():
+    def in_place(q_new, k_new, v_new, k_cache, v_cache, position):
+        out, k2, v2 = ring_decode_step_reference(q_new, k_new, v_new, k_cache, v_cache, position)
+        k_cache.copy_(k2)
+        v_cache.copy_(v2)
+        return out, k_cache, v_cache
+
+    assert check("08.4", in_place, quiet=True).passed
+
+
+def test_mla_bytes_reference_agrees_with_the_library():
+    assert mla_cache_bytes_from_config(DEEPSEEK_V2_CONFIG, 4096, 2, 2) == mla_cache_bytes(
+        DEEPSEEK_V2.num_layers, DEEPSEEK_V2.kv_latent_dim, DEEPSEEK_V2.rope_head_dim, 4096, 2
+    )
+
+
+def test_absorbed_scores_reference_equals_the_mla_module():
+    """The exercise's scores are those inside MultiHeadLatentAttention.decode_absorbed."""
+    torch.manual_seed(1)
+    cfg = MLAConfig(d_model=16, num_heads=2, head_dim=4, kv_latent_dim=6, rope_head_dim=2)
+    m = MultiHeadLatentAttention(cfg).double()
+    x = torch.randn(1, 5, 16, dtype=torch.float64)
+    with torch.no_grad():
+        c_kv, k_rope = m.compress(x)  # (1, 5, d_c), (1, 5, d_h^R)
+        q_nope, q_rope = m.queries(x[:, -1:], start=4)
+        k, _ = m.expand(c_kv, k_rope)  # (1, H, 5, d_h + d_h^R)
+        naive = torch.cat([q_nope, q_rope], -1) @ k.transpose(-2, -1) * m.scale
+        w_uk, _ = m.absorbed_weights()
+        got = absorbed_scores_reference(q_nope, q_rope, c_kv, k_rope, w_uk)
+    torch.testing.assert_close(got, naive, atol=1e-12, rtol=0)
+
+
+def test_linear_step_reference_equals_the_library_step_and_nan_on_read_first_is_named():
+    q, k, v = (torch.randn(2, 3, n, dtype=torch.float64) for n in (4, 4, 5))
+    s, z = torch.zeros(2, 3, 4, 5, dtype=torch.float64), torch.zeros(2, 3, 4, dtype=torch.float64)
+    ref = linear_attention_step_reference(q, k, v, s, z)
+    lib = linear_attention_step(q, k, v, s, z, eps=0.0)
+    for a, b in zip(ref, lib):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+    def no_state_update(q_t, k_t, v_t, state, normalizer):
+        o, _, _ = linear_attention_step_reference(q_t, k_t, v_t, state, normalizer)
+        return o, state, normalizer
+
+    with pytest.raises(CheckFailed, match=r"item 1"):
+        check("08.7", no_state_update, quiet=True)
+
+
+def test_classify_tiles_with_a_float32_fraction_and_int32_tiles_passes():
+    def float32_fraction(mask, block_m, block_n):
+        tiles = FX.tile_map(mask, block_m, block_n)
+        return tiles.int(), (tiles == 0).float().mean().item()
+
+    assert check("08.3", float32_fraction, quiet=True).passed
+    assert check("08.3", float32_fraction, hidden=True, quiet=True).passed
+
+
+def test_ring_shift_mistake_is_named_as_a_queue():
+    def queue(q_new, k_new, v_new, k_cache, v_cache, position):
+        k_cache = torch.cat([k_cache[:, :, 1:], k_new], dim=2)
+        v_cache = torch.cat([v_cache[:, :, 1:], v_new], dim=2)
+        g = q_new.shape[1] // k_cache.shape[1]
+        k, v = k_cache.repeat_interleave(g, 1), v_cache.repeat_interleave(g, 1)
+        w = torch.softmax(q_new @ k.transpose(-2, -1) / q_new.shape[-1] ** 0.5, dim=-1)
+        return w @ v, k_cache, v_cache
+
+    with pytest.raises(CheckFailed, match="like a queue"):
+        check("08.4", queue, quiet=True)
