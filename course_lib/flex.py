@@ -40,9 +40,10 @@ import warnings
 import numpy as np
 import torch
 
-from .attention import _check_qkv, masked_softmax
+from .attention import masked_softmax
 from .mask_mods import MaskMod, materialize
 from .score_mods import ScoreMod, apply_score_mod
+from .validation import check_qkv
 
 __all__ = [
     "FLEX_MISSING",
@@ -107,7 +108,7 @@ def mod_attention(
                 f"expected {name} of shape [B, H, N, d], got "
                 f"{getattr(x, 'shape', type(x).__name__)}"
             )
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     b, h, n_q, d_k = q.shape
     n_k = k.shape[-2]
     scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)

@@ -169,19 +169,19 @@ class MultiHeadLatentAttention(nn.Module):
     def __init__(self, config: MLAConfig) -> None:
         super().__init__()
         c = self.config = config
-        h, d_h, d_r = c.num_heads, c.head_dim, c.rope_head_dim
+        h, head_dim, d_r = c.num_heads, c.head_dim, c.rope_head_dim
         self.W_DKV = nn.Linear(c.d_model, c.kv_latent_dim, bias=False)
-        self.W_UK = nn.Linear(c.kv_latent_dim, h * d_h, bias=False)
-        self.W_UV = nn.Linear(c.kv_latent_dim, h * d_h, bias=False)
+        self.W_UK = nn.Linear(c.kv_latent_dim, h * head_dim, bias=False)
+        self.W_UV = nn.Linear(c.kv_latent_dim, h * head_dim, bias=False)
         self.W_KR = nn.Linear(c.d_model, d_r, bias=False)
         q_in = c.d_model
         if c.q_latent_dim is not None:
             self.W_DQ = nn.Linear(c.d_model, c.q_latent_dim, bias=False)
             q_in = c.q_latent_dim
-        self.W_UQ = nn.Linear(q_in, h * d_h, bias=False)
+        self.W_UQ = nn.Linear(q_in, h * head_dim, bias=False)
         self.W_QR = nn.Linear(q_in, h * d_r, bias=False)
-        self.W_O = nn.Linear(h * d_h, c.d_model, bias=False)
-        self.scale = 1.0 / math.sqrt(d_h + d_r)
+        self.W_O = nn.Linear(h * head_dim, c.d_model, bias=False)
+        self.scale = 1.0 / math.sqrt(head_dim + d_r)
 
     # ------------------------------------------------------------------ pieces
 
@@ -267,8 +267,8 @@ class MultiHeadLatentAttention(nn.Module):
         c = self.config
         w_uk = self.W_UK.weight.reshape(c.num_heads, c.head_dim, c.kv_latent_dim)  # (H, d_h, d_c)
         w_uv = self.W_UV.weight.reshape(c.num_heads, c.head_dim, c.kv_latent_dim)  # (H, d_h, d_c)
-        w_o = self.W_O.weight.reshape(c.d_model, c.num_heads, c.head_dim)  # (D, H, d_h)
-        w_ov = torch.einsum("Dhe,hec->hDc", w_o, w_uv)  # (H, D, d_c)
+        W_O_heads = self.W_O.weight.reshape(c.d_model, c.num_heads, c.head_dim)  # (D, H, d_h)
+        w_ov = torch.einsum("Dhe,hec->hDc", W_O_heads, w_uv)  # (H, D, d_c)
         return w_uk, w_ov
 
     def decode_absorbed(

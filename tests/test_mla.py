@@ -47,9 +47,9 @@ def test_forward_is_causal():
 def test_rope_on_the_compressed_keys_cannot_be_absorbed():
     """With the rotation on k^C = W_UK c, the matrix between q and c depends on the distance."""
     torch.manual_seed(2)
-    d_h, d_c = 8, 6
-    w_uk = torch.randn(d_h, d_c, dtype=torch.float64)
-    q, c = torch.randn(d_h, dtype=torch.float64), torch.randn(d_c, dtype=torch.float64)
+    head_dim, d_c = 8, 6
+    w_uk = torch.randn(head_dim, d_c, dtype=torch.float64)
+    q, c = torch.randn(head_dim, dtype=torch.float64), torch.randn(d_c, dtype=torch.float64)
 
     def score(i, j):  # query at i, key at j, RoPE on the up-projected key
         qi = apply_rope(q[None], torch.tensor([i]))[0]

@@ -553,15 +553,15 @@ def absorbed_scores_reference(q_nope, q_rope, c_kv, k_rope, W_UK):
     return _absorbed(q_nope, q_rope, c_kv, k_rope, W_UK)  # (B, H, 1, N)
 
 
-def _absorbed_case(rng, name, b, h, n, d_h, d_r, d_c):
+def _absorbed_case(rng, name, b, h, n, head_dim, d_r, d_c):
     return Case(
         name,
         (
-            _t(rng, b, h, 1, d_h),
+            _t(rng, b, h, 1, head_dim),
             _t(rng, b, h, 1, d_r),
             _t(rng, b, n, d_c),
             _t(rng, b, n, d_r),
-            _t(rng, h, d_h, d_c) / math.sqrt(d_c),
+            _t(rng, h, head_dim, d_c) / math.sqrt(d_c),
         ),
     )
 
