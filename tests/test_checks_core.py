@@ -74,7 +74,7 @@ def test_none_return_and_tuples():
 def test_a_correct_function_passes(capsys):
     report = check("00.1", softmax_ok)
     assert report.passed
-    assert "✅" in capsys.readouterr().out
+    assert "✓ Exercise" in capsys.readouterr().out
 
 
 def test_a_common_mistake_is_named():
@@ -181,3 +181,49 @@ def test_a_nan_producing_twin_does_not_name_the_wrong_mistake():
         check("00.1", naive, hidden=True)
     assert "wrong axis" not in str(info.value)
     assert "exp overflowed" in str(info.value)
+
+
+def test_hints_come_in_tiers_nudge_first_then_the_detail(capsys):
+    """A first failure shows the nudge; the same exercise failing again adds the detail."""
+    from course_lib.checks import core
+
+    hint = core.Hint("your weights do not sum to 1 over the keys.", "normalise with axis=-1.")
+    ex = core.register(
+        core.Exercise(
+            id="99.1",
+            title="tiers",
+            points=1,
+            target="f",
+            cases=lambda rng, hidden: [core.Case("a row", (np.array([1.0, 3.0]),))],
+            reference=lambda x: x / x.sum(),
+            mistakes={hint: lambda x: x},
+        )
+    )
+    core._FAILED_BEFORE.pop(ex.id, None)
+    with pytest.raises(core.CheckFailed) as first:
+        core.check("99.1", lambda x: x)
+    assert "your weights do not sum to 1" in str(first.value)
+    assert "axis=-1" not in str(first.value) and "fuller hint" in str(first.value)
+    with pytest.raises(core.CheckFailed) as second:
+        core.check("99.1", lambda x: x)
+    assert "normalise with axis=-1." in str(second.value)
+    core.check("99.1", lambda x: x / x.sum())  # a pass resets the tier
+    with pytest.raises(core.CheckFailed) as again:
+        core.check("99.1", lambda x: x)
+    assert "axis=-1" not in str(again.value)
+    with pytest.raises(core.CheckFailed) as asked:
+        core.check("99.1", lambda x: x, hints="full")
+    assert "axis=-1" in str(asked.value)
+    with pytest.raises(ValueError, match="hints"):
+        core.check("99.1", lambda x: x, hints="all")
+    core._REGISTRY.pop("99.1")
+
+
+def test_tuple_items_are_named_in_feedback():
+    from course_lib.checks import core
+
+    msg = core.compare_values(
+        (np.zeros(2), np.ones(2)), (np.zeros(2), np.zeros(2)), 1e-6, 1e-6, names=("out", "lse")
+    )
+    assert msg.startswith("lse: ")
+    assert core.compare_values((1.0, 2.0), (1.0, 3.0), 1e-6, 1e-6).startswith("item 1: ")

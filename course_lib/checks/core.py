@@ -41,6 +41,38 @@ import numpy as np
 # --------------------------------------------------------------------------- declarations
 
 
+class Hint(str):
+    """A hint in two tiers: a *nudge* (the string itself) and a *detail* (often the formula).
+
+    The first time a learner's check of an exercise fails, only the nudge is shown, so that
+    they can find the fix themselves; a repeated failure of the same exercise, or
+    ``check(..., hints="full")``, adds the detail. The grader's feedback shows both. A plain
+    string is a hint with no second tier. Use it for ``Exercise.hint`` and for the keys of
+    ``Exercise.mistakes``::
+
+        mistakes={Hint("your rows do not sum to 1.", "normalise over axis=-1 (the keys)."): twin}
+    """
+
+    detail: str
+
+    def __new__(cls, nudge: str, detail: str = "") -> Hint:
+        obj = super().__new__(cls, nudge)
+        obj.detail = detail
+        return obj
+
+    def render(self, full: bool) -> str:
+        if full and self.detail:
+            return f"{self} {self.detail}"
+        if self.detail:
+            return f"{self} (Fix it, or run the check again for a fuller hint.)"
+        return str(self)
+
+
+def render_hint(hint: str, full: bool) -> str:
+    """A hint's text at the tier asked for (plain strings have one tier)."""
+    return hint.render(full) if isinstance(hint, Hint) else str(hint)
+
+
 @dataclass
 class Case:
     """One input to an exercise's function: ``fn(*args, **kwargs)``."""
@@ -52,7 +84,7 @@ class Case:
 
 @dataclass
 class Exercise:
-    """An exercise's id, points, what the learner writes, and how to check it.
+    r"""An exercise's id, points, what the learner writes, and how to check it.
 
     ``cases(rng, hidden)`` returns the inputs: visible cases when ``hidden`` is False,
     extra (larger, edge) cases when True. ``reference`` is the correct function.
@@ -60,6 +92,9 @@ class Exercise:
     common mistake; when a learner's output matches one, the hint is shown.
     ``compare`` replaces the default array comparison when an exercise needs it: it gets
     ``(got, expected, case)`` and returns None when fine or a message when not.
+    ``outputs`` names the items of a function that returns a tuple (``("output",
+    "weights")``), so feedback says "weights: ..." instead of "item 1: ...".
+    Hints (``hint`` and the keys of ``mistakes``) may be :class:`Hint`\ s with two tiers.
     """
 
     id: str
@@ -74,6 +109,7 @@ class Exercise:
     hint: str = ""
     compare: Callable[[Any, Any, Case], str | None] | None = None
     check_dtype: bool = False
+    outputs: tuple[str, ...] = ()
 
     @property
     def chapter(self) -> str:
@@ -163,9 +199,18 @@ def _shape_hint(got: tuple, expected: tuple) -> str:
 
 
 def compare_values(
-    got: Any, expected: Any, atol: float, rtol: float, check_dtype: bool = False, where: str = ""
+    got: Any,
+    expected: Any,
+    atol: float,
+    rtol: float,
+    check_dtype: bool = False,
+    where: str = "",
+    names: Sequence[str] = (),
 ) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise a precise, learner-facing message."""
+    """None when ``got`` matches ``expected``; otherwise a precise, learner-facing message.
+
+    ``names`` labels the items of a tuple result in the message (else "item 0", "item 1").
+    """
     got, expected = to_numpy(got), to_numpy(expected)
     label = f"{where}: " if where else ""
     if isinstance(expected, (tuple, list)):
@@ -174,9 +219,8 @@ def compare_values(
         if len(got) != len(expected):
             return f"{label}expected {len(expected)} items, got {len(got)}."
         for i, (g, e) in enumerate(zip(got, expected)):
-            msg = compare_values(
-                g, e, atol, rtol, check_dtype, f"{where}[{i}]" if where else f"item {i}"
-            )
+            item = names[i] if i < len(names) and not where else f"item {i}"
+            msg = compare_values(g, e, atol, rtol, check_dtype, f"{where}[{i}]" if where else item)
             if msg:
                 return msg
         return None
@@ -331,7 +375,7 @@ def _has_new_nonfinite(wrong: Any, expected: Any) -> bool:
         return False
 
 
-def _diagnose(ex: Exercise, case: Case, got: Any, expected: Any) -> str:
+def _diagnose(ex: Exercise, case: Case, got: Any, expected: Any, full: bool = True) -> str:
     """Name the declared mistake whose output the learner's output matches, if any.
 
     Twins whose output is finite where the reference is finite are tried first: a twin
@@ -351,24 +395,29 @@ def _diagnose(ex: Exercise, case: Case, got: Any, expected: Any) -> str:
     nonfinite = [(h, o) for h, o in outputs if _has_new_nonfinite(o, expected)]
     for hint, wrong_out in finite + nonfinite:
         if _matches(got, wrong_out, ex.atol, ex.rtol):
-            return f"\n    Likely cause: {hint}"
-    return f"\n    Hint: {ex.hint}" if ex.hint else ""
+            return f"\n    Likely cause: {render_hint(hint, full)}"
+    return f"\n    Hint: {render_hint(ex.hint, full)}" if ex.hint else ""
 
 
-def evaluate_case(ex: Exercise, case: Case, got: Any) -> CaseResult:
-    """Compare one recorded output with the reference (run here, on a fresh copy)."""
+def evaluate_case(ex: Exercise, case: Case, got: Any, full: bool = True) -> CaseResult:
+    """Compare one recorded output with the reference (run here, on a fresh copy).
+
+    ``full`` shows both tiers of a :class:`Hint` (the grader's feedback); the notebook's
+    first failure shows the nudge only."""
     c = _copy_args(case)
     expected = ex.reference(*c.args, **c.kwargs)
     if ex.compare is not None:
         msg = ex.compare(got, expected, case)
     else:
-        msg = compare_values(got, expected, ex.atol, ex.rtol, ex.check_dtype)
+        msg = compare_values(got, expected, ex.atol, ex.rtol, ex.check_dtype, names=ex.outputs)
     if msg is None:
         return CaseResult(case.name, True)
-    return CaseResult(case.name, False, msg + _diagnose(ex, case, got, expected))
+    return CaseResult(case.name, False, msg + _diagnose(ex, case, got, expected, full))
 
 
-def run_case(ex: Exercise, fn: Callable, case: Case) -> tuple[Any, CaseResult | None]:
+def run_case(
+    ex: Exercise, fn: Callable, case: Case, full: bool = True
+) -> tuple[Any, CaseResult | None]:
     """Call the learner's function on a copy of the case; (output, None) or (None, failure)."""
     c = _copy_args(case)
     try:
@@ -380,7 +429,7 @@ def run_case(ex: Exercise, fn: Callable, case: Case) -> tuple[Any, CaseResult | 
             return None, CaseResult(case.name, False, "not implemented yet", not_implemented=True)
         msg = "your function raised " + _student_traceback(err)
         if ex.hint:
-            msg += f"\n    Hint: {ex.hint}"
+            msg += f"\n    Hint: {render_hint(ex.hint, full)}"
         return None, CaseResult(case.name, False, msg)
 
 
@@ -426,6 +475,9 @@ class CheckReport:
 
 
 VISIBLE_SEED = 1234
+HINT_TIERS = ("auto", "nudge", "full")
+# Failed checks per exercise in this kernel: the second failure in a row shows fuller hints.
+_FAILED_BEFORE: dict[str, int] = {}
 
 
 def check(
@@ -435,13 +487,19 @@ def check(
     hidden: bool = False,
     seed: int | None = None,
     quiet: bool = False,
+    hints: str = "auto",
 ) -> CheckReport:
     """Run an exercise's cases on the learner's function and print specific feedback.
 
     Passing prints one line per case. Not started yet prints a friendly note and returns.
     A wrong answer raises :class:`CheckFailed` whose message says what went wrong.
+    ``hints``: "auto" gives a nudge on the first failure and the fuller hint when the same
+    exercise fails again; "nudge" or "full" force one tier.
     """
+    if hints not in HINT_TIERS:
+        raise ValueError(f"hints must be one of {HINT_TIERS}, got {hints!r}")
     ex = get_exercise(exercise_id)
+    full = hints == "full" or (hints == "auto" and _FAILED_BEFORE.get(ex.id, 0) > 0)
     head = f"Exercise {ex.id} ({ex.title})"
     if fn is None or not callable(fn):
         raise CheckFailed(
@@ -450,20 +508,22 @@ def check(
         )
     results = []
     for case in _cases(ex, hidden, VISIBLE_SEED if seed is None else seed):
-        got, failure = run_case(ex, fn, case)
+        got, failure = run_case(ex, fn, case, full)
         if failure is None:
-            failure = evaluate_case(ex, case, got)
+            failure = evaluate_case(ex, case, got, full)
         results.append(failure)
         if failure.not_implemented:
             break
     report = CheckReport(ex, results)
+    if not report.not_implemented:
+        _FAILED_BEFORE[ex.id] = 0 if report.passed else _FAILED_BEFORE.get(ex.id, 0) + 1
     if report.not_implemented and hidden:
         # Hidden tests run only under a grader (nbgrader's autograder, say): there a blank
         # exercise must fail, not print a friendly note.
         raise CheckFailed(f"✗ {head}: not implemented yet.")
     if report.not_implemented:
         print(
-            f"⏳ {head}: not implemented yet. Replace the `raise NotImplementedError(...)` "
+            f"○ {head}: not implemented yet. Replace the `raise NotImplementedError(...)` "
             f"line in `{ex.target}` with your code, run that cell, then run this check "
             "again."
         )
@@ -478,7 +538,7 @@ def check(
         for r in failed:
             lines.append(f"  ✗ {r.name}: {r.message}")
         raise CheckFailed("\n".join(lines))
-    print(f"✅ {head}: all {len(results)} {'hidden ' if hidden else ''}cases passed.")
+    print(f"✓ {head}: all {len(results)} {'hidden ' if hidden else ''}cases passed.")
     return report
 
 
