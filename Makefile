@@ -1,6 +1,8 @@
 # The two commands of the course. Both create .venv on first use and reuse it after.
 #   make lab    set up and open the course in JupyterLab (your exercise copies are in work/)
 #   make test   set up and run every test (ruff, unit, notebooks, exercises, grader, browser)
+# And for learners: make progress (where you stand), make update (the new course, keeping
+# your work). For maintainers: make site (the website of the executed course).
 # No make (e.g. Windows)? `python3 tools/bootstrap.py lab` (or `test`) does the same.
 
 PYTHON ?= python3
@@ -11,7 +13,7 @@ Install Python 3.10 or newer (python.org, brew install python@3.12, sudo apt ins
 python3-venv) or name one: make $@ PYTHON=/path/to/python3"; exit 1; }; \
 	$(PYTHON) tools/bootstrap.py
 
-.PHONY: lab test setup exercises unit notebooks lint min-versions html clean
+.PHONY: lab test setup exercises unit notebooks lint min-versions html site progress update clean
 
 lab:
 	$(BOOT) lab
@@ -23,6 +25,16 @@ test:
 
 setup:
 	$(BOOT) setup
+
+# Where you stand: every exercise of your copies in work/, passed, failing (and why) or not
+# started, with points. Checks them in separate processes; never changes them.
+progress:
+	$(BOOT) progress
+
+# The new version of the course (git pull), keeping everything you changed: files the update
+# replaces are copied to work/backup/<date-time>/ first; your copies in work/ stay yours.
+update:
+	$(BOOT) update
 
 # Regenerate exercises/ from solutions/ (the single source); commit the result.
 exercises:
