@@ -58,11 +58,16 @@ lint: setup
 min-versions:
 	bash .ci/min-versions
 
-# The executed course as HTML under build/html, for reading without running.
-html: setup
-	@mkdir -p build/html
-	.venv/bin/python -m jupyter nbconvert --to html --execute --output-dir build/html \
-		notebooks/*.ipynb
+# The website of the executed course under build/site (Sphinx + MyST-NB + the Book Theme;
+# offline: MathJax and Mermaid bundled, widgets as snapshots; Colab/Binder buttons). Every
+# lecture is executed with the learners' (full) budget, cached in build/site-cache.
+# COURSE_BUDGET=ci make site builds quicker; SITE_ARGS="--only 00,02" builds some chapters.
+site:
+	$(BOOT) site $(SITE_ARGS)
+
+# `make html` was nbconvert's HTML, which needed the internet (MathJax, require.js, Mermaid
+# and the widget manager from CDNs): retired in favour of `make site`.
+html: site
 
 clean:
 	rm -rf build test-output .pytest_cache .ruff_cache

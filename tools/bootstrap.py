@@ -84,7 +84,7 @@ def ensure_venv():
         return
     print("Installing the course and its dependencies into .venv (a few minutes) ...")
     run([PY, "-m", "pip", "install", "--upgrade", "pip"])
-    run([PY, "-m", "pip", "install", "-e", ".[test]"])
+    run([PY, "-m", "pip", "install", "-e", ".[test,site]"])
     with open(STAMP, "w") as f:
         f.write(want + "\n")
 
