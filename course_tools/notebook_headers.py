@@ -116,7 +116,7 @@ def set_colab_cell(nb, source: str) -> None:
 _EXERCISES = re.compile(r"`exercises/((?:\d\d|NN)_[a-z0-9_]+?)\.ipynb`")
 _OLD_WORK = re.compile(r"`work/((?:\d\d|NN)_[a-z0-9_]+?)(?<!" + WORK_SUFFIX + r")\.ipynb`")
 # Where the text means the pristine notebook, it keeps naming it.
-_KEEP = re.compile(r"(copy of|colab|binder)\W*$", re.IGNORECASE)
+_KEEP = re.compile(r"(copy of|colab|binder)(\W+\w+){0,2}\W*$", re.IGNORECASE)
 
 
 def rewrite_pointers(text: str) -> str:
