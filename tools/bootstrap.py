@@ -163,21 +163,19 @@ def browser_available():
 
 
 FIRST_NOTEBOOK = "notebooks/00_setup.ipynb"
+# Every URL of the server opens chapter 00 (also one copied by hand from the terminal), and
+# no language-server scan ("Skipped non-installed server(s): ..." in the log).
+LAB_OPTIONS = [
+    "--LabApp.default_url=/lab/tree/" + FIRST_NOTEBOOK,
+    "--LanguageServerManager.autodetect=False",
+]
 
 
 def lab_command(rest):
     """`jupyter lab` as `make lab` runs it: the course folder, chapter 00 as the page every
     URL of the server opens (also one copied by hand from the terminal), and no alarming log
     lines (no language-server scan, no "No web browser found")."""
-    cmd = [
-        PY,
-        "-m",
-        "jupyter",
-        "lab",
-        "--notebook-dir=" + ROOT,
-        "--LabApp.default_url=/lab/tree/" + FIRST_NOTEBOOK,
-        "--LanguageServerManager.autodetect=False",
-    ]
+    cmd = [PY, "-m", "jupyter", "lab", "--notebook-dir=" + ROOT] + LAB_OPTIONS
     if not browser_available():
         cmd.append("--no-browser")
     if os.name == "posix" and os.geteuid() == 0:
