@@ -56,12 +56,14 @@ class Row:
 
 
 def course_root() -> Path | None:
-    """The course folder this course_lib belongs to (it holds exercises/), if any."""
-    here = Path(__file__).resolve().parents[1]
-    if (here / "exercises").is_dir():
-        return here
-    for folder in [Path.cwd(), *Path.cwd().parents]:
-        if (folder / "exercises").is_dir() and (folder / "course_lib").is_dir():
+    """The course folder (it holds exercises/): the current directory or one above it (a
+    notebook in work/ runs there), or COURSE_ROOT. Never where course_lib is installed."""
+    given = os.environ.get("COURSE_ROOT")
+    if given and (Path(given) / "exercises").is_dir():
+        return Path(given).resolve()
+    here = Path.cwd().resolve()
+    for folder in [here, *here.parents]:
+        if (folder / "exercises").is_dir() and (folder / "solutions").is_dir():
             return folder
     return None
 
