@@ -53,12 +53,32 @@ def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+# The one message about Triton's absence, the same in every notebook, the README and the
+# notebooks' Colab cell (course_tools/notebook_headers.py): see advice().
 TRITON_HELP = (
-    "Triton is not installed here. Triton ships wheels for Linux only: on macOS or Windows "
-    "run the Triton chapter on Google Colab (Runtime > Change runtime type > GPU, then "
-    "`pip install -e .`), on Binder, or in WSL/Linux with `make lab`. On Linux: "
-    "`pip install triton` inside the course's .venv."
+    "Triton is not installed here: it ships wheels for Linux only. Everything except the "
+    "Triton kernels runs on this machine. For the kernels (chapter 06), open the notebook in "
+    "Google Colab with its 'Open in Colab' badge (README or the course website): its first "
+    "cell installs the course, and Runtime > Change runtime type > GPU runs the kernels "
+    "compiled. Or use Binder, or WSL/Linux with `make lab`. On Linux, "
+    "`.venv/bin/pip install triton` adds it to the course's environment."
 )
+TRITON_INTERPRETER_NOTE = (
+    "No CUDA GPU: everything runs on the CPU, and Triton kernels run in Triton's interpreter "
+    "(exact but slow, so the CPU versions use small sizes). On a GPU they run compiled "
+    "(on Colab: Runtime > Change runtime type > GPU)."
+)
+
+
+def advice(environment: Environment | None = None) -> list[str]:
+    """What a learner should know about this environment, one note per topic (no note
+    repeats another: without Triton, only :data:`TRITON_HELP`)."""
+    cuda = environment.device == "cuda" if environment is not None else _cuda_available()
+    if not triton_installed():
+        return [TRITON_HELP]
+    if not cuda:
+        return [TRITON_INTERPRETER_NOTE]
+    return []
 
 
 def triton_interpreter_on() -> bool:

@@ -478,6 +478,8 @@ VISIBLE_SEED = 1234
 HINT_TIERS = ("auto", "nudge", "full")
 # Failed checks per exercise in this kernel: the second failure in a row shows fuller hints.
 _FAILED_BEFORE: dict[str, int] = {}
+# The last visible check of each exercise in this kernel (course_lib.progress shows them).
+LAST_REPORTS: dict[str, CheckReport] = {}
 
 
 def check(
@@ -502,10 +504,13 @@ def check(
     full = hints == "full" or (hints == "auto" and _FAILED_BEFORE.get(ex.id, 0) > 0)
     head = f"Exercise {ex.id} ({ex.title})"
     if fn is None or not callable(fn):
-        raise CheckFailed(
-            f"{head}: expected a function named `{ex.target}`, got "
-            f"{_describe(fn)}. Run the cell that defines it first."
+        message = (
+            f"expected a function named `{ex.target}`, got {_describe(fn)}. Run the cell "
+            "that defines it first."
         )
+        if not hidden:
+            LAST_REPORTS[ex.id] = CheckReport(ex, [CaseResult("function", False, message)])
+        raise CheckFailed(f"{head}: {message}")
     results = []
     for case in _cases(ex, hidden, VISIBLE_SEED if seed is None else seed):
         got, failure = run_case(ex, fn, case, full)
@@ -515,6 +520,8 @@ def check(
         if failure.not_implemented:
             break
     report = CheckReport(ex, results)
+    if not hidden:
+        LAST_REPORTS[ex.id] = report
     if not report.not_implemented:
         _FAILED_BEFORE[ex.id] = 0 if report.passed else _FAILED_BEFORE.get(ex.id, 0) + 1
     if report.not_implemented and hidden:
