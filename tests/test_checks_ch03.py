@@ -47,7 +47,7 @@ def test_multihead_reference_matches_course_lib_projection():
     W_Q, W_K = torch.randn(12, 12, dtype=torch.float64), torch.randn(12, 12, dtype=torch.float64)
     torch.testing.assert_close(
         get_exercise("03.5").reference(x @ W_Q, x @ W_K, 3),
-        scaling.multihead_scores(x, W_Q, W_K, 3),
+        scaling.project_and_score(x, W_Q, W_K, 3),
     )
 
 
