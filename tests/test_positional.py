@@ -361,8 +361,8 @@ def test_per_sequence_positions_for_batched_heads():
     """x [B, H, N, d] with one row of positions per sequence: [B, N] (Hugging Face's
     position_ids) or [B, 1, N]; never paired with the heads, even when B equals H."""
     g = _gen(15)
-    for n_heads in (3, 2):  # B != H, then B == H (where numpy broadcasting would pair B with H)
-        x = torch.randn(2, n_heads, 4, 8, dtype=torch.float64, generator=g)  # (B, H, N, d)
+    for num_heads in (3, 2):  # B != H, then B == H (where numpy broadcasting would pair B with H)
+        x = torch.randn(2, num_heads, 4, 8, dtype=torch.float64, generator=g)  # (B, H, N, d)
         pos = torch.tensor([[0, 1, 2, 3], [10, 11, 12, 13]])  # (B, N): sequence 1 is cached
         y = apply_rope(x, pos[:, None, :])  # (B, H, N, d)
         for b in range(2):
