@@ -284,3 +284,35 @@ def test_cached_decoding_is_bottom_right_causal_like_flash_attn():
     _close(chunk, want)
     top_left, _ = attn(x[:, 4:], x, is_causal=True)
     assert not torch.allclose(top_left, want)
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def test_the_conventions_page_exists_and_the_chapters_point_to_it():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "conventions.md").read_text(encoding="utf-8")
+    for needle in (
+        "key_padding_mask",
+        'layout="BNHD"',
+        "bottom-right",
+        "rotate_half",
+        "81 559 MiB",
+    ):
+        assert needle in page, needle
+    for chapter in ("04_multi_head_attention", "05_positional_encodings"):
+        nb = json.loads((root / "notebooks" / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+        assert "docs/conventions.md" in text, chapter
+
+
+def test_fully_masked_rows_give_zeros_in_the_course():
+    """The table's course column: a query that may attend to no key gets zero weights."""
+    q, k, v = _randn(1, 3, 4, seed=30), _randn(1, 5, 4, seed=31), _randn(1, 5, 4, seed=32)
+    keep = torch.ones(3, 5, dtype=torch.bool)
+    keep[1] = False
+    out, w = scaled_dot_product_attention(q, k, v, keep)
+    assert torch.all(w[0, 1] == 0) and torch.all(out[0, 1] == 0) and torch.isfinite(out).all()
