@@ -94,6 +94,10 @@ class Exercise:
     ``(got, expected, case)`` and returns None when fine or a message when not.
     ``outputs`` names the items of a function that returns a tuple (``("output",
     "weights")``), so feedback says "weights: ..." instead of "item 1: ...".
+    ``errors`` maps a regular expression to a hint for mistakes that *raise* instead of
+    returning a wrong value (a wrong twin cannot name those): when the learner's
+    exception, written ``"TypeName: message"``, matches the pattern (``re.search``), the
+    hint is shown as the likely cause instead of the generic ``hint``.
     Hints (``hint`` and the keys of ``mistakes``) may be :class:`Hint`\ s with two tiers.
     """
 
@@ -110,6 +114,7 @@ class Exercise:
     compare: Callable[[Any, Any, Case], str | None] | None = None
     check_dtype: bool = False
     outputs: tuple[str, ...] = ()
+    errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def chapter(self) -> str:
@@ -428,9 +433,23 @@ def run_case(
         if _is_not_implemented(err):
             return None, CaseResult(case.name, False, "not implemented yet", not_implemented=True)
         msg = "your function raised " + _student_traceback(err)
-        if ex.hint:
+        cause = _error_hint(ex, err)
+        if cause:
+            msg += f"\n    Likely cause: {render_hint(cause, full)}"
+        elif ex.hint:
             msg += f"\n    Hint: {render_hint(ex.hint, full)}"
         return None, CaseResult(case.name, False, msg)
+
+
+def _error_hint(ex: Exercise, err: BaseException) -> str | None:
+    """The declared hint whose pattern matches ``"TypeName: message"`` of ``err``, if any."""
+    import re
+
+    text = f"{type(err).__name__}: {err}"
+    for pattern, hint in ex.errors.items():
+        if re.search(pattern, text):
+            return hint
+    return None
 
 
 def _cases(ex: Exercise, hidden: bool, seed: int) -> list[Case]:
