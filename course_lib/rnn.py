@@ -116,7 +116,7 @@ def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, tor
     if rnn.bias:
         b_h = (rnn.bias_ih_l0 + rnn.bias_hh_l0).detach()  # (d_hidden,)
     else:
-        b_h = torch.zeros(W_hh.shape[0], dtype=W_hh.dtype)  # (d_hidden,)
+        b_h = torch.zeros(W_hh.shape[0], dtype=W_hh.dtype, device=W_hh.device)  # (d_hidden,)
     return W_xh, W_hh, b_h
 
 

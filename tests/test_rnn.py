@@ -86,6 +86,17 @@ def test_rnn_forward_rejects_non_tensors():
         )
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_rnn_weights_from_torch_keep_the_rnns_device_and_dtype(bias):
+    """The zero bias of a bias-free RNN lives where the weights live (meta here, CUDA
+    elsewhere), not on the CPU."""
+    rnn = torch.nn.RNN(3, 4, bias=bias, device="meta", dtype=torch.float64)
+    W_xh, W_hh, b_h = R.rnn_weights_from_torch(rnn)
+    for t in (W_xh, W_hh, b_h):
+        assert t.device.type == "meta" and t.dtype == torch.float64
+    assert b_h.shape == (4,)
+
+
 def test_rnn_weights_from_torch_rejects_stacked_rnn():
     with pytest.raises(ValueError, match="one-layer"):
         R.rnn_weights_from_torch(torch.nn.RNN(2, 3, num_layers=2))
