@@ -61,6 +61,60 @@ def test_deciding_word_decides():
         assert (noun in tpl.nouns_a) == (w in tpl.words_a)
 
 
+def test_a_one_word_rule_solves_the_winograd_style_set(data):
+    """The reason chapter 02 adds a second data set: the deciding word's kind alone names
+    the referent, and every held-out word was seen in training."""
+    train, test = data
+    assert (coref.word_class_rule(test) == test.antecedent).all()
+    assert {w for s in test.sentences for w in s.split()} <= set(train.vocab.itos)
+    train_words = {w for s in train.sentences for w in s.split()}
+    assert {w for s in test.sentences for w in s.split()} <= train_words
+
+
+@pytest.fixture(scope="module")
+def interaction():
+    return coref.make_dataset(max_per_template=120, templates=coref.INTERACTION_TEMPLATES)
+
+
+def test_interaction_set_has_no_one_word_shortcut(interaction):
+    train, test = interaction
+    for d in (train, test):
+        assert len(set(d.lengths.tolist())) == 1  # one length: positions say nothing
+        assert (d.antecedent < d.distractor).float().mean() == 0.5
+        # every deciding word points at the first noun with one verb, the second with another
+        words = [s.split() for s in d.sentences]
+        firsts: dict[str, set[bool]] = {}
+        for w, a, b in zip(words, d.antecedent.tolist(), d.distractor.tolist()):
+            firsts.setdefault(w[-1], set()).add(a < b)
+        assert all(v == {True, False} for v in firsts.values())
+
+    # unordered noun pairs: (dog, cat) in training keeps (cat, dog) out of the test set
+    def pairs(d):
+        return {
+            frozenset((s.split()[a], s.split()[b]))
+            for s, a, b in zip(d.sentences, d.antecedent.tolist(), d.distractor.tolist())
+        }
+
+    assert not pairs(train) & pairs(test)
+    rule = coref.word_class_rule(test, coref.INTERACTION_TEMPLATES)
+    assert (rule == test.antecedent).float().mean() == 0.5
+    acc, _ = coref.one_word_rule(train, test)
+    assert acc < 0.6
+
+
+def test_one_word_rule_finds_the_deciding_word_when_it_decides(data):
+    train, test = data
+    acc, where = coref.one_word_rule(train, test)
+    assert acc > 0.75 and where.startswith("word")
+
+
+def test_two_layers_learn_the_interaction(interaction):
+    train, test = interaction
+    model = coref.make_model(train.vocab, num_layers=2, seed=1)
+    coref.train(model, train, steps=120, lr=0.01, log_every=120, seed=1)
+    assert coref.pointer_accuracy(model, test) >= 0.95
+
+
 def test_vocab_round_trip_and_unknown_words(data):
     vocab = data[0].vocab
     s = "the dog did not cross the river because it was too tired"
