@@ -95,6 +95,10 @@ class Exercise:
     ``outputs`` names the items of a function that returns a tuple (``("output",
     "weights")``), so feedback says "weights: ..." instead of "item 1: ...".
     Hints (``hint`` and the keys of ``mistakes``) may be :class:`Hint`\ s with two tiers.
+    A mistake twin may also *raise*: when the learner's function raises the same exception
+    (type and message), that mistake's hint is shown. ``no_warnings``: when true, a warning
+    emitted during the learner's call (numpy's "invalid value encountered", say) fails the
+    case; a string (or :class:`Hint`) says why it happened.
     """
 
     id: str
@@ -110,6 +114,7 @@ class Exercise:
     compare: Callable[[Any, Any, Case], str | None] | None = None
     check_dtype: bool = False
     outputs: tuple[str, ...] = ()
+    no_warnings: bool | str = False
 
     @property
     def chapter(self) -> str:
@@ -415,22 +420,56 @@ def evaluate_case(ex: Exercise, case: Case, got: Any, full: bool = True) -> Case
     return CaseResult(case.name, False, msg + _diagnose(ex, case, got, expected, full))
 
 
+def _diagnose_error(ex: Exercise, case: Case, err: BaseException, full: bool) -> str:
+    """Name the declared mistake whose twin raises the same exception as the learner's code."""
+    for hint, wrong in ex.mistakes.items():
+        c = _copy_args(case)
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                wrong(*c.args, **c.kwargs)
+        except Exception as twin_err:
+            if type(twin_err) is type(err) and str(twin_err) == str(err):
+                return f"\n    Likely cause: {render_hint(hint, full)}"
+    return f"\n    Hint: {render_hint(ex.hint, full)}" if ex.hint else ""
+
+
+def _warning_failure(ex: Exercise, case: Case, caught: warnings.WarningMessage, full: bool):
+    import linecache
+
+    line = linecache.getline(caught.filename, caught.lineno).strip()
+    where = f" (line {caught.lineno}: {line})" if line else ""
+    msg = (
+        f"your function emitted a warning, which this exercise does not allow: "
+        f"{caught.category.__name__}: {caught.message}{where}"
+    )
+    hint = ex.no_warnings if isinstance(ex.no_warnings, str) else ex.hint
+    if hint:
+        msg += f"\n    Likely cause: {render_hint(hint, full)}"
+    return CaseResult(case.name, False, msg)
+
+
 def run_case(
     ex: Exercise, fn: Callable, case: Case, full: bool = True
 ) -> tuple[Any, CaseResult | None]:
     """Call the learner's function on a copy of the case; (output, None) or (None, failure)."""
     c = _copy_args(case)
     try:
-        return fn(*c.args, **c.kwargs), None
+        if not ex.no_warnings:
+            return fn(*c.args, **c.kwargs), None
+        with warnings.catch_warnings(record=True) as caught, np.errstate(all="warn"):
+            warnings.simplefilter("always")
+            out = fn(*c.args, **c.kwargs)
+        if caught:
+            return None, _warning_failure(ex, case, caught[0], full)
+        return out, None
     except SystemExit as err:  # sys.exit() inside the function fails this case only
         return None, CaseResult(case.name, False, f"your function called sys.exit({err.code!r})")
     except Exception as err:  # learner code may raise anything
         if _is_not_implemented(err):
             return None, CaseResult(case.name, False, "not implemented yet", not_implemented=True)
         msg = "your function raised " + _student_traceback(err)
-        if ex.hint:
-            msg += f"\n    Hint: {render_hint(ex.hint, full)}"
-        return None, CaseResult(case.name, False, msg)
+        return None, CaseResult(case.name, False, msg + _diagnose_error(ex, case, err, full))
 
 
 def _cases(ex: Exercise, hidden: bool, seed: int) -> list[Case]:
