@@ -434,7 +434,10 @@ def _diagnose_error(ex: Exercise, case: Case, err: BaseException, full: bool) ->
     return f"\n    Hint: {render_hint(ex.hint, full)}" if ex.hint else ""
 
 
-def _warning_failure(ex: Exercise, case: Case, caught: warnings.WarningMessage, full: bool):
+def _warning_failure(
+    ex: Exercise, case: Case, caught: warnings.WarningMessage, got: Any, full: bool
+) -> CaseResult:
+    """A failure for a forbidden warning; names a mistake whose output ``got`` matches."""
     import linecache
 
     line = linecache.getline(caught.filename, caught.lineno).strip()
@@ -443,6 +446,15 @@ def _warning_failure(ex: Exercise, case: Case, caught: warnings.WarningMessage, 
         f"your function emitted a warning, which this exercise does not allow: "
         f"{caught.category.__name__}: {caught.message}{where}"
     )
+    try:  # a wrong output that matches a known mistake: name that mistake
+        c = _copy_args(case)
+        expected = ex.reference(*c.args, **c.kwargs)
+        if compare_values(got, expected, ex.atol, ex.rtol, ex.check_dtype) is not None:
+            named = _diagnose(ex, case, got, expected, full)
+            if "Likely cause" in named:
+                return CaseResult(case.name, False, msg + named)
+    except Exception:  # the feedback must never crash on odd outputs
+        pass
     hint = ex.no_warnings if isinstance(ex.no_warnings, str) else ex.hint
     if hint:
         msg += f"\n    Likely cause: {render_hint(hint, full)}"
@@ -457,11 +469,15 @@ def run_case(
     try:
         if not ex.no_warnings:
             return fn(*c.args, **c.kwargs), None
-        with warnings.catch_warnings(record=True) as caught, np.errstate(all="warn"):
+        # under="ignore": exp of a very negative number is 0, correctly and silently
+        with (
+            warnings.catch_warnings(record=True) as caught,
+            np.errstate(all="warn", under="ignore"),
+        ):
             warnings.simplefilter("always")
             out = fn(*c.args, **c.kwargs)
         if caught:
-            return None, _warning_failure(ex, case, caught[0], full)
+            return None, _warning_failure(ex, case, caught[0], out, full)
         return out, None
     except SystemExit as err:  # sys.exit() inside the function fails this case only
         return None, CaseResult(case.name, False, f"your function called sys.exit({err.code!r})")
