@@ -21,8 +21,8 @@ Conventions (the same as ``torch.nn.functional.scaled_dot_product_attention``):
 * ``scale`` defaults to :math:`1/\\sqrt{d_k}`.
 
 A query row whose keys are *all* masked gets zero weights and a zero output, never NaN
-(a plain softmax of an all-:math:`-\\infty` row is NaN; older PyTorch versions' SDPA returned
-NaN there, recent ones return zeros). Both functions return
+(a plain softmax of an all-:math:`-\\infty` row is NaN; PyTorch's SDPA returns zeros there
+since release 2.5, October 2024, and returned NaN before). Both functions return
 ``(output, weights)`` so the weights can be plotted and inspected (:func:`plot_attention`).
 """
 

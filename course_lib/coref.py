@@ -346,8 +346,14 @@ class CorefAttention(nn.Module):
         *,
         is_causal: bool = False,
         scale: float | None = None,
+        frozen: torch.Tensor | None = None,
     ) -> list[torch.Tensor]:
-        """Attention weights of every layer, each ``[S, L, L]``, for ``tokens [S, L]``."""
+        """Attention weights of every layer, each ``[S, L, L]``, for ``tokens [S, L]``.
+
+        ``frozen [S, L]`` (boolean, an ablation): positions whose residual stream the layers
+        before the last do not update, so that they reach the last layer knowing only their
+        own token and position.
+        """
         n = tokens.shape[-1]
         if n > self.pos.num_embeddings:
             raise ValueError(
@@ -362,7 +368,10 @@ class CorefAttention(nn.Module):
                 out, w = scaled_dot_product_attention(
                     q, k, v, mask, is_causal=is_causal, scale=scale
                 )  # (S, L, d), (S, L, L)
-                x = x + self.W_O[layer](out)  # (S, L, D)
+                update = self.W_O[layer](out)  # (S, L, D)
+                if frozen is not None:
+                    update = update.masked_fill(frozen[..., None], 0.0)  # (S, L, D)
+                x = x + update  # (S, L, D)
             else:
                 _, w = scaled_dot_product_attention(
                     q, k, k, mask, is_causal=is_causal, scale=scale

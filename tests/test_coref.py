@@ -113,6 +113,27 @@ def test_two_layers_learn_the_interaction(interaction):
     model = coref.make_model(train.vocab, num_layers=2, seed=1)
     coref.train(model, train, steps=120, lr=0.01, log_every=120, seed=1)
     assert coref.pointer_accuracy(model, test) >= 0.95
+    # the ablation of chapter 02: nouns that gather nothing in layer 1 leave it at chance
+    rows = torch.arange(len(test))
+    frozen = torch.zeros(test.tokens.shape, dtype=torch.bool)
+    frozen[rows, test.antecedent] = frozen[rows, test.distractor] = True
+    assert coref.pointer_accuracy(model, test, frozen=frozen) <= 0.55
+
+
+def test_frozen_positions_keep_their_embedding(data):
+    train, _ = data
+    model = coref.make_model(train.vocab, num_layers=2, d_model=8)
+    tokens, mask = train.tokens[:3], train.mask[:3]
+    everything = torch.ones(tokens.shape, dtype=torch.bool)
+    with torch.no_grad():
+        frozen_maps = model(tokens, mask, frozen=everything)
+        x0 = model.tok(tokens) + model.pos(torch.arange(tokens.shape[1]))
+        q, k = model.W_Q[1](x0), model.W_K[1](x0)
+        from course_lib.attention import scaled_dot_product_attention
+
+        _, expected = scaled_dot_product_attention(q, k, k, mask)  # layer 2 on the embeddings
+    torch.testing.assert_close(frozen_maps[1], expected)
+    assert not torch.allclose(model(tokens, mask)[1], expected)  # unfrozen: layer 1 matters
 
 
 def test_vocab_round_trip_and_unknown_words(data):
@@ -173,6 +194,13 @@ def test_explorer_runs_headless_and_redraws(data):
     ex = AttentionExplorer({"a": model}, train.vocab, test.sentences[:3])
     assert "attention-explorer" in ex.widget._dom_classes
     assert ex.query.label.endswith("it") and ex.draws == 1
+    # the summary exists as plain text too (what a notebook prints), with the same content
+    assert "<" not in ex.summary_text and ex.summary_text.startswith("a model, layer 2")
+    assert "<b>a</b> model" in ex.summary.value and "'it' →" in ex.summary_text
+    # the layer buttons sit in the first row, beside their label, without a description
+    first_row = ex.widget.children[0].children
+    assert ex.layer in first_row and ex.layer.description == ""
+    assert any(getattr(c, "value", None) == "layer" for c in first_row)
     png, draws = ex.plot.value, ex.draws
     ex.query.value = 1
     assert ex.draws == draws + 1 and ex.plot.value != png
