@@ -73,7 +73,7 @@ def test_a_one_word_rule_solves_the_winograd_style_set(data):
 
 @pytest.fixture(scope="module")
 def interaction():
-    return coref.make_dataset(max_per_template=120, templates=coref.INTERACTION_TEMPLATES)
+    return coref.make_dataset(max_per_template=100, templates=coref.INTERACTION_TEMPLATES)
 
 
 def test_interaction_set_has_no_one_word_shortcut(interaction):
@@ -111,7 +111,7 @@ def test_one_word_rule_finds_the_deciding_word_when_it_decides(data):
 def test_two_layers_learn_the_interaction(interaction):
     train, test = interaction
     model = coref.make_model(train.vocab, num_layers=2, seed=1)
-    coref.train(model, train, steps=120, lr=0.01, log_every=120, seed=1)
+    coref.train(model, train, steps=200, lr=0.005, log_every=200, seed=1)  # as chapter 02
     assert coref.pointer_accuracy(model, test) >= 0.95
     # the ablation of chapter 02: nouns that gather nothing in layer 1 leave it at chance
     rows = torch.arange(len(test))
