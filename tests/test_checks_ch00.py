@@ -98,6 +98,19 @@ def test_a_warning_fails_the_case_only_when_the_exercise_forbids_warnings():
     assert "Likely cause: np.where computes both branches." in failure.message
 
 
+def test_only_runtime_warnings_fail_a_case():
+    import warnings
+
+    def inv(x):
+        warnings.warn("this API is deprecated", DeprecationWarning, stacklevel=1)
+        return np.where(x > 0, 1.0 / np.where(x > 0, x, 1.0), 0.0)
+
+    case = _toy(True).cases(None, False)[0]
+    with pytest.warns(DeprecationWarning):
+        out, failure = run_case(_toy(True), inv, case)
+    assert failure is None and np.array_equal(out, [0.5, 0.0])
+
+
 def test_forbidding_warnings_survives_a_kernel_that_silenced_numpy():
     case = _toy(True).cases(None, False)[0]
     old = np.seterr(all="ignore")

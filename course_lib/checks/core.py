@@ -96,9 +96,10 @@ class Exercise:
     "weights")``), so feedback says "weights: ..." instead of "item 1: ...".
     Hints (``hint`` and the keys of ``mistakes``) may be :class:`Hint`\ s with two tiers.
     A mistake twin may also *raise*: when the learner's function raises the same exception
-    (type and message), that mistake's hint is shown. ``no_warnings``: when true, a warning
-    emitted during the learner's call (numpy's "invalid value encountered", say) fails the
-    case; a string (or :class:`Hint`) says why it happened.
+    (type and message), that mistake's hint is shown. ``no_warnings``: when true, a
+    ``RuntimeWarning`` emitted during the learner's call (numpy's "invalid value encountered
+    in divide", say: an inf - inf or a 0 / 0 happened) fails the case; a string (or
+    :class:`Hint`) says why it happened. Other warnings (deprecations) never fail a case.
     """
 
     id: str
@@ -476,8 +477,12 @@ def run_case(
         ):
             warnings.simplefilter("always")
             out = fn(*c.args, **c.kwargs)
-        if caught:
-            return None, _warning_failure(ex, case, caught[0], out, full)
+        runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+        for w in caught:  # other warnings pass through, as they would without the check
+            if not issubclass(w.category, RuntimeWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if runtime:
+            return None, _warning_failure(ex, case, runtime[0], out, full)
         return out, None
     except SystemExit as err:  # sys.exit() inside the function fails this case only
         return None, CaseResult(case.name, False, f"your function called sys.exit({err.code!r})")
