@@ -1,8 +1,9 @@
 """Environment set-up for every notebook: seeds, plotting defaults, device, Triton mode.
 
 ``setup()`` is the first call of every notebook. Its one subtle job is Triton's mode:
-Triton reads ``TRITON_INTERPRET`` when it is *imported*, so the variable must be set
-before any ``import triton`` anywhere in the process. Without a CUDA GPU we turn the
+Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a kernel, and the kernel
+keeps that mode, so the variable must be set before any kernel is defined (importing
+``triton`` earlier is harmless; tests/test_triton_mode.py). Without a CUDA GPU we turn the
 interpreter on, which runs every Triton kernel on the CPU through numpy: slow, but
 exact enough to learn from and to test against.
 """
@@ -90,14 +91,16 @@ def choose_triton_mode(*, warn: bool = False) -> bool:
     """The one place that turns Triton's interpreter on: ``TRITON_INTERPRET=1`` when there
     is no CUDA GPU, unless the variable is already set. Returns :func:`triton_interpreter_on`.
 
-    Triton reads the variable when it is first imported, so setting it afterwards changes
-    nothing; ``warn`` prints a note in that case (the learner must restart the kernel).
+    Triton reads the variable when ``@triton.jit`` decorates a kernel, so kernels defined
+    before this call keep the compiled mode; ``warn`` prints a note when triton was imported
+    first (such kernels may exist).
     """
     if not _cuda_available() and "TRITON_INTERPRET" not in os.environ:
         if "triton" in sys.modules and warn:
             print(
-                "warning: triton was imported before env.setup(); restart the kernel "
-                "and call env.setup() first so the interpreter can be turned on."
+                "warning: triton was imported before env.setup(). Kernels decorated with "
+                "@triton.jit before this call stay in compiled (GPU) mode: define them after "
+                "env.setup(), or restart the kernel and call env.setup() first."
             )
         os.environ["TRITON_INTERPRET"] = "1"
     return triton_interpreter_on()

@@ -41,6 +41,11 @@ import numpy as np
 # --------------------------------------------------------------------------- declarations
 
 
+class NotThisMistake(Exception):
+    """Raised by a wrong twin on an input where its mistake makes no difference: there it
+    can explain nothing, so it is never named (neither by output nor by exception)."""
+
+
 class Hint(str):
     """A hint in two tiers: a *nudge* (the string itself) and a *detail* (often the formula).
 
@@ -99,6 +104,11 @@ class Exercise:
     exception, written ``"TypeName: message"``, matches the pattern (``re.search``), the
     hint is shown as the likely cause instead of the generic ``hint``.
     Hints (``hint`` and the keys of ``mistakes``) may be :class:`Hint`\ s with two tiers.
+    A mistake twin may also *raise*: when the learner's function raises the same exception
+    (type and message), that mistake's hint is shown. ``no_warnings``: when true, a
+    ``RuntimeWarning`` emitted during the learner's call (numpy's "invalid value encountered
+    in divide", say: an inf - inf or a 0 / 0 happened) fails the case; a string (or
+    :class:`Hint`) says why it happened. Other warnings (deprecations) never fail a case.
     """
 
     id: str
@@ -115,6 +125,7 @@ class Exercise:
     check_dtype: bool = False
     outputs: tuple[str, ...] = ()
     errors: dict[str, str] = field(default_factory=dict)
+    no_warnings: bool | str = False
 
     @property
     def chapter(self) -> str:
@@ -420,25 +431,82 @@ def evaluate_case(ex: Exercise, case: Case, got: Any, full: bool = True) -> Case
     return CaseResult(case.name, False, msg + _diagnose(ex, case, got, expected, full))
 
 
+def _diagnose_error(ex: Exercise, case: Case, err: BaseException, full: bool) -> str:
+    """Name the declared mistake whose twin raises the same exception as the learner's code."""
+    for hint, wrong in ex.mistakes.items():
+        c = _copy_args(case)
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                wrong(*c.args, **c.kwargs)
+        except NotThisMistake:
+            continue
+        except Exception as twin_err:
+            if type(twin_err) is type(err) and str(twin_err) == str(err):
+                return f"\n    Likely cause: {render_hint(hint, full)}"
+    return f"\n    Hint: {render_hint(ex.hint, full)}" if ex.hint else ""
+
+
+def _warning_failure(
+    ex: Exercise, case: Case, caught: warnings.WarningMessage, got: Any, full: bool
+) -> CaseResult:
+    """A failure for a forbidden warning; names a mistake whose output ``got`` matches."""
+    import linecache
+
+    line = linecache.getline(caught.filename, caught.lineno).strip()
+    where = f" (line {caught.lineno}: {line})" if line else ""
+    msg = (
+        f"your function emitted a warning, which this exercise does not allow: "
+        f"{caught.category.__name__}: {caught.message}{where}"
+    )
+    try:  # a wrong output that matches a known mistake: name that mistake
+        c = _copy_args(case)
+        expected = ex.reference(*c.args, **c.kwargs)
+        if compare_values(got, expected, ex.atol, ex.rtol, ex.check_dtype) is not None:
+            named = _diagnose(ex, case, got, expected, full)
+            if "Likely cause" in named:
+                return CaseResult(case.name, False, msg + named)
+    except Exception:  # the feedback must never crash on odd outputs
+        pass
+    hint = ex.no_warnings if isinstance(ex.no_warnings, str) else ex.hint
+    if hint:
+        msg += f"\n    Likely cause: {render_hint(hint, full)}"
+    return CaseResult(case.name, False, msg)
+
+
 def run_case(
     ex: Exercise, fn: Callable, case: Case, full: bool = True
 ) -> tuple[Any, CaseResult | None]:
     """Call the learner's function on a copy of the case; (output, None) or (None, failure)."""
     c = _copy_args(case)
     try:
-        return fn(*c.args, **c.kwargs), None
+        if not ex.no_warnings:
+            return fn(*c.args, **c.kwargs), None
+        # under="ignore": exp of a very negative number is 0, correctly and silently
+        with (
+            warnings.catch_warnings(record=True) as caught,
+            np.errstate(all="warn", under="ignore"),
+        ):
+            warnings.simplefilter("always")
+            out = fn(*c.args, **c.kwargs)
+        runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+        for w in caught:  # other warnings pass through, as they would without the check
+            if not issubclass(w.category, RuntimeWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if runtime:
+            return None, _warning_failure(ex, case, runtime[0], out, full)
+        return out, None
     except SystemExit as err:  # sys.exit() inside the function fails this case only
         return None, CaseResult(case.name, False, f"your function called sys.exit({err.code!r})")
     except Exception as err:  # learner code may raise anything
         if _is_not_implemented(err):
             return None, CaseResult(case.name, False, "not implemented yet", not_implemented=True)
         msg = "your function raised " + _student_traceback(err)
-        cause = _error_hint(ex, err)
-        if cause:
+        cause = _error_hint(ex, err)  # a declared pattern of the exception first,
+        if cause:  # then a wrong twin that raises the same exception
             msg += f"\n    Likely cause: {render_hint(cause, full)}"
-        elif ex.hint:
-            msg += f"\n    Hint: {render_hint(ex.hint, full)}"
-        return None, CaseResult(case.name, False, msg)
+            return None, CaseResult(case.name, False, msg)
+        return None, CaseResult(case.name, False, msg + _diagnose_error(ex, case, err, full))
 
 
 def _error_hint(ex: Exercise, err: BaseException) -> str | None:
