@@ -224,7 +224,7 @@ def compare_values(got: Any, expected: Any, atol: float, rtol: float,
                     "value is finite: an overflow (exp of a large number?).")
         close = np.isclose(got_f, exp_f, atol=atol, rtol=rtol, equal_nan=True)
         if not close.all():
-            err = np.abs(got_f - exp_f)
+            err = np.asarray(np.abs(got_f - exp_f))  # an array also for 0-d inputs
             err[np.isnan(err)] = 0.0
             idx = np.unravel_index(int(np.argmax(err)), err.shape)
             idx = tuple(int(i) for i in idx)
