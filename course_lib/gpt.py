@@ -68,8 +68,19 @@ __all__ = [
     "TRAIN_MODULES",
     "TrainConfig",
     "VAL_MODULES",
+    "INDUCTION_CHECKPOINT",
+    "INDUCTION_CONFIG",
+    "INDUCTION_TRAIN",
+    "induction_probe",
+    "load_induction_checkpoint",
+    "random_period_tokens",
+    "save_induction_checkpoint",
+    "train_induction_model",
     "attend",
     "budget_configs",
+    "corpus_words",
+    "known_word_fraction",
+    "run_ablation",
     "causal_lm_loss",
     "equal_params_config",
     "evaluate",
@@ -389,6 +400,13 @@ class GPT(nn.Module):
         """Parameters, each counted once (the tied embedding is also the read-out)."""
         return sum(p.numel() for p in self.parameters())
 
+    def use_backend(self, backend: str) -> GPT:
+        """Switch every layer's attention backend (``"course"``, ``"torch"``, ``"flash"``)."""
+        self.config = replace(self.config, attention=backend)
+        for block in self.blocks:
+            block.attn.config = self.config
+        return self
+
     def new_caches(self) -> list[KVCache]:
         """One empty :class:`KVCache` per layer."""
         return [KVCache() for _ in self.blocks]
@@ -438,6 +456,7 @@ class GPT(nn.Module):
         top_k: int | None = None,
         use_cache: bool = True,
         generator: torch.Generator | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
         r"""Continue ``prompt [B, P]`` by ``max_new_tokens`` tokens: ``[B, P + new]``.
 
@@ -445,19 +464,30 @@ class GPT(nn.Module):
         is processed once ("prefill") and every later step feeds only the newest token,
         reading the others' keys and values from the per-layer KV caches; without it, every
         step recomputes the whole sequence. Both give the same tokens.
+
+        ``window`` (e.g. ``config.seq_len``) keeps the model inside the context it was
+        trained on: when the context would exceed ``window`` tokens, it restarts from the
+        last ``window // 2`` (the cache is refilled from them; RoPE positions start again
+        at 0, which changes nothing since scores depend on offsets only). Without a
+        window, positions grow past the training length.
         """
         was_training = self.training
         self.eval()
-        tokens = prompt
-        caches = self.new_caches() if use_cache else None
-        step_input = prompt
+        tokens, start, caches = prompt, 0, None
         for _ in range(int(max_new_tokens)):
-            logits = self(step_input if use_cache else tokens, caches)[:, -1]  # (B, V)
+            if window is not None and tokens.shape[1] - start > window:
+                start, caches = tokens.shape[1] - window // 2, None  # slide: drop the cache
+            if not use_cache:
+                logits = self(tokens[:, start:])[:, -1]  # (B, V) recompute everything
+            elif caches is None:
+                caches = self.new_caches()
+                logits = self(tokens[:, start:], caches)[:, -1]  # (B, V) prefill
+            else:
+                logits = self(tokens[:, -1:], caches)[:, -1]  # (B, V) the newest token only
             nxt = sample_next(
                 logits, temperature=temperature, top_k=top_k, generator=generator
             )  # (B, 1)
             tokens = torch.cat([tokens, nxt], dim=1)  # (B, P + t)
-            step_input = nxt
         self.train(was_training)
         return tokens
 
@@ -825,6 +855,7 @@ class History:
     lr: list[float] = field(default_factory=list)
     val_step: list[int] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
+    probes: list[dict] = field(default_factory=list)
     seconds: float = 0.0
 
     def smoothed_train_loss(self, window: int = 20) -> np.ndarray:
@@ -861,12 +892,15 @@ def train(
     val: torch.Tensor | None = None,
     progress: bool = True,
     batch_fn=None,
+    probe=None,
 ) -> History:
     r"""Train with AdamW, linear warm-up + cosine decay and gradient-norm clipping.
 
     ``corpus_or_data``: a :class:`Corpus` (trains on ``.train``, validates on ``.val``) or
     a 1-D token tensor (then ``val`` is optional). ``batch_fn(step, generator)`` replaces
-    the batches drawn from the text (the induction-head experiment uses it). Weight decay
+    the batches drawn from the text (the induction-head experiment uses it);
+    ``probe(model) -> dict`` is called at every evaluation and its results are kept in
+    ``history.probes`` (the induction-head experiment measures its heads with it). Weight decay
     applies to matrices only, not to LayerNorm gains and biases (as in nanoGPT). A
     ``tqdm`` progress bar shows the loss as it goes (``progress=False`` hides it).
     """
@@ -910,18 +944,22 @@ def train(
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         opt.step()
         history.step.append(step)
-        history.train_loss.append(loss.item())
+        loss_value = loss.item()
+        history.train_loss.append(loss_value)
         history.lr.append(lr)
         last = step == config.steps - 1
-        if val is not None and (
-            last or (config.eval_every and (step + 1) % config.eval_every == 0)
-        ):
-            history.val_step.append(step)
-            history.val_loss.append(evaluate(model, val, num_windows=config.eval_windows))
+        if last or (config.eval_every and (step + 1) % config.eval_every == 0):
+            if val is not None:
+                history.val_step.append(step)
+                history.val_loss.append(evaluate(model, val, num_windows=config.eval_windows))
+            if probe is not None:
+                model.eval()
+                history.probes.append({"step": step, **probe(model)})
+                model.train()
         if bar is not None:
             bar.update(1)
             if step % 10 == 0 or last:
-                post = {"loss": f"{float(loss):.3f}"}
+                post = {"loss": f"{loss_value:.3f}"}
                 if history.val_loss:
                     post["val"] = f"{history.val_loss[-1]:.3f}"
                 bar.set_postfix(post, refresh=False)
@@ -953,13 +991,17 @@ def budget_configs(budget: str | None = None) -> tuple[GPTConfig, TrainConfig]:
     budget = env.budget() if budget is None else budget
     if budget == "full":
         return (
-            GPTConfig(seq_len=128, d_model=128, num_layers=4, num_heads=4),
-            TrainConfig(steps=2000, batch_size=32, warmup_steps=100, eval_every=200),
+            GPTConfig(seq_len=128, d_model=128, num_layers=3, num_heads=4),
+            TrainConfig(
+                steps=1000, batch_size=16, max_lr=6e-3, min_lr=6e-4, warmup_steps=50, eval_every=100
+            ),
         )
     if budget == "ci":
         return (
             GPTConfig(seq_len=64, d_model=64, num_layers=2, num_heads=4),
-            TrainConfig(steps=300, batch_size=32, warmup_steps=30, eval_every=100),
+            TrainConfig(
+                steps=300, batch_size=16, max_lr=1e-2, min_lr=1e-3, warmup_steps=30, eval_every=100
+            ),
         )
     raise ValueError(f"budget must be 'full' or 'ci', got {budget!r}")
 
@@ -1038,3 +1080,172 @@ def random_period_tokens(
     first = torch.randint(0, vocab_size, (batch_size, max_period), generator=generator)  # (B, Tmax)
     n = torch.arange(seq_len)  # (N,)
     return first.gather(1, n[None, :] % periods[:, None])  # (B, N)
+
+
+# =========================================================================== induction heads
+
+# The induction-head experiment: a 2-layer attention-only model on rows that repeat with a
+# random period (so that "copy from T back" is no solution). With this recipe the heads
+# formed after 1300 to 1700 steps for seeds 0, 1, 2 (a sudden drop of the loss: the phase
+# change of Olsson et al., 2022). The learning rate stays constant after the warm-up
+# (min_lr = max_lr): a decaying rate delays the phase change.
+INDUCTION_CONFIG = GPTConfig(
+    vocab_size=30, seq_len=32, d_model=64, num_layers=2, num_heads=4, mlp=False
+)
+INDUCTION_TRAIN = TrainConfig(
+    steps=2500,
+    batch_size=32,
+    max_lr=1e-2,
+    min_lr=1e-2,
+    warmup_steps=50,
+    weight_decay=0.0,
+    eval_every=100,
+)
+INDUCTION_PERIODS = (8, 16)
+INDUCTION_PROBE_PERIOD = 12
+INDUCTION_CHECKPOINT = Path(__file__).parent / "data" / "induction_heads.pt"
+
+
+def induction_probe(
+    model: GPT, period: int = INDUCTION_PROBE_PERIOD, batch_size: int = 64, seed: int = 123
+) -> dict:
+    """Loss on each copy of repeated random tokens, and each layer's best induction score."""
+    tokens = repeated_random_tokens(
+        batch_size, period, model.config.vocab_size, generator=torch.Generator().manual_seed(seed)
+    )  # (B, 2T)
+    per_position = loss_per_position(model, tokens)  # (2T-1,)
+    with torch.no_grad():
+        _, weights = model(tokens, need_weights=True)  # L x (B, H, 2T, 2T)
+    return {
+        "first_copy_loss": float(per_position[: period - 1].mean()),
+        "second_copy_loss": float(per_position[period - 1 :].mean()),
+        "induction": [induction_scores(w, period).tolist() for w in weights],
+    }
+
+
+def train_induction_model(
+    config: GPTConfig = INDUCTION_CONFIG,
+    train_config: TrainConfig = INDUCTION_TRAIN,
+    *,
+    periods: tuple[int, int] = INDUCTION_PERIODS,
+    progress: bool = True,
+) -> tuple[GPT, History]:
+    """Train the induction-head experiment's model; ``history.probes`` tracks its heads."""
+    torch.manual_seed(train_config.seed)
+    model = GPT(config)
+
+    def batch(step, generator):
+        return random_period_tokens(
+            train_config.batch_size,
+            config.seq_len,
+            config.vocab_size,
+            min_period=periods[0],
+            max_period=periods[1],
+            generator=generator,
+        )  # (B, N)
+
+    history = train(
+        model, None, train_config, progress=progress, batch_fn=batch, probe=induction_probe
+    )
+    return model, history
+
+
+def save_induction_checkpoint(
+    models: dict[str, tuple[GPT, History]], path: str | Path = INDUCTION_CHECKPOINT
+) -> Path:
+    """Save models (weights, config, training record) as plain tensors and numbers."""
+    payload = {}
+    for name, (model, history) in models.items():
+        payload[name] = {
+            "config": {k: getattr(model.config, k) for k in model.config.__dataclass_fields__},
+            "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            "history": {
+                "step": torch.tensor(history.step, dtype=torch.int32),
+                "train_loss": torch.tensor(history.train_loss, dtype=torch.float32),
+                "lr": torch.tensor(history.lr, dtype=torch.float32),
+                "probes": history.probes,
+                "seconds": history.seconds,
+            },
+        }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(payload, path)
+    return path
+
+
+def load_induction_checkpoint(
+    path: str | Path = INDUCTION_CHECKPOINT,
+) -> dict[str, tuple[GPT, History]]:
+    """The models saved by :func:`save_induction_checkpoint` (``tools/make_induction_checkpoint.py``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no induction-head checkpoint at {path}: make it with "
+            "`python tools/make_induction_checkpoint.py`"
+        )
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    out = {}
+    for name, item in payload.items():
+        model = GPT(GPTConfig(**item["config"]))
+        model.load_state_dict(item["state_dict"])
+        model.eval()
+        h = item["history"]
+        history = History(
+            step=h["step"].tolist(),
+            train_loss=h["train_loss"].tolist(),
+            lr=h["lr"].tolist(),
+            probes=h["probes"],
+            seconds=h["seconds"],
+        )
+        out[name] = (model, history)
+    return out
+
+
+# =========================================================================== ablations and samples
+
+
+def run_ablation(
+    configs: dict[str, GPTConfig],
+    corpus: Corpus,
+    train_config: TrainConfig,
+    seeds: Sequence[int],
+    *,
+    progress: bool = True,
+) -> dict[str, list[float]]:
+    """Train every config once per seed; return the final validation losses per config.
+
+    Seed ``s`` fixes both the initial weights and the batches, and is shared by all the
+    configs, so ``losses[a][i] - losses[b][i]`` is a *paired* difference: the two runs
+    differ only by the architecture.
+    """
+    bar = _progress(len(configs) * len(seeds), progress)
+    if bar is not None:
+        bar.set_description("ablation runs")
+    losses: dict[str, list[float]] = {name: [] for name in configs}
+    for seed in seeds:
+        for name, config in configs.items():
+            torch.manual_seed(seed)
+            model = GPT(config)
+            run = replace(train_config, seed=seed, eval_every=0)
+            history = train(model, corpus, run, progress=False)
+            losses[name].append(history.val_loss[-1])
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    return losses
+
+
+def known_word_fraction(text: str, words: set[str]) -> float:
+    """The fraction of the words (runs of 2+ letters or ``_``) of ``text`` found in ``words``."""
+    import re
+
+    found = re.findall(r"[A-Za-z_]{2,}", text)
+    return sum(w in words for w in found) / max(len(found), 1)
+
+
+def corpus_words(corpus: Corpus) -> set[str]:
+    """Every word (run of 2+ letters or ``_``) of the training text."""
+    import re
+
+    return set(re.findall(r"[A-Za-z_]{2,}", corpus.tokenizer.decode(corpus.train)))

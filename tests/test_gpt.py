@@ -205,6 +205,16 @@ def test_cached_greedy_generation_equals_uncached():
     assert a.shape == (2, 24) and torch.equal(a, b) and torch.equal(a[:, :4], prompt)
 
 
+def test_windowed_generation_is_cached_or_not_the_same_and_stays_in_context():
+    m = _model(replace(TINY, positions="learned"))  # learned positions fail past seq_len
+    prompt = _tokens(2, 5)
+    a = m.generate(prompt, 40, temperature=0, use_cache=True, window=TINY.seq_len)
+    b = m.generate(prompt, 40, temperature=0, use_cache=False, window=TINY.seq_len)
+    assert a.shape == (2, 45) and torch.equal(a, b)
+    with pytest.raises(ValueError, match="learned positions stop at seq_len=16"):
+        m.generate(prompt, 40, temperature=0)
+
+
 def test_sampled_generation_is_reproducible_with_a_generator():
     m = _model()
     prompt = _tokens(1, 3)
@@ -469,3 +479,44 @@ def test_head_explorer_runs_headless():
     ex.typed.value = "a"
     assert "cannot use that text" in ex.summary.value
     assert ex.plot.value[:4] == b"\x89PNG"
+
+
+# --------------------------------------------------------------------------- induction models
+
+
+def test_induction_checkpoint_round_trip(tmp_path):
+    m = _model()
+    history = gpt.History(
+        step=[0, 1],
+        train_loss=[3.0, 2.5],
+        lr=[1e-3, 1e-3],
+        probes=[{"step": 1, "induction": [[0.1, 0.2]]}],
+        seconds=1.5,
+    )
+    path = gpt.save_induction_checkpoint({"tiny": (m, history)}, tmp_path / "c.pt")
+    loaded, h = gpt.load_induction_checkpoint(path)["tiny"]
+    assert loaded.config == m.config and not loaded.training
+    tokens = _tokens(2, 6)
+    torch.testing.assert_close(loaded(tokens), m(tokens))
+    assert h.train_loss == [3.0, 2.5] and h.probes[0]["induction"] == [[0.1, 0.2]]
+    with pytest.raises(FileNotFoundError, match="make_induction_checkpoint"):
+        gpt.load_induction_checkpoint(tmp_path / "missing.pt")
+
+
+def test_the_shipped_induction_models_have_the_heads_the_lecture_claims():
+    models = gpt.load_induction_checkpoint()
+    two, history = models["two_layers"]
+    one, _ = models["one_layer"]
+    assert two.config == gpt.INDUCTION_CONFIG and one.config.num_layers == 1
+    assert len(history.train_loss) == gpt.INDUCTION_TRAIN.steps
+    probe = gpt.induction_probe(two, period=16)
+    assert probe["second_copy_loss"] < 0.25 * probe["first_copy_loss"]
+    assert max(probe["induction"][1]) > 0.5 and max(probe["induction"][0]) < 0.2
+    assert gpt.induction_probe(one, period=16)["second_copy_loss"] > 1.5
+
+
+def test_induction_probe_on_an_untrained_model():
+    cfg = replace(gpt.INDUCTION_CONFIG, d_model=16, num_heads=2)
+    probe = gpt.induction_probe(_model(cfg), period=6, batch_size=8)
+    assert abs(probe["first_copy_loss"] - math.log(cfg.vocab_size)) < 0.3
+    assert len(probe["induction"]) == 2 and len(probe["induction"][0]) == 2
