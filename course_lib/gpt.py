@@ -993,7 +993,7 @@ def budget_configs(budget: str | None = None) -> tuple[GPTConfig, TrainConfig]:
         return (
             GPTConfig(seq_len=128, d_model=128, num_layers=3, num_heads=4),
             TrainConfig(
-                steps=1000, batch_size=16, max_lr=6e-3, min_lr=6e-4, warmup_steps=50, eval_every=100
+                steps=600, batch_size=16, max_lr=6e-3, min_lr=6e-4, warmup_steps=30, eval_every=100
             ),
         )
     if budget == "ci":
