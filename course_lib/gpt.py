@@ -26,8 +26,9 @@ of 03), heads, grouped-query attention and the KV cache (04: :func:`split_heads`
 :func:`merge_heads`, :func:`repeat_kv`, :class:`KVCache`), rotary positions (05:
 :func:`apply_rope`) and, as one of three interchangeable attention backends, the Triton
 FlashAttention kernel (06). The file reads top to bottom like nanoGPT's ``model.py``: the
-config, the attention, the block, the model, then the data, the training loop, sampling
-and the measurements the lecture makes (unigram baseline, induction scores).
+config, the attention, the MLP, the block, the model and its sampling; then the corpus and
+its tokenizer, the loss, the training loop; then the measurements the lecture makes
+(previous-token and induction scores, the induction-head experiment, ablations).
 
 The corpus is the source code of a fixed list of Python standard-library modules, read from
 the running interpreter's own installation: nothing is downloaded. It is licensed under the
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import sysconfig
 import time
 import warnings
@@ -64,38 +66,38 @@ __all__ = [
     "GPT",
     "GPTConfig",
     "History",
+    "INDUCTION_CHECKPOINT",
+    "INDUCTION_CONFIG",
+    "INDUCTION_TRAIN",
     "MLP",
     "TRAIN_MODULES",
     "TrainConfig",
     "VAL_MODULES",
-    "INDUCTION_CHECKPOINT",
-    "INDUCTION_CONFIG",
-    "INDUCTION_TRAIN",
-    "induction_probe",
-    "load_induction_checkpoint",
-    "random_period_tokens",
-    "save_induction_checkpoint",
-    "train_induction_model",
     "attend",
     "budget_configs",
-    "corpus_words",
-    "known_word_fraction",
-    "run_ablation",
     "causal_lm_loss",
+    "corpus_words",
     "equal_params_config",
     "evaluate",
     "get_batch",
+    "induction_probe",
     "induction_scores",
+    "known_word_fraction",
     "load_corpus",
+    "load_induction_checkpoint",
     "loss_per_position",
     "lr_at",
     "lr_schedule",
     "positions_computed",
     "previous_token_scores",
+    "random_period_tokens",
     "repeated_random_tokens",
+    "run_ablation",
     "sample_next",
+    "save_induction_checkpoint",
     "top_k_probs",
     "train",
+    "train_induction_model",
     "unigram_cross_entropy",
 ]
 
@@ -113,7 +115,8 @@ class GPTConfig:
     ``seq_len`` is the context the model is trained on (RoPE has no table of positions, so
     longer inputs run, but the model has never seen them). ``num_kv_heads`` :math:`H_{kv}`
     (default :math:`H`): 1 is multi-query attention, :math:`H` plain multi-head attention.
-    ``positions``: ``"rope"`` (chapter 05) or ``"none"`` (an ablation). ``scaled=False``
+    ``positions``: ``"rope"`` (chapter 05), ``"learned"`` (GPT-2's table of absolute
+    positions, up to ``seq_len``) or ``"none"`` (an ablation). ``scaled=False``
     drops the :math:`1/\sqrt{d_h}` of the scores (an ablation, chapter 03). ``attention``:
     the backend, ``"course"`` (chapter 02's ``scaled_dot_product_attention``), ``"torch"``
     (``F.scaled_dot_product_attention``) or ``"flash"`` (chapter 06's Triton kernel).
@@ -173,7 +176,7 @@ class GPTConfig:
 
     @property
     def ff_width(self) -> int:
-        """:math:`d_\text{ff}`, with ``None`` resolved to :math:`4 d_\text{model}`."""
+        r""":math:`d_\text{ff}`, with ``None`` resolved to :math:`4 d_\text{model}`."""
         return 4 * self.d_model if self.d_ff is None else int(self.d_ff)
 
     def kv_cache_bytes(
@@ -343,8 +346,9 @@ class Block(nn.Module):
     The residual stream :math:`x` itself is never normalised: every sub-layer reads a
     normalised copy and *adds* its result, so a path of identities runs from the embedding
     to the read-out and gradients reach early layers undamped. (The original Transformer
-    normalised after the addition, :math:`x \leftarrow \mathrm{LN}(x + f(x))`, which needs a
-    learning-rate warm-up to train at all: Xiong et al., 2020.)
+    normalised after the addition, :math:`x \leftarrow \mathrm{LN}(x + f(x))`, whose
+    gradients near the output are large at initialisation, so that it needs a learning-rate
+    warm-up: Xiong et al., 2020.)
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -538,9 +542,10 @@ def sample_next(
 def positions_computed(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
     r"""How many token positions go through the model to generate ``new_tokens`` tokens.
 
-    Without a cache step :math:`t` (from 0) recomputes all :math:`P + t` positions:
-    :math:`\sum_{t=0}^{T-1} (P + t) = TP + T(T-1)/2`. With a cache the prompt goes through
-    once and each later step one position: :math:`P + T - 1`.
+    With :math:`N_p` = ``prompt_len`` and :math:`N_n` = ``new_tokens``: without a cache,
+    step :math:`t` (from 0) recomputes all :math:`N_p + t` positions,
+    :math:`\sum_{t=0}^{N_n-1} (N_p + t) = N_n N_p + N_n(N_n-1)/2`. With a cache the prompt
+    goes through once and each later step one position: :math:`N_p + N_n - 1`.
     """
     p, t = int(prompt_len), int(new_tokens)
     if t == 0:
@@ -793,14 +798,16 @@ def lr_at(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, num_ste
         \eta_s = \begin{cases}
             \eta_\max \,\dfrac{s+1}{W} & s < W \\[4pt]
             \eta_\min + \tfrac12 (\eta_\max - \eta_\min)
-            \big(1 + \cos \pi\, \tfrac{s - W}{S - 1 - W}\big) & W \le s < S
+            \big(1 + \cos \pi\, \tfrac{s - W}{N_\text{steps} - 1 - W}\big)
+            & W \le s < N_\text{steps}
         \end{cases}
 
-    so the first step already moves (:math:`\eta_\max/W`), step :math:`W` is at
-    :math:`\eta_\max` and the last step :math:`S-1` at :math:`\eta_\min`. Warm-up keeps
-    the first updates small while AdamW's second-moment estimates are still noisy
-    (Loshchilov and Hutter, 2019, "Decoupled Weight Decay Regularization" for AdamW;
-    the cosine of Loshchilov and Hutter, 2017, "SGDR").
+    so the first step already moves (:math:`\eta_\max/W`), steps :math:`W-1` and :math:`W`
+    are at :math:`\eta_\max` and the last step, :math:`N_\text{steps}-1`, at
+    :math:`\eta_\min`. Warm-up keeps the first updates small while AdamW's second-moment
+    estimates are still noisy (AdamW: Loshchilov and Hutter, 2019, "Decoupled Weight Decay
+    Regularization"; the cosine: Loshchilov and Hutter, 2017, "SGDR: Stochastic Gradient
+    Descent with Warm Restarts").
     """
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
@@ -1238,14 +1245,10 @@ def run_ablation(
 
 def known_word_fraction(text: str, words: set[str]) -> float:
     """The fraction of the words (runs of 2+ letters or ``_``) of ``text`` found in ``words``."""
-    import re
-
     found = re.findall(r"[A-Za-z_]{2,}", text)
     return sum(w in words for w in found) / max(len(found), 1)
 
 
 def corpus_words(corpus: Corpus) -> set[str]:
     """Every word (run of 2+ letters or ``_``) of the training text."""
-    import re
-
     return set(re.findall(r"[A-Za-z_]{2,}", corpus.tokenizer.decode(corpus.train)))

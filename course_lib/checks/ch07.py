@@ -300,7 +300,7 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you multiplied the logits by the temperature: divide them, z / T, so that a low "
+            "you multiplied the logits by the temperature: divide them, z / temperature, so that a low "
             "temperature sharpens the distribution.": partial(_topk, times=True),
             "you zeroed the other tokens' probabilities after the softmax without renormalising: "
             "the result does not sum to 1. Set the other logits to -inf *before* the softmax.": partial(
@@ -327,11 +327,11 @@ def rope_decode_step_reference(q_new, k_new, v_new, k_cache, v_cache):
     t = k_cache.shape[-2]  # tokens cached so far: the new token sits at position t
     pos = torch.tensor([t])  # (1,)
     q = apply_rope(q_new, pos)  # (B, H, 1, d)
-    k_all = torch.cat([k_cache, apply_rope(k_new, pos)], dim=-2)  # (B, Hkv, T+1, d)
-    v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
+    k_all = torch.cat([k_cache, apply_rope(k_new, pos)], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
+    v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
     g = q_new.shape[1] // k_all.shape[1]
     out, _ = scaled_dot_product_attention(q, repeat_kv(k_all, g), repeat_kv(v_all, g))
-    return out, k_all, v_all  # (B, H, 1, d), (B, Hkv, T+1, d), (B, Hkv, T+1, d)
+    return out, k_all, v_all  # (B, H, 1, d), (B, Hkv, Nk, d), (B, Hkv, Nk, d)
 
 
 def _decode(
@@ -353,20 +353,20 @@ def _decode(
     q = apply_rope(q_new, pos)  # (B, H, 1, d)
     k_rot = k_new if only_q else apply_rope(k_new, pos)  # (B, Hkv, 1, d)
     v = apply_rope(v_new, pos) if rotate_v else v_new  # (B, Hkv, 1, d)
-    k_all = torch.cat([k_cache, k_rot], dim=-2)  # (B, Hkv, T+1, d)
-    if rerotate:  # the whole cache rotated once more, by positions 0..T
-        k_all = apply_rope(k_all)  # (B, Hkv, T+1, d)
-    v_all = torch.cat([v_cache, v], dim=-2)  # (B, Hkv, T+1, d)
+    k_all = torch.cat([k_cache, k_rot], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
+    if rerotate:  # the whole cache rotated once more, by positions 0..past
+        k_all = apply_rope(k_all)  # (B, Hkv, Nk, d), Nk = past + 1
+    v_all = torch.cat([v_cache, v], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
     g = q_new.shape[1] // k_all.shape[1]
     out, _ = scaled_dot_product_attention(q, repeat_kv(k_all, g), repeat_kv(v_all, g))
     if store_raw:
-        k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d) unrotated key stored
+        k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, Nk, d): the unrotated key stored
     return out, k_all, v_all
 
 
 def _rope_case(rng, name, b, h, h_kv, t, d):
-    pos = torch.arange(t)  # (T,) the cached keys were rotated at their own positions
-    k_cache = apply_rope(_t(rng, b, h_kv, t, d), pos)  # (B, Hkv, T, d)
+    pos = torch.arange(t)  # (past,) the cached keys were rotated at their own positions
+    k_cache = apply_rope(_t(rng, b, h_kv, t, d), pos)  # (B, Hkv, past, d)
     return Case(
         name,
         (
@@ -404,12 +404,16 @@ register(
         rtol=1e-7,
         mistakes={
             "you rotated the new token at position 0: apply_rope on a one-token tensor defaults "
-            "to positions 0..N-1 = [0]. With T tokens cached the new token is at position T: "
-            "pass positions=torch.tensor([T]).": partial(_decode, from_zero=True),
-            "your position is off by one (T+1): positions count from 0, so with T cached tokens "
-            "(positions 0..T-1) the new one is at position T.": partial(_decode, shift=1),
-            "your position is off by one (T-1): that is the last *cached* token's position; the "
-            "new token comes after it, at position T = k_cache.shape[-2].": partial(
+            "to positions 0..N-1 = [0]. With past = k_cache.shape[-2] tokens cached the new token "
+            "is at position past: pass positions=torch.tensor([past]).": partial(
+                _decode, from_zero=True
+            ),
+            "your position is off by one (past + 1): positions count from 0, so with past cached "
+            "tokens (positions 0..past-1) the new one is at position past.": partial(
+                _decode, shift=1
+            ),
+            "your position is off by one (past - 1): that is the last *cached* token's position; "
+            "the new token comes after it, at position past = k_cache.shape[-2].": partial(
                 _decode, shift=-1
             ),
             "you stored the new key unrotated: the cache holds rotated keys (each at its own "
@@ -423,7 +427,7 @@ register(
                 _decode, rotate_v=True
             ),
         },
-        hint="T = k_cache.shape[-2]; pos = torch.tensor([T]); rotate q_new and k_new with "
+        hint="past = k_cache.shape[-2]; pos = torch.tensor([past]); rotate q_new and k_new with "
         "apply_rope(..., pos); append the rotated key and v_new; repeat KV heads; attend "
         "without a mask; return (out, k_all, v_all).",
     )
@@ -457,7 +461,7 @@ def _planted(rng, b, h, period, copies=2):
     """Random causal weights whose head 0 is a perfect induction head."""
     n = copies * period
     w = _causal_weights(rng, b, h, n)  # (B, H, N, N)
-    q = torch.arange(period, n)  # (N-T,)
+    q = torch.arange(period, n)  # (N-period,)
     w[:, 0, q] = 0.0
     w[:, 0, q, q - period + 1] = 1.0
     return w
@@ -519,7 +523,7 @@ register(
 def lr_schedule_reference(
     num_steps: int, max_lr: float, min_lr: float, warmup_steps: int
 ) -> np.ndarray:
-    return lr_schedule(num_steps, max_lr, min_lr, warmup_steps)  # (S,)
+    return lr_schedule(num_steps, max_lr, min_lr, warmup_steps)  # (num_steps,)
 
 
 def _sched(
@@ -595,7 +599,7 @@ register(
                 _sched, linear=True
             ),
         },
-        hint="for s < W: max_lr * (s+1) / W; else progress = (s - W) / (S - 1 - W) and "
+        hint="for s < W: max_lr * (s+1) / W; else progress = (s - W) / (num_steps - 1 - W) and "
         "min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * progress)).",
     )
 )
