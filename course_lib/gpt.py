@@ -56,6 +56,7 @@ from torch import nn
 from .attention import scaled_dot_product_attention
 from .multihead import KVCache, kv_cache_bytes, merge_heads, repeat_kv, split_heads
 from .positional import apply_rope
+from .rnn import single_thread
 
 __all__ = [
     "BACKENDS",
@@ -1137,7 +1138,11 @@ def train_induction_model(
     periods: tuple[int, int] = INDUCTION_PERIODS,
     progress: bool = True,
 ) -> tuple[GPT, History]:
-    """Train the induction-head experiment's model; ``history.probes`` tracks its heads."""
+    """Train the induction-head experiment's model; ``history.probes`` tracks its heads.
+
+    On one CPU thread, like ``tools/make_induction_checkpoint.py``: the model is small, and
+    the same thread count gives the same arithmetic, so the same model, on one machine.
+    """
     torch.manual_seed(train_config.seed)
     model = GPT(config)
 
@@ -1151,9 +1156,10 @@ def train_induction_model(
             generator=generator,
         )  # (B, N)
 
-    history = train(
-        model, None, train_config, progress=progress, batch_fn=batch, probe=induction_probe
-    )
+    with single_thread():
+        history = train(
+            model, None, train_config, progress=progress, batch_fn=batch, probe=induction_probe
+        )
     return model, history
 
 
@@ -1223,21 +1229,23 @@ def run_ablation(
 
     Seed ``s`` fixes both the initial weights and the batches, and is shared by all the
     configs, so ``losses[a][i] - losses[b][i]`` is a *paired* difference: the two runs
-    differ only by the architecture.
+    differ only by the architecture. The runs use one CPU thread: models this small gain
+    nothing from more, and on a busy machine lose a lot to thread synchronisation.
     """
     bar = _progress(len(configs) * len(seeds), progress)
     if bar is not None:
         bar.set_description("ablation runs")
     losses: dict[str, list[float]] = {name: [] for name in configs}
-    for seed in seeds:
-        for name, config in configs.items():
-            torch.manual_seed(seed)
-            model = GPT(config)
-            run = replace(train_config, seed=seed, eval_every=0)
-            history = train(model, corpus, run, progress=False)
-            losses[name].append(history.val_loss[-1])
-            if bar is not None:
-                bar.update(1)
+    with single_thread():
+        for seed in seeds:
+            for name, config in configs.items():
+                torch.manual_seed(seed)
+                model = GPT(config)
+                run = replace(train_config, seed=seed, eval_every=0)
+                history = train(model, corpus, run, progress=False)
+                losses[name].append(history.val_loss[-1])
+                if bar is not None:
+                    bar.update(1)
     if bar is not None:
         bar.close()
     return losses

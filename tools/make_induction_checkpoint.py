@@ -22,14 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-
 from course_lib import env, gpt  # noqa: E402
 
 
 def main() -> int:
     env.setup(quiet=True, plots=False)
-    torch.set_num_threads(1)  # the same arithmetic order as the notebook's full budget
     models = {}
     for name, layers in (("two_layers", 2), ("one_layer", 1)):
         config = replace(gpt.INDUCTION_CONFIG, num_layers=layers)
