@@ -301,7 +301,7 @@ def compare_values(
             )
         close = np.isclose(got_f, exp_f, atol=atol, rtol=rtol, equal_nan=True)
         if not close.all():
-            err = np.abs(got_f - exp_f)
+            err = np.asarray(np.abs(got_f - exp_f))  # an array also for 0-d inputs
             err[np.isnan(err)] = 0.0
             idx = np.unravel_index(int(np.argmax(err)), err.shape)
             idx = tuple(int(i) for i in idx)
