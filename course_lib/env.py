@@ -55,8 +55,9 @@ def triton_installed() -> bool:
 
 TRITON_HELP = (
     "Triton is not installed here. Triton ships wheels for Linux only: on macOS or Windows "
-    "run the Triton chapter on Google Colab (Runtime > Change runtime type > GPU, then "
-    "`pip install -e .`), on Binder, or in WSL/Linux with `make lab`. On Linux: "
+    "run the Triton chapter on Google Colab (Runtime > Change runtime type > GPU, then, in "
+    "the first cell, `!git clone <this repository> course && pip install --no-deps -e "
+    "course`, as the README says), on Binder, or in WSL/Linux with `make lab`. On Linux: "
     "`pip install triton` inside the course's .venv."
 )
 

@@ -944,18 +944,22 @@ def flash_attention_with_lse(
 DECODE_MAX_ROWS = 128  # G * Nq packed into one tile of rows
 
 
-def decode_splits(batch_kv_heads: int, n_k: int, block_n: int, device) -> int:
+def decode_splits(
+    batch_kv_heads: int, n_k: int, block_n: int, device, *, num_sms: int | None = None
+) -> int:
     """How many programs share one (batch, key/value head)'s keys in :func:`flash_decode`.
 
     Enough programs to fill the GPU twice (two per streaming multiprocessor), each with at
-    least 4 key tiles, and never more splits than key tiles. In Triton's interpreter: at
-    most 4 (there is no GPU to fill, and each split is a Python-speed program).
+    least 4 key tiles, and never more splits than key tiles. ``num_sms`` defaults to the
+    GPU's count (132 on an H100 SXM); in Triton's interpreter (no GPU to fill, and each
+    split a Python-speed program): at most 4.
     """
     tiles = -(-n_k // block_n)
-    if torch.device(device).type != "cuda":
-        return max(1, min(4, tiles))
-    sms = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
-    want = -(-2 * sms // max(1, batch_kv_heads))
+    if num_sms is None:
+        if torch.device(device).type != "cuda":
+            return max(1, min(4, tiles))
+        num_sms = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+    want = -(-2 * num_sms // max(1, batch_kv_heads))
     return max(1, min(want, tiles // 4 or 1, tiles))
 
 
