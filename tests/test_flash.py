@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -751,7 +752,7 @@ def _aot(script: str, timeout: int = 1200):
 def test_kernels_compile_for_an_h100_without_a_gpu():
     """Ahead-of-time compilation for sm_90 through Triton's real compiler (ptxas included)
     of the variants the default-config test does not cover (ragged lengths, d = 48, a
-    window, grouped heads): catches what the interpreter accepts but the compiler rejects
+    window, grouped heads, lengths of 1 that the runtime turns into constants): catches what the interpreter accepts but the compiler rejects
     (dot shapes, constexpr misuse, Python control flow on tensors, shared memory), and
     checks that the loads of the main loops are software-pipelined (cp.async)."""
     reports = _aot(
@@ -760,36 +761,83 @@ def test_kernels_compile_for_an_h100_without_a_gpu():
         "out = [aot.compile_kernel(k, 'bfloat16', 48, True, ragged=True, window=True, groups=2)"
         " for k in ('fwd', 'dkdv', 'dq', 'decode')]\n"
         "out += [aot.compile_kernel(k, 'float16', 48) for k in ('preprocess', 'merge')]\n"
+        "out += [aot.compile_kernel('decode', 'bfloat16', 128, True, ones=('N_Q',))]\n"
+        "out += [aot.compile_kernel('fwd', 'float16', 64, ones=('N_Q', 'N_K'), ragged=True)]\n"
         "print(json.dumps(out))\n"
     )
     for r in reports:
         assert r["shared_bytes"] <= 227 * 1024, r  # an H100's shared memory per block
         assert r["spill_stores"] == r["spill_loads"] == 0, r
         if r["kind"] not in ("preprocess", "merge"):
+            assert r["tensor_cores"], r
+            # a loop of one key tile (N_K = 1, a constant) has nothing to pipeline
+            assert r["pipelined"] or "N_K" in r["ones"], r
+
+
+REGISTER_TABLE = Path(__file__).resolve().parents[1] / "benchmarks/results/flash_aot_registers.json"
+SHARED_LIMIT = {90: 227 * 1024, 80: 163 * 1024}  # shared memory one block may use, bytes
+
+
+def _row_key(r):
+    return (r["arch"], r["kind"], r["head_dim"], r["BLOCK_M"], r["BLOCK_N"], r["num_warps"],
+            r["num_stages"], aot.variant_of(r))  # fmt: skip
+
+
+def test_recorded_register_table_covers_every_default_configuration():
+    """The table ``python -m course_lib.flash.aot --all --variants ...`` recorded (chapter 06
+    shows it) holds every current autotune candidate of every kernel, for sm_90 and sm_80,
+    d_h = 64 and 128, in all three variants, and none of them spills or overflows shared
+    memory. Changing a configuration without recompiling the table fails here."""
+    import json
+
+    table = json.loads(REGISTER_TABLE.read_text())
+    recorded = {_row_key(r): r for r in table["rows"]}
+    jobs = aot.default_jobs(every_config=True, variants=tuple(aot.VARIANTS))
+    missing = []
+    for job in jobs:
+        if job["kind"] in ("preprocess", "merge"):
+            continue
+        cfg = job["config"]
+        row = dict(arch=job["arch"], kind=job["kind"], head_dim=job["head_dim"],
+                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"],
+                   num_stages=cfg["num_stages"], causal=job["is_causal"],
+                   window=job.get("window", False), groups=job.get("groups", 1))  # fmt: skip
+        if _row_key(row) not in recorded:
+            missing.append(_row_key(row))
+    assert not missing, f"rerun course_lib.flash.aot (see its docstring): missing {missing[:5]}"
+    for r in table["rows"]:
+        assert r["spill_stores"] == r["spill_loads"] == 0, aot.format_row(r)
+        assert 0 < r["registers"] <= 255 and r["shared_bytes"] <= SHARED_LIMIT[r["arch"]], r
+        if r["kind"] not in ("preprocess", "merge"):
             assert r["tensor_cores"] and r["pipelined"], r
 
 
 @pytest.mark.slow
 def test_no_default_configuration_spills_registers():
-    """Every default configuration (each autotune candidate of every kernel, causal and not,
-    d_h = 64 and 128, bfloat16) compiled for sm_90 (H100/H200) and sm_80 (A100): no register
-    spills (ptxas -v), tensor cores in use, shared memory within the GPU's limit. A spill
-    would turn the on-chip loop into a memory-bound one: the CPU-side guard of speed."""
+    """The default configuration of each kernel (what runs without autotuning), compiled now
+    for sm_90 (H100/H200) and sm_80 (A100), causal and in the heaviest variant, d_h = 64 and
+    128: no register spills (ptxas -v), and, with the Triton that made the recorded table, the
+    same registers as recorded (so a stale table fails). A spill would turn the on-chip loop
+    into a memory-bound one: the CPU-side guard of speed."""
+    import json
+
     rows = _aot(
         "import json\n"
         "from course_lib.flash import aot\n"
-        "print(json.dumps([aot.compile_kernel(**j) for j in aot.default_jobs()]))\n",
+        "jobs = aot.default_jobs(every_config=False, variants=('causal', 'gqa_window_ragged'))\n"
+        "print(json.dumps([aot.compile_kernel(**j) for j in jobs if j['kind'] not in "
+        "('preprocess', 'merge')]))\n",
         timeout=1800,
     )
-    limit = {90: 227 * 1024, 80: 163 * 1024}
-    assert {r["arch"] for r in rows} == {80, 90}
+    assert {r["arch"] for r in rows} == {80, 90} and len(rows) == 32
     spilled = [aot.format_row(r) for r in rows if r["spill_stores"] or r["spill_loads"]]
     assert not spilled, "\n".join(spilled)
-    for r in rows:
-        assert r["shared_bytes"] <= limit[r["arch"]], r
-        assert 0 < r["registers"] <= 255, r
-        if r["kind"] not in ("preprocess", "merge"):
-            assert r["tensor_cores"], r
+    table = json.loads(REGISTER_TABLE.read_text())
+    if table["meta"]["triton"] == triton.__version__:
+        recorded = {_row_key(r): r["registers"] for r in table["rows"]}
+        stale = [(_row_key(r), r["registers"], recorded.get(_row_key(r))) for r in rows
+                 if recorded.get(_row_key(r)) != r["registers"]]  # fmt: skip
+        assert not stale, f"the recorded table is stale (rerun course_lib.flash.aot): {stale[:5]}"
 
 
 # --------------------------------------------------------------------------- errors

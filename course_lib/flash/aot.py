@@ -21,12 +21,16 @@ first decorated)::
 
     env -u TRITON_INTERPRET python -m course_lib.flash.aot              # defaults, sm_90 + sm_80
     env -u TRITON_INTERPRET python -m course_lib.flash.aot --all        # every autotune config
-    env -u TRITON_INTERPRET python -m course_lib.flash.aot --json out.json
+    env -u TRITON_INTERPRET python -m course_lib.flash.aot --all \
+        --variants plain,causal,gqa_window_ragged --json benchmarks/results/flash_aot_registers.json
+
+The last command writes the table that chapter 06 shows and a test checks against the
+current configurations (rerun it when they change).
 
 Specialisation: the runtime compiles separate variants for integers equal to 1 and for
 pointers and integers divisible by 16; we compile the common one (all strides and sequence
-lengths divisible by 16, one key/value head per query head unless ``groups`` says
-otherwise), and with ``--ragged`` the variant for sequence lengths that are not.
+lengths divisible by 16, one key/value head per query head), and, as the variant
+``gqa_window_ragged``, the heaviest: grouped heads, a window, lengths not divisible by 16.
 """
 
 from __future__ import annotations
@@ -174,13 +178,14 @@ def compile_kernel(
     window: bool = False,
     groups: int = 1,
     registers: bool = True,
+    ones: tuple[str, ...] = (),
 ) -> dict:
     """Compile one kernel for ``sm_<arch>``; returns registers, spills, shared memory, timing.
 
     ``config`` is one of :func:`course_lib.flash.kernel_config`'s entries (the first GPU
     candidate by default). ``groups`` > 1 compiles the grouped-query variant (the runtime
-    specialises ``NUM_GROUPS == 1`` as a constant). Raises whatever Triton's compiler raises
-    on an error.
+    specialises ``NUM_GROUPS == 1`` as a constant, and any other integer argument named in
+    ``ones``). Raises whatever Triton's compiler raises on an error.
     """
     kernels = _kernels()  # before anything else imports triton
     import torch
@@ -198,6 +203,8 @@ def compile_kernel(
     const, warps, stages = _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged)
     if groups == 1 and "NUM_GROUPS" in fn.arg_names:
         const["NUM_GROUPS"] = 1  # what the runtime does with an int argument equal to 1
+    for name in ones:  # other int arguments equal to 1 (N_Q = 1 when decoding one token)
+        const[name] = 1
     elem = TYPES[dtype]
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
@@ -240,6 +247,7 @@ def compile_kernel(
         window=bool(window),
         groups=groups,
         ragged=bool(ragged),
+        ones=list(ones),
         arch=arch,
         num_warps=warps,
         num_stages=stages,
@@ -255,21 +263,32 @@ def compile_kernel(
     return report
 
 
+# The variants the runtime compiles for one configuration: the flags a launch sets from
+# its shapes. "gqa_window_ragged" is the heaviest: grouped heads, a window and lengths that
+# are not multiples of 16 all at once.
+VARIANTS = {
+    "plain": dict(is_causal=False),
+    "causal": dict(is_causal=True),
+    "gqa_window_ragged": dict(is_causal=True, window=True, ragged=True, groups=2),
+}
+
+
 def default_jobs(
     *,
     archs=ARCHS,
     dtypes=("bfloat16",),
     head_dims=(64, 128),
     every_config: bool = True,
-    ragged: bool = False,
+    variants=("plain", "causal"),
+    kinds=("fwd", "dkdv", "dq", "decode"),
 ) -> list[dict]:
     """The compilations that cover every default configuration (arguments of :func:`compile_kernel`).
 
-    Every autotune candidate of ``fwd``, ``dkdv``, ``dq`` and ``decode`` (only the first
-    with ``every_config=False``), causal and not, for each architecture, dtype and head
-    dimension; the two small kernels once per (arch, dtype, head dimension). float16 uses
-    the same registers as bfloat16 (same tile shapes, same instructions), so the default is
-    bfloat16 only.
+    Every autotune candidate of each kernel in ``kinds`` (only the first with
+    ``every_config=False``), in each of ``variants`` (:data:`VARIANTS`), for each
+    architecture, dtype and head dimension; the two small kernels once per (arch, dtype,
+    head dimension). float16 uses the same registers as bfloat16 (same tile shapes, same
+    instructions), so the default is bfloat16 only.
     """
     import torch
 
@@ -280,30 +299,54 @@ def default_jobs(
         for dtype in dtypes:
             for d in head_dims:
                 cands = kernel_config(d, "cuda", interpreted=False, dtype=getattr(torch, dtype))
-                for kind in ("fwd", "dkdv", "dq", "decode"):
+                for kind in kinds:
                     for cfg in cands[kind] if every_config else cands[kind][:1]:
-                        for causal in (False, True):
+                        for variant in variants:
                             jobs.append(
-                                dict(kind=kind, dtype=dtype, head_dim=d, is_causal=causal,
-                                     config=cfg, arch=arch, ragged=ragged)
+                                dict(kind=kind, dtype=dtype, head_dim=d, config=cfg, arch=arch,
+                                     **VARIANTS[variant])
                             )  # fmt: skip
                 for kind in ("preprocess", "merge"):
                     jobs.append(
                         dict(kind=kind, dtype=dtype, head_dim=d, is_causal=False, config=None,
-                             arch=arch, ragged=ragged)
+                             arch=arch)
                     )  # fmt: skip
     return jobs
+
+
+def variant_of(row: dict) -> str:
+    """The name in :data:`VARIANTS` of a report row (or job)."""
+    if row.get("window") and row.get("groups", 1) > 1:
+        return "gqa_window_ragged"
+    return "causal" if row.get("causal", row.get("is_causal")) else "plain"
 
 
 def format_row(r: dict) -> str:
     spill = r.get("spill_stores", 0) + r.get("spill_loads", 0)
     return (
         f"sm_{r['arch']} {r['kind']:10s} {r['dtype']:8s} d={r['head_dim']:3d} "
-        f"causal={r['causal']:d} M={r['BLOCK_M']!s:>3} N={r['BLOCK_N']!s:>4} "
+        f"{variant_of(r):17s} M={r['BLOCK_M']!s:>3} N={r['BLOCK_N']!s:>4} "
         f"warps={r['num_warps']} stages={r['num_stages']}: {r.get('registers', '?'):>3} regs, "
         f"spills {spill:4d} B, shared {r['shared_bytes'] / 1024:6.1f} KiB, "
         f"pipelined={r['pipelined']!s:5}, tensor cores={r['tensor_cores']!s:5} "
         f"({r['seconds']:.1f} s)"
+    )
+
+
+def _meta(argv) -> dict:
+    import datetime
+    import platform
+
+    import triton
+
+    return dict(
+        what="registers, spills and shared memory per kernel and configuration (ptxas -v)",
+        command="python -m course_lib.flash.aot "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        triton=triton.__version__,
+        python=platform.python_version(),
+        date=datetime.date.today().isoformat(),
+        note="compiled ahead of time without a GPU; float16 uses the registers of bfloat16",
     )
 
 
@@ -316,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--all", action="store_true", help="every autotune candidate config")
     parser.add_argument(
-        "--ragged", action="store_true", help="sequence lengths not divisible by 16"
+        "--variants",
+        default="plain,causal",
+        help=f"comma-separated, of {', '.join(VARIANTS)} (the recorded table has all three)",
     )
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--head-dims", default="64,128")
@@ -329,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         dtypes=tuple(args.dtypes.split(",")),
         head_dims=tuple(int(x) for x in args.head_dims.split(",")),
         every_config=args.all,
-        ragged=args.ragged,
+        variants=tuple(args.variants.split(",")),
     )
     failures, spilled, rows = 0, 0, []
     for job in jobs:
@@ -339,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             failures += 1
             print(
                 f"FAIL sm_{job['arch']} {job['kind']:10s} {job['dtype']:8s} d={job['head_dim']:3d} "
-                f"causal={job['is_causal']:d} {job['config']}: {type(err).__name__}: "
+                f"{variant_of(job)} {job['config']}: {type(err).__name__}: "
                 f"{str(err)[:2000]}",
                 flush=True,
             )
@@ -351,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        args.json.write_text(json.dumps({"meta": _meta(argv), "rows": rows}, indent=1) + "\n")
     print(
         "all compiled, none spills"
         if not failures and not spilled

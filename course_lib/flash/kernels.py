@@ -21,10 +21,13 @@ what a KV cache needs: the last query sees every key). Causal: key :math:`j` is 
   (no query of the tile sees any of their keys: never loaded), **full** (every query sees
   every key: no mask is built at all) and **partial** (crossing the causal diagonal, the
   window's edge or the end of the sequence: the element-wise mask is applied).
-  :func:`_key_range` computes the classes' boundaries once per program, and each loop runs
-  three times, ``partial | full | partial``, with the mask a compile-time switch
-  (``MASKED``). Only :math:`O(N/B_c)` tiles per row of tiles are partial, so almost every
-  tile runs the unmasked loop body: fewer instructions per tile, and no ``-inf`` handling.
+  :func:`_key_range` computes the classes' boundaries once per program, and each kernel
+  runs two loops: the full tiles with no mask in the loop body, then the partial tiles of
+  both edges (a window's left edge, the diagonal) in one loop with the mask, a compile-time
+  switch (``MASKED``). The online softmax does not care about the order of the tiles, and
+  two loops keep fewer registers alive than three. Only a couple of tiles per row of tiles
+  are partial, so almost every tile runs the unmasked body: fewer instructions per tile, and
+  no ``-inf`` handling.
 * *The even fast path.* ``EVEN_M``/``EVEN_N``/``EVEN_D`` are compile-time flags that say the
   lengths are multiples of the tile sizes (and ``d_h`` a power of two): loads and stores then
   carry no bounds masks. They are set per launch from the actual lengths (Triton compiles
@@ -35,7 +38,9 @@ what a KV cache needs: the last query sees every key). Causal: key :math:`j` is 
   one long program.
 * *Register-safe tile sizes* (in :func:`course_lib.flash.kernel_config`): checked with
   ``ptxas`` for sm_80 and sm_90 (``python -m course_lib.flash.aot``); a tile that spills
-  registers to local memory turns the on-chip loop into a memory-bound one.
+  registers to local memory turns the on-chip loop into a memory-bound one. On a GPU the
+  autotuner picks among them once per *bucket* of lengths (the next power of two), not per
+  exact length, so a new length does not re-tune.
 * *Base 2.* ``exp2`` is what the GPU's special-function unit computes:
   :math:`e^{x} = 2^{x\log_2 e}`, so scores are multiplied by :math:`\text{scale}\cdot\log_2 e`
   (fused with the max subtraction into one multiply-add) and the log-sum-exp is converted
@@ -477,7 +482,9 @@ def _bwd_dkdv_inner(
     do_base,
     lse_base,
     delta_base,
+    stride_qh,
     stride_qn,
+    stride_doh,
     stride_don,
     offs_n,
     offs_m,
@@ -491,6 +498,7 @@ def _bwd_dkdv_inner(
     N_K,
     DIAG,
     WINDOW,
+    NUM_GROUPS,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     MASKED: tl.constexpr,
@@ -506,13 +514,18 @@ def _bwd_dkdv_inner(
     (keys on rows) so that no transpose of :math:`P` is needed:
     :math:`P^\top = 2^{\,K Q^\top\cdot\text{scale}\log_2 e - L\log_2 e}`,
     :math:`dP^\top = V dO^\top`, :math:`dS^\top = P^\top\circ(dP^\top - D)`.
+
+    One loop runs over the query tiles of all :math:`G` query heads of the group (``g``, the
+    head, is ``t // n_tiles``): a loop of loops would keep more registers alive.
     """
-    for t in range(0, _tile_count(lo, full_lo, full_hi, hi, BLOCK_M, MASKED)):
-        start_m = _tile_start(t, lo, full_lo, full_hi, BLOCK_M, MASKED)
+    n_tiles = _tile_count(lo, full_lo, full_hi, hi, BLOCK_M, MASKED)
+    for t in range(0, NUM_GROUPS * n_tiles):
+        g = t // n_tiles  # which query head of the group
+        start_m = _tile_start(t - g * n_tiles, lo, full_lo, full_hi, BLOCK_M, MASKED)
         rows = start_m + offs_m  # (BLOCK_M,)
         mask_rows = MASKED and not EVEN_M
         q = _load_2d(
-            q_base + rows[:, None] * stride_qn + offs_d[None, :],
+            q_base + g * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
             rows,
             offs_d,
             N_Q,
@@ -521,7 +534,7 @@ def _bwd_dkdv_inner(
             not EVEN_D,
         )  # (BLOCK_M, BLOCK_D)
         do = _load_2d(
-            do_base + rows[:, None] * stride_don + offs_d[None, :],
+            do_base + g * stride_doh + rows[:, None] * stride_don + offs_d[None, :],
             rows,
             offs_d,
             N_Q,
@@ -529,8 +542,8 @@ def _bwd_dkdv_inner(
             mask_rows,
             not EVEN_D,
         )  # (BLOCK_M, BLOCK_D)
-        lse = _load_1d(lse_base + rows, rows, N_Q, float("inf"), mask_rows)  # (BLOCK_M,)
-        delta = _load_1d(delta_base + rows, rows, N_Q, 0.0, mask_rows)  # (BLOCK_M,)
+        lse = _load_1d(lse_base + g * N_Q + rows, rows, N_Q, float("inf"), mask_rows)  # (BLOCK_M,)
+        delta = _load_1d(delta_base + g * N_Q + rows, rows, N_Q, 0.0, mask_rows)  # (BLOCK_M,)
         # a row that saw no key has L = -inf; +inf makes its P exactly 0
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E
         st = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M) S^T
@@ -597,8 +610,8 @@ def _bwd_dkdv_kernel(
 ):
     r"""One program = one tile of BLOCK_N keys of one (batch, key/value head).
 
-    Loops over the :math:`G` query heads that read this key/value head and, for each, over
-    the query tiles that see the key tile (partial, full, partial, as in the forward), so
+    Loops over the query tiles that see the key tile (full ones without a mask, then the
+    partial ones), of each of the :math:`G` query heads that read this key/value head, so
     :math:`dK_j = \text{scale}\sum_{g,i} dS_{ij}^\top Q_i` and :math:`dV_j = \sum_{g,i} P_{ij}^\top dO_i`
     are summed over the group in registers. Each dK, dV tile is owned by one program: no atomics.
     """
@@ -639,19 +652,18 @@ def _bwd_dkdv_kernel(
         ragged = pid_n * BLOCK_N + BLOCK_N > N_K
         full_lo = tl.where(ragged, hi, full_lo)
         full_hi = tl.where(ragged, hi, full_hi)
-    for g in range(0, NUM_GROUPS):
-        h = hk * NUM_GROUPS + g  # the query heads of this key/value head
-        q_base = Q + b * stride_qb + h * stride_qh
-        do_base = DO + b * stride_dob + h * stride_doh
-        lse_base = LSE + (b * H + h) * N_Q
-        delta_base = DELTA + (b * H + h) * N_Q
-        for masked in tl.static_range(2):  # the full query tiles, then the partial ones
-            dk, dv = _bwd_dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don,
-                offs_n, offs_m, offs_d, lo, full_lo, full_hi, hi, qk_scale, N_Q, N_K, DIAG,
-                WINDOW, HEAD_DIM, BLOCK_M, masked == 1, EVEN_M, EVEN_D, IS_CAUSAL, HAS_WINDOW,
-                DOT_PRECISION,
-            )  # fmt: skip
+    h0 = hk * NUM_GROUPS  # the first query head of this key/value head's group
+    q_base = Q + b * stride_qb + h0 * stride_qh
+    do_base = DO + b * stride_dob + h0 * stride_doh
+    lse_base = LSE + (b * H + h0) * N_Q
+    delta_base = DELTA + (b * H + h0) * N_Q
+    for masked in tl.static_range(2):  # the full query tiles, then the partial ones
+        dk, dv = _bwd_dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qh, stride_qn,
+            stride_doh, stride_don, offs_n, offs_m, offs_d, lo, full_lo, full_hi, hi, qk_scale,
+            N_Q, N_K, DIAG, WINDOW, NUM_GROUPS, HEAD_DIM, BLOCK_M, masked == 1, EVEN_M, EVEN_D,
+            IS_CAUSAL, HAS_WINDOW, DOT_PRECISION,
+        )  # fmt: skip
     dk = dk * sm_scale  # (BLOCK_N, BLOCK_D)
     _store_2d(
         DK + b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :],
