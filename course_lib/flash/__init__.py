@@ -64,6 +64,7 @@ import math
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..validation import check_flash_inputs, shape_of
@@ -92,7 +93,7 @@ LAYOUTS = ("bhnd", "bnhd")
 
 def _check_options(is_causal, causal_alignment, window, who: str) -> int | None:
     """Validate the mask options; returns the window as an int (or None)."""
-    if not isinstance(is_causal, bool):
+    if not isinstance(is_causal, (bool, np.bool_)):
         raise TypeError(
             f"{who}: is_causal must be True or False, got {is_causal!r}; choose the alignment "
             f"with causal_alignment={ALIGNMENTS}"
@@ -452,7 +453,7 @@ def flash_attention_reference(
     if bq < 1 or bk < 1:
         raise ValueError(f"block_size must be positive, got {block_size!r}")
     diag = _diag_offset(q.shape[-2], k.shape[-2], causal_alignment)
-    out, lse = _ReferenceFunction.apply(q, k, v, scale, bq, bk, is_causal, diag, window)
+    out, lse = _ReferenceFunction.apply(q, k, v, scale, bq, bk, bool(is_causal), diag, window)
     if layout == "bnhd":
         out = out.transpose(1, 2)
     return out, lse
@@ -498,8 +499,10 @@ def kernel_config(
     """Candidate tile sizes and launch settings per kernel: ``{"fwd", "dkdv", "dq", "decode"}``.
 
     Each entry is a list of configs ``{BLOCK_M, BLOCK_N, num_warps, num_stages}``
-    (``BLOCK_M`` counts queries, ``BLOCK_N`` keys; for ``decode``, ``BLOCK_M`` is the
-    smallest tile of packed query rows). One candidate: launched as is. Several (on a GPU):
+    (``BLOCK_M`` counts queries, ``BLOCK_N`` keys). ``decode`` is a menu by size, not a set
+    of candidates: :func:`flash_decode` takes the first whose ``BLOCK_M`` (rows of packed
+    queries) holds its :math:`G N_q` rows, with more warps for more rows (a 128-row tile on 4
+    warps would spill). For the other kernels, one candidate: launched as is. Several (on a GPU):
     Triton's autotuner times them once per (bucket of the sequence lengths, d_h, causal,
     window, dtype) and keeps the fastest; the bucket is the next power of two of each length,
     so a new length does not re-tune. Configs that need more shared memory than the GPU has
@@ -534,7 +537,7 @@ def kernel_config(
         }
     cands = _gpu_candidates(head_dim)
     if os.environ.get("COURSE_FLASH_AUTOTUNE", "1") == "0":  # first candidate only: no tuning
-        return {kind: configs[:1] for kind, configs in cands.items()}
+        return {k: configs if k == "decode" else configs[:1] for k, configs in cands.items()}
     return cands
 
 
@@ -552,13 +555,13 @@ def _gpu_candidates(head_dim: int) -> dict[str, list[dict]]:
             "fwd": [_cfg(128, 64, 8, 3), _cfg(128, 64, 8, 4), _cfg(128, 32, 8, 3)],
             "dkdv": [_cfg(32, 64, 8, 2), _cfg(32, 64, 8, 3), _cfg(64, 32, 8, 2)],
             "dq": [_cfg(128, 32, 8, 2), _cfg(64, 32, 4, 3)],
-            "decode": [_cfg(16, 64, 4, 3)],
+            "decode": [_cfg(16, 64, 4, 3), _cfg(64, 32, 4, 3), _cfg(128, 64, 8, 3)],
         }
     return {
         "fwd": [_cfg(128, 64, 8, 3), _cfg(128, 128, 8, 3), _cfg(64, 64, 4, 4), _cfg(128, 32, 8, 3)],
         "dkdv": [_cfg(32, 128, 8, 2), _cfg(32, 128, 8, 3), _cfg(32, 64, 8, 2)],
         "dq": [_cfg(128, 64, 8, 2), _cfg(128, 32, 8, 3), _cfg(64, 32, 4, 3)],
-        "decode": [_cfg(16, 64, 4, 4)],
+        "decode": [_cfg(16, 64, 4, 4), _cfg(64, 64, 4, 4), _cfg(128, 64, 8, 4)],
     }
 
 
@@ -1012,7 +1015,8 @@ def flash_decode(
         )
     qv, kv, vv = (_last_dim_contiguous(x) for x in (qv, kv, vv))
     kernels, interpreted = _prepare(qv)
-    c = kernel_config(head_dim, qv.device, interpreted=interpreted, dtype=qv.dtype)["decode"][0]
+    menu = kernel_config(head_dim, qv.device, interpreted=interpreted, dtype=qv.dtype)["decode"]
+    c = next((c for c in menu if c["BLOCK_M"] >= rows), menu[-1])  # the smallest row tile that fits
     block_n = c["BLOCK_N"]
     splits = decode_splits(B * h_kv, n_k, block_n, qv.device) if num_splits is None else num_splits
     if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:

@@ -365,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--head-dims", default="64,128")
+    parser.add_argument("--kinds", default="fwd,dkdv,dq,decode", help="kernels (comma-separated)")
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
 
@@ -375,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         head_dims=tuple(int(x) for x in args.head_dims.split(",")),
         every_config=args.all,
         variants=tuple(args.variants.split(",")),
+        kinds=tuple(args.kinds.split(",")),
     )
     failures, spilled, rows = 0, 0, []
     for job in jobs:
