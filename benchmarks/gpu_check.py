@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             if (
                 impl == "sdpa_math"
                 and cuda
-                and not bench.math_is_feasible(point["B"], point["H"], max(n_q, point["N"]))
+                and not bench.math_is_feasible(point["B"], point["H"], point["N"], n_q=n_q)
             ):
                 rec = dict(impl=impl, kind=kind, B=point["B"], H=point["H"], H_kv=point.get("h_kv", point["H"]),
                            N=point["N"], N_q=n_q, d=point["d"], dtype=str(point["dtype"]).replace("torch.", ""),

@@ -161,7 +161,7 @@ def bench_one(
         with torch.set_grad_enabled(backward):
             out = fn(q, k, v, is_causal)  # (B, H, Nq, d)
         rec["max_abs_err"] = None  # checked only where the float32 reference fits easily
-        if math_is_feasible(B, H, max(N, n_q), 4, budget_bytes=2**32):
+        if math_is_feasible(B, H, N, 4, budget_bytes=2**32, n_q=n_q):
             kr, vr = (x.detach().float().repeat_interleave(H // h_kv, dim=1) for x in (k, v))
             allowed = None  # causal aligned bottom-right (the same as top-left when Nq = Nk)
             if is_causal:
@@ -170,7 +170,7 @@ def bench_one(
             rec["max_abs_err"] = float((out.detach().float() - ref).abs().max())
             del ref, kr, vr
         del out
-        with torch.set_grad_enabled(False):
+        with torch.set_grad_enabled(backward):  # a training forward saves what backward needs
             fwd_ms = _time_ms(lambda: fn(q, k, v, is_causal), device, repeats, warmup)
         flops = attention_flops(B, H, N, d, is_causal, "fwd", n_q=n_q)
         rec.update(fwd_ms=fwd_ms, fwd_tflops=flops / fwd_ms * 1e-9)
@@ -465,16 +465,22 @@ def check_targets(data: dict) -> list[dict]:
 
 
 def math_is_feasible(
-    B: int, H: int, N: int, dtype_bytes: int = 2, budget_bytes: float | None = None
+    B: int,
+    H: int,
+    N: int,
+    dtype_bytes: int = 2,
+    budget_bytes: float | None = None,
+    *,
+    n_q: int | None = None,
 ) -> bool:
-    """Whether the math backend's N x N matrices (scores, weights, their gradients) fit."""
+    """Whether the math backend's Nq x N matrices (scores, weights, their gradients) fit."""
     if budget_bytes is None:
         budget_bytes = (
             0.5 * torch.cuda.get_device_properties(0).total_memory
             if torch.cuda.is_available()
             else 2**30
         )
-    return 4 * B * H * N * N * max(dtype_bytes, 4) <= budget_bytes
+    return 4 * B * H * (N if n_q is None else n_q) * N * max(dtype_bytes, 4) <= budget_bytes
 
 
 __all__ = [
