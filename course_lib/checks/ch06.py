@@ -201,7 +201,7 @@ def tiled_attention_reference(
 
 
 def _plus_minus_750(rng: np.random.Generator) -> tuple:
-    """2 queries, 8 keys, blocks of 4: the first key block scores about +750, the next -750.
+    """2 queries, 8 keys, tiles of 4: the first key tile scores about +750, the next -750.
 
     With the running max the second block's weights are exp(-1500) = 0 and nothing breaks.
     A max taken from the current tile alone drops to -750, and exp(m - m_new) = exp(1500)
@@ -217,21 +217,21 @@ def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
             Case(
-                "N = 8 queries and keys, d_h = 4, blocks of 4",
+                "N = 8 queries and keys, d_h = 4, tiles of 4",
                 (rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), 4),
             ),
             Case(
-                "N = 10, d_h = 6, blocks of 3 (the last block has 1 row)",
+                "N = 10, d_h = 6, tiles of 3 (the last tile has 1 row)",
                 (rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), 3),
             ),
             Case(
-                "one key block scores about +750, the next about -750 (blocks of 4)",
+                "one key tile scores about +750, the next about -750 (tiles of 4)",
                 _plus_minus_750(rng),
             ),
         ]
     return [
         Case(
-            "7 queries, 13 keys, d_v = 5 != d_h = 3, blocks of 4",
+            "7 queries, 13 keys, d_v = 5 != d_h = 3, tiles of 4",
             (rng.normal(size=(7, 3)), rng.normal(size=(13, 3)), rng.normal(size=(13, 5)), 4),
         ),
         Case(
@@ -248,7 +248,7 @@ def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             ),
         ),
         Case(
-            "one block holds everything",
+            "one tile holds everything",
             (rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), 16),
         ),
     ]
@@ -292,7 +292,7 @@ register(
             ): lambda Q, K, V, b: _tiled(Q, K, V, b, tile_max_only=True),
         },
         hint=Hint(
-            "for each query block keep m, l and A; for each key block update them with the "
+            "for each query tile keep m, l and A; for each key tile update them with the "
             "online-softmax rules; finish with O = A / l and L = m + log(l).",
             "m = -inf, l = 0, A = 0; then S = Qi @ Kj.T / sqrt(d_h), m_new = max(m, rowmax S), "
             "alpha = exp(m - m_new), P = exp(S - m_new), l = alpha*l + rowsum P, "
@@ -375,7 +375,7 @@ def _flash_compare(got, expected, case: Case) -> str | None:
     bad_rows = (~torch.isclose(g, e, rtol=ex.rtol, atol=ex.atol)).any(dim=1).nonzero()
     if n % TRITON_BLOCK and bad_rows.numel() and int(bad_rows.min()) >= full:
         msg += (
-            f"\n    Likely cause: only rows {full}..{n - 1}, the last partial block of "
+            f"\n    Likely cause: only rows {full}..{n - 1}, the last partial tile of "
             f"queries, are wrong: no program computed them. Launch "
             f"triton.cdiv(n, {TRITON_BLOCK}) programs, not n // {TRITON_BLOCK}."
         )
@@ -390,8 +390,8 @@ def _flash_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
     if not hidden:
         return [
-            Case("N = 16 (one block), d_h = 16", (t(16, 16), t(16, 16), t(16, 16))),
-            Case("N = 37 (ragged last block), d_h = 32", (t(37, 32), t(37, 32), t(37, 32))),
+            Case("N = 16 (one tile), d_h = 16", (t(16, 16), t(16, 16), t(16, 16))),
+            Case("N = 37 (ragged last tile), d_h = 32", (t(37, 32), t(37, 32), t(37, 32))),
         ]
     return [
         Case("N = 1, d_h = 16", (t(1, 16), t(1, 16), t(1, 16))),
@@ -420,7 +420,7 @@ register(
             ): _flash_unmasked,
             Hint(
                 "your accumulator is not rescaled when the running max grows (it only shows "
-                "once a row spans several key blocks).",
+                "once a row spans several key tiles).",
                 "acc = alpha[:, None] * acc + tl.dot(p, v), with alpha = tl.exp(m - m_new).",
             ): _flash_no_rescale,
             Hint(
@@ -444,7 +444,7 @@ register(
         },
         compare=_flash_compare,
         hint=Hint(
-            "one program per block of 16 queries: load q once, loop over key blocks with the "
+            "one program per tile of 16 queries: load q once, loop over key tiles with the "
             "online softmax, mask the keys past the end, divide by l at the end.",
             "Mask keys >= n with -inf; launch with grid (triton.cdiv(n, 16),).",
         ),
@@ -577,7 +577,7 @@ register(
 
 
 def causal_tiles_reference(n: int, block_m: int, block_n: int) -> int:
-    """Tiles (query block, key block) a causal forward computes: key blocks up to min(n, end)."""
+    """Tiles (query tile, key tile) a causal forward computes: key tiles up to min(n, end)."""
     return sum(math.ceil(min(n, start + block_m) / block_n) for start in range(0, n, block_m))
 
 
