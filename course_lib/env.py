@@ -96,7 +96,7 @@ def choose_triton_mode(*, warn: bool = False) -> bool:
     first (such kernels may exist).
     """
     if not _cuda_available() and "TRITON_INTERPRET" not in os.environ:
-        if "triton" in sys.modules and warn:
+        if sys.modules.get("triton") is not None and warn:
             print(
                 "warning: triton was imported before env.setup(). Kernels decorated with "
                 "@triton.jit before this call stay in compiled (GPU) mode: define them after "
