@@ -48,6 +48,7 @@ from .validation import check_qkv
 __all__ = [
     "FLEX_MISSING",
     "TILE_COLORS",
+    "TILE_LABELS",
     "block_mask",
     "flex_attention",
     "flex_available",
@@ -64,8 +65,10 @@ FLEX_MISSING = (
     "and the course's own mod_attention does the work."
 )
 
-# chapter 06's tile map: white skipped, orange crosses the mask's boundary, blue full
-TILE_COLORS = ("white", "orange", "steelblue")
+# chapter 06's tile map: skipped (light grey, hatched), partial (orange: crosses the mask's
+# boundary), full (blue); every tile outlined, so that skipped tiles never read as background
+TILE_COLORS = ("#f4f4f4", "#f39c34", "#3b6ea5")
+TILE_LABELS = ("skipped", "partial (masked)", "full (no mask)")
 SKIPPED, PARTIAL, FULL = 0, 1, 2
 
 
@@ -281,10 +284,17 @@ def fraction_skipped(tiles) -> float:
     return float((tiles == SKIPPED).sum()) / tiles.numel()
 
 
-def plot_tile_map(tiles, block_m: int, block_n: int, *, ax=None, title: str | None = None):
-    """Draw a tile map ``[Tq, Tk]`` in chapter 06's colours; returns the axes."""
+def plot_tile_map(
+    tiles, block_m: int, block_n: int, *, ax=None, title: str | None = None, legend: bool = False
+):
+    """Draw a tile map ``[Tq, Tk]`` in chapter 06's colours; returns the axes.
+
+    Skipped tiles are light grey and hatched, every tile is outlined (so a skipped tile never
+    looks like empty background); ``legend=True`` names the three classes.
+    """
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch, Rectangle
 
     tiles = np.asarray(torch.as_tensor(tiles).cpu())
     if tiles.ndim != 2:
@@ -292,12 +302,19 @@ def plot_tile_map(tiles, block_m: int, block_n: int, *, ax=None, title: str | No
     if ax is None:
         _, ax = plt.subplots(figsize=(3, 3))
     ax.imshow(tiles, cmap=ListedColormap(list(TILE_COLORS)), vmin=0, vmax=2)
+    for i, j in zip(*np.nonzero(tiles == SKIPPED)):
+        ax.add_patch(
+            Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.7", lw=0)
+        )
     t_q, t_k = tiles.shape
     ax.set_xticks(np.arange(-0.5, t_k, 1), minor=True)
     ax.set_yticks(np.arange(-0.5, t_q, 1), minor=True)
-    ax.grid(which="minor", color="0.8", lw=0.5)
+    ax.grid(which="minor", color="0.55", lw=0.5)
     ax.grid(which="major", visible=False)
     ax.tick_params(which="both", length=0, labelsize=7)
+    for side in ax.spines.values():
+        side.set_visible(True)
+        side.set_color("0.35")
     step_k, step_q = max(1, t_k // 4), max(1, t_q // 4)
     ax.set_xticks(range(0, t_k, step_k), [str(j * block_n) for j in range(0, t_k, step_k)])
     ax.set_yticks(range(0, t_q, step_q), [str(i * block_m) for i in range(0, t_q, step_q)])
@@ -305,4 +322,10 @@ def plot_tile_map(tiles, block_m: int, block_n: int, *, ax=None, title: str | No
     ax.set_ylabel("query tile (first query)", fontsize=8)
     if title:
         ax.set_title(title, fontsize=9)
+    if legend:
+        handles = [
+            Patch(facecolor=c, edgecolor="0.35", hatch="///" if k == SKIPPED else None, label=lab)
+            for k, (c, lab) in enumerate(zip(TILE_COLORS, TILE_LABELS))
+        ]
+        ax.legend(handles=handles, fontsize=7, loc="upper right")
     return ax

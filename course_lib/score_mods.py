@@ -56,8 +56,9 @@ def soft_cap(cap: float) -> ScoreMod:
     r"""Logit soft-capping as a ``score_mod``: :math:`c \tanh(S / c)`.
 
     Close to the identity for :math:`|S| \ll c` (:math:`\tanh x \approx x`), and never
-    beyond :math:`\pm c`: no single score can saturate the softmax, which Gemma 2 uses to
-    keep training stable.
+    beyond :math:`\pm c`: scores stay bounded however large :math:`q^\top k` grows, which
+    Gemma 2 uses to keep training stable. A bound is not a small bound: with :math:`c = 50`
+    one key can still take almost all of a row's weight (chapter 08 measures it).
     """
     cap = float(cap)
     if not cap > 0:

@@ -46,15 +46,132 @@ def test_07_1_reference_is_the_training_loss():
         torch.testing.assert_close(ref, gpt.causal_lm_loss(*case.args))
 
 
-def test_07_2_tanh_gelu_fails_with_the_hint():
-    from course_lib.checks.ch07 import _block
+def _learner_block(x, p, num_heads, *, gelu="none", parallel=False, split="heads", use_W_O=True):
+    """A block as a learner writes it, with one switch per mistake."""
+    b, n, d = x.shape
+    dh = d // num_heads
 
-    def tanh_gelu(x, params, num_heads):
-        return _block(x, params, num_heads, act=lambda t: F.gelu(t, approximate="tanh"))
+    def heads(t):
+        if split == "interleaved":
+            return t.reshape(b, n, dh, num_heads).permute(0, 3, 1, 2)
+        return t.reshape(b, n, num_heads, dh).transpose(1, 2)
 
-    with pytest.raises(CheckFailed, match="values are off") as failure:
-        check("07.2", tanh_gelu, quiet=True)
-    assert "Hint:" in str(failure.value)
+    h = F.layer_norm(x, (d,), p["ln_1.weight"], p["ln_1.bias"])
+    q, k, v = heads(h @ p["W_Q"]), heads(h @ p["W_K"]), heads(h @ p["W_V"])
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(dh)).masked_fill(~causal, -math.inf), -1)
+    o = w @ v  # (B, H, N, d_h)
+    if split == "interleaved":
+        o = o.permute(0, 2, 3, 1).reshape(b, n, d)
+    elif split == "reshape-merge":
+        o = o.reshape(b, n, d)
+    else:
+        o = o.transpose(1, 2).reshape(b, n, d)
+    attn = o @ p["W_O"] if use_W_O else o
+    h2 = F.layer_norm(x if parallel else x + attn, (d,), p["ln_2.weight"], p["ln_2.bias"])
+    mlp = F.gelu(h2 @ p["W_1"], approximate=gelu) @ p["W_2"]
+    return x + attn + mlp
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"gelu": "tanh"}, "tanh approximation of GELU"),
+        ({"parallel": True}, "'parallel' block"),
+        ({"split": "interleaved"}, "interleaved features"),
+        ({"split": "reshape-merge"}, "merged the heads with a reshape"),
+        ({"use_W_O": False}, "skips the output projection W_O"),
+    ],
+)
+def test_07_2_learner_mistakes_are_named(kwargs, named):
+    assert check("07.2", lambda x, p, h: _learner_block(x, p, h), quiet=True).passed
+    with pytest.raises(CheckFailed, match=named):
+        check("07.2", lambda x, p, h: _learner_block(x, p, h, **kwargs), quiet=True)
+
+
+def test_07_1_learner_mistakes_are_named():
+    def classes_last(logits, tokens):  # F.cross_entropy on [B, N-1, V]: a RuntimeError
+        return F.cross_entropy(logits[:, :-1], tokens[:, 1:])
+
+    with pytest.raises(CheckFailed, match="wants the classes on axis 1"):
+        check("07.1", classes_last, quiet=True)
+
+    def rolled(logits, tokens):
+        targets = torch.roll(tokens, -1, dims=1)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    with pytest.raises(CheckFailed, match="you rolled the tokens"):
+        check("07.1", rolled, quiet=True)
+
+
+def test_07_3_learner_mistakes_are_named():
+    def no_none(logits, k, temperature):
+        z = logits / temperature
+        kth = torch.topk(z, k, dim=-1).values[:, -1:]
+        return torch.softmax(z.masked_fill(z < kth, -math.inf), -1)
+
+    with pytest.raises(CheckFailed, match="torch.topk cannot take None"):
+        check("07.3", no_none, hidden=True, quiet=True)
+
+    def zero_fill(logits, k, temperature):
+        z = logits / temperature
+        kth = torch.topk(z, k, dim=-1).values[:, -1:]
+        return torch.softmax(z.masked_fill(z < kth, 0.0), -1)
+
+    with pytest.raises(CheckFailed, match="not to -inf"):
+        check("07.3", zero_fill, quiet=True)
+
+
+def _learner_decode(q_new, k_new, v_new, k_cache, v_cache, *, repeat=True, **rope):
+    from course_lib.attention import scaled_dot_product_attention
+    from course_lib.positional import apply_rope
+
+    pos = torch.tensor([k_cache.shape[-2]])
+    q = apply_rope(q_new, pos, **rope)
+    k_all = torch.cat([k_cache, apply_rope(k_new, pos, **rope)], -2)
+    v_all = torch.cat([v_cache, v_new], -2)
+    g = q.shape[1] // k_all.shape[1] if repeat else 1
+    out, _ = scaled_dot_product_attention(
+        q, k_all.repeat_interleave(g, 1), v_all.repeat_interleave(g, 1)
+    )
+    return out, k_all, v_all
+
+
+def test_07_4_learner_mistakes_are_named():
+    assert check("07.4", _learner_decode, quiet=True).passed
+    with pytest.raises(CheckFailed, match="did not repeat the KV heads"):
+        check("07.4", lambda *a: _learner_decode(*a, repeat=False), quiet=True)
+    with pytest.raises(CheckFailed, match="half-split RoPE"):
+        check("07.4", lambda *a: _learner_decode(*a, interleaved=False), quiet=True)
+
+    def int_position(q_new, k_new, v_new, k_cache, v_cache):
+        from course_lib.positional import apply_rope
+
+        return apply_rope(q_new, k_cache.shape[-2]), k_cache, v_cache
+
+    with pytest.raises(CheckFailed, match="a tensor, not a Python int"):
+        check("07.4", int_position, quiet=True)
+
+
+def test_07_6_learner_mistakes_are_named():
+    def unguarded(num_steps, max_lr, min_lr, warmup_steps):
+        out = []
+        for s in range(num_steps):
+            if s < warmup_steps:
+                out.append(max_lr * (s + 1) / warmup_steps)
+            else:
+                progress = (s - warmup_steps) / (num_steps - 1 - warmup_steps)
+                out.append(min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress)))
+        return out
+
+    with pytest.raises(CheckFailed, match="which is 0 here"):
+        check("07.6", unguarded, quiet=True)
+
+    def float32(num_steps, max_lr, min_lr, warmup_steps):
+        return torch.tensor(gpt.lr_schedule(num_steps, max_lr, min_lr, warmup_steps)).float()
+
+    with pytest.raises(CheckFailed, match="your values are float32"):
+        check("07.6", float32, quiet=True)
 
 
 def test_07_2_reference_equals_the_models_block():

@@ -31,8 +31,16 @@ def test_python_and_in_a_mask_mod_is_reported_with_the_hint():
     def with_and(b, h, q_idx, kv_idx, doc_ids):
         return (doc_ids[b, q_idx] == doc_ids[b, kv_idx]) and (q_idx >= kv_idx)
 
-    with pytest.raises(CheckFailed, match=r"raised RuntimeError[\s\S]*tensor operators only"):
+    with pytest.raises(CheckFailed, match=r"raised RuntimeError[\s\S]*Python's `and`"):
         check("08.1", with_and, quiet=True)
+    with pytest.raises(CheckFailed, match=r"tensor operators only"):
+        check("08.1", with_and, quiet=True, hints="full")
+
+    def forgot_batch(b, h, q_idx, kv_idx, doc_ids):
+        return (doc_ids[q_idx] == doc_ids[kv_idx]) & (q_idx >= kv_idx)
+
+    with pytest.raises(CheckFailed, match=r"raised IndexError[\s\S]*picks \*sequences\*"):
+        check("08.1", forgot_batch, quiet=True)
 
 
 def test_document_causal_reference_works_as_a_flex_mask_mod():
@@ -123,7 +131,7 @@ def test_linear_step_reference_equals_the_library_step_and_nan_on_read_first_is_
         o, _, _ = linear_attention_step_reference(q_t, k_t, v_t, state, normalizer)
         return o, state, normalizer
 
-    with pytest.raises(CheckFailed, match=r"item 1"):
+    with pytest.raises(CheckFailed, match=r"state: 24 of 24 values are off"):
         check("08.7", no_state_update, quiet=True)
 
 
@@ -147,3 +155,77 @@ def test_ring_shift_mistake_is_named_as_a_queue():
 
     with pytest.raises(CheckFailed, match="like a queue"):
         check("08.4", queue, quiet=True)
+
+
+def test_sorted_alibi_slopes_are_named():
+    def sorted_slopes(num_heads):
+        from course_lib.alibi import alibi_slopes
+
+        return torch.sort(alibi_slopes(num_heads, dtype=torch.float64), descending=True).values
+
+    with pytest.raises(CheckFailed, match="right slopes in the wrong order"):
+        check("08.2", sorted_slopes, quiet=True)
+
+
+def test_classify_tiles_by_reshape_is_told_about_ragged_edges():
+    def by_reshape(mask, block_m, block_n):
+        n_q, n_k = mask.shape
+        x = mask.reshape(n_q // block_m, block_m, n_k // block_n, block_n)
+        tiles = torch.where(x.all(3).all(1), 2, torch.where(x.any(3).any(1), 1, 0))
+        return tiles, (tiles == 0).float().mean().item()
+
+    with pytest.raises(CheckFailed, match="a reshape into whole tiles fails"):
+        check("08.3", by_reshape, quiet=True)
+
+
+def _learner_ring(q_new, k_new, v_new, k_cache, v_cache, position, *, valid="position"):
+    w = k_cache.shape[2]
+    k_cache, v_cache = k_cache.clone(), v_cache.clone()
+    k_cache[:, :, position % w] = k_new[:, :, 0]
+    v_cache[:, :, position % w] = v_new[:, :, 0]
+    g = q_new.shape[1] // k_cache.shape[1]
+    k, v = k_cache.repeat_interleave(g, 1), v_cache.repeat_interleave(g, 1)
+    scores = q_new @ k.transpose(-2, -1) / math.sqrt(q_new.shape[-1])  # (B, H, 1, W)
+    if valid == "position":
+        keep = torch.arange(w) <= position
+    elif valid == "strict":
+        keep = torch.arange(w) < position
+    else:  # a slot is a token when its key is not all zeros
+        keep = (k.abs().sum(-1) > 0)[:, :, None, :]
+    return torch.softmax(scores.masked_fill(~keep, -math.inf), -1) @ v, k_cache, v_cache
+
+
+def test_ring_decode_mistakes_a_learner_makes_are_named():
+    assert check("08.4", _learner_ring, quiet=True).passed
+    with pytest.raises(CheckFailed, match="does not see itself"):
+        check("08.4", lambda *a: _learner_ring(*a, valid="strict"), quiet=True)
+    with pytest.raises(CheckFailed, match="by looking at their values"):
+        check("08.4", lambda *a: _learner_ring(*a, valid="values"), quiet=True)
+
+
+def test_mla_bytes_as_a_float_fails_with_the_reason():
+    def as_float(config, seq_len, batch_size=1, bytes_per_value=2):
+        return float(mla_cache_bytes_from_config(config, seq_len, batch_size, bytes_per_value))
+
+    with pytest.raises(CheckFailed, match="expected an int") as failure:
+        check("08.5", as_float, quiet=True)
+    assert "forgot the batch" not in str(failure.value)  # the value is right: no mistake named
+
+
+def _learner_linear_step(q_t, k_t, v_t, state, normalizer, *, phi=None, keepdim=True):
+    phi = phi or (lambda x: torch.nn.functional.elu(x) + 1)
+    fq, fk = phi(q_t), phi(k_t)
+    state = state + fk[..., :, None] * v_t[..., None, :]
+    normalizer = normalizer + fk
+    num = torch.einsum("bhk,bhkv->bhv", fq, state)
+    return num / (fq * normalizer).sum(-1, keepdim=keepdim), state, normalizer
+
+
+def test_linear_step_mistakes_a_learner_makes_are_named():
+    assert check("08.7", _learner_linear_step, quiet=True).passed
+    with pytest.raises(CheckFailed, match="relu"):
+        check("08.7", lambda *a: _learner_linear_step(*a, phi=torch.relu), quiet=True)
+    with pytest.raises(CheckFailed, match="without the \\+ 1"):
+        check("08.7", lambda *a: _learner_linear_step(*a, phi=torch.nn.functional.elu), quiet=True)
+    with pytest.raises(CheckFailed, match="do not line up"):
+        check("08.7", lambda *a: _learner_linear_step(*a, keepdim=False), quiet=True)

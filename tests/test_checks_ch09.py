@@ -119,3 +119,96 @@ def test_09_6_blocks_sum_to_autograd():
         dk[blk], dv[blk] = b, c
     for got, want in zip((dq, dk, dv), (qa.grad, ka.grad, va.grad)):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+def test_09_1_weights_without_a_last_axis_are_named():
+    def no_axis(out_a, lse_a, out_b, lse_b):
+        lse = torch.logaddexp(lse_a, lse_b)
+        return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b, lse
+
+    with pytest.raises(CheckFailed, match="do not line up"):
+        check("09.1", no_axis, quiet=True)
+
+
+def _learner_ring_step(q, k, v, out, lse, mask, *, fill=-math.inf, scale_by=None):
+    from course_lib.context_parallel import merge_attention
+
+    d = q.shape[-1] if scale_by is None else scale_by(q, v)
+    s = q @ k.T / math.sqrt(d)
+    if mask is not None:
+        s = s.masked_fill(~mask, fill)
+    lse_b = torch.logsumexp(s, -1)
+    out_b = torch.softmax(s, -1).nan_to_num(0.0) @ v
+    return merge_attention(out, lse, out_b, lse_b)
+
+
+def test_09_2_learner_mistakes_are_named():
+    assert check("09.2", _learner_ring_step, quiet=True).passed
+    with pytest.raises(CheckFailed, match="-1e9"):
+        check("09.2", lambda *a: _learner_ring_step(*a, fill=-1e9), quiet=True)
+    with pytest.raises(CheckFailed, match="1/sqrt\\(d_v\\)"):
+        check(
+            "09.2", lambda *a: _learner_ring_step(*a, scale_by=lambda q, v: v.shape[-1]), quiet=True
+        )
+
+
+def test_09_3_positions_must_be_an_integer_tensor():
+    def as_list(seq_len, world_size, rank):
+        c = seq_len // (2 * world_size)
+        b = 2 * world_size - 1 - rank
+        return list(range(rank * c, (rank + 1) * c)) + list(range(b * c, (b + 1) * c))
+
+    with pytest.raises(CheckFailed, match="expected a 1-D torch tensor of integers, got list"):
+        check("09.3", as_list, quiet=True)
+
+    def as_float(seq_len, world_size, rank):
+        return torch.tensor(as_list(seq_len, world_size, rank), dtype=torch.float32)
+
+    with pytest.raises(CheckFailed, match="expected integer positions"):
+        check("09.3", as_float, quiet=True)
+
+
+def test_09_4_a_stacked_result_is_named():
+    from course_lib.context_parallel import all_to_all_seq_to_head
+
+    with pytest.raises(CheckFailed, match="one stacked tensor"):
+        check("09.4", lambda xs: torch.stack(all_to_all_seq_to_head(list(xs))), quiet=True)
+
+
+def test_09_5_learner_mistakes_are_named():
+    def as_float(seq_len, world_size, num_heads, head_dim, b):
+        shard = num_heads * seq_len / world_size * head_dim * b
+        return 2 * (world_size - 1) * shard, 4 * shard * (world_size - 1) / world_size
+
+    with pytest.raises(CheckFailed, match="expected an int"):
+        check("09.5", as_float, quiet=True)
+
+    def to_each(seq_len, world_size, num_heads, head_dim, b):
+        shard = num_heads * (seq_len // world_size) * head_dim * b
+        return 2 * (world_size - 1) * shard, 4 * (world_size - 1) * shard
+
+    with pytest.raises(CheckFailed, match="to \\*each\\* other rank"):
+        check("09.5", to_each, quiet=True)
+
+
+def _learner_backward(q, k, v, out, lse, dout, mask, *, D="final", dv="transposed"):
+    scale = 1 / math.sqrt(q.shape[-1])
+    s = q @ k.T * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    p = torch.exp(s - lse[:, None])
+    dp = dout @ v.T
+    d_row = {"final": (dout * out).sum(-1), "dout": dout.sum(-1), "block": (p * dp).sum(-1)}[D]
+    ds = p * (dp - d_row[:, None])
+    dv_block = p.T @ dout if dv == "transposed" else p @ dout
+    return ds @ k * scale, ds.T @ q * scale, dv_block
+
+
+def test_09_6_learner_mistakes_are_named():
+    assert check("09.6", _learner_backward, quiet=True).passed
+    with pytest.raises(CheckFailed, match="rowsum\\(dO\\): the output O is missing"):
+        check("09.6", lambda *a: _learner_backward(*a, D="dout"), quiet=True)
+    with pytest.raises(CheckFailed, match="over this block only"):
+        check("09.6", lambda *a: _learner_backward(*a, D="block"), quiet=True)
+    with pytest.raises(CheckFailed, match="not transposed"):
+        check("09.6", lambda *a: _learner_backward(*a, dv="plain"), quiet=True)

@@ -26,7 +26,7 @@ from ..attention import scaled_dot_product_attention
 from ..gpt import induction_scores, lr_schedule, top_k_probs
 from ..multihead import merge_heads, repeat_kv, split_heads
 from ..positional import apply_rope
-from .core import Case, Exercise, register
+from .core import Case, Exercise, Hint, register
 
 DT = torch.float64
 
@@ -90,6 +90,10 @@ def _loss_no_minus(lo, t):
     return -_nll(lo[:, :-1], t[:, 1:]).mean()
 
 
+def _loss_rolled(lo, t):
+    return _nll(lo, torch.roll(t, -1, dims=1)).mean()  # the last position scored on token 0
+
+
 register(
     Exercise(
         id="07.1",
@@ -101,22 +105,57 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "your targets are not shifted: position n was scored on token n itself, which it "
-            "can see (a model would learn to copy its input). Position n predicts token n+1: "
-            "compare logits[:, :-1] with tokens[:, 1:].": _loss_unshifted,
-            "you shifted the wrong way round: logits[:, 1:] against tokens[:, :-1] asks each "
-            "position for the token *before* it. Use logits[:, :-1] with tokens[:, 1:].": _loss_shifted_backwards,
-            "your softmax runs over the sequence axis (dim=1): each position's logits must be "
-            "normalised over the vocabulary, the last axis.": _loss_softmax_over_sequence,
-            "you summed the per-token losses: the loss is their mean over the B*(N-1) "
-            "predictions, so that it does not grow with the batch or the length.": _loss_summed,
-            "you divided by B*N instead of B*(N-1): the last position has no target and must "
-            "not be counted.": _loss_divided_by_bn,
-            "your loss is negative: it is the mean log-probability. Cross-entropy is *minus* "
-            "the mean log-probability of the targets.": _loss_no_minus,
+            Hint(
+                "your targets are not shifted: position n was scored on token n itself, which "
+                "it can already see (a model trained so learns to copy its input).",
+                "Position n predicts token n+1: compare logits[:, :-1] with tokens[:, 1:].",
+            ): _loss_unshifted,
+            Hint(
+                "you shifted the wrong way round: each position is asked for the token "
+                "*before* it.",
+                "Use logits[:, :-1] with tokens[:, 1:], not logits[:, 1:] with tokens[:, :-1].",
+            ): _loss_shifted_backwards,
+            Hint(
+                "you rolled the tokens (torch.roll): the last position is then scored on the "
+                "sequence's *first* token, which does not follow it.",
+                "The last position has no target: drop it, logits[:, :-1] against "
+                "tokens[:, 1:], and average over B*(N-1) predictions.",
+            ): _loss_rolled,
+            Hint(
+                "your softmax normalises over the sequence axis (dim=1).",
+                "Each position's logits are a distribution over the vocabulary: normalise over "
+                "the last axis.",
+            ): _loss_softmax_over_sequence,
+            Hint(
+                "you summed the per-token losses.",
+                "The loss is their *mean* over the B*(N-1) predictions, so that it does not grow "
+                "with the batch or the length.",
+            ): _loss_summed,
+            Hint(
+                "you divided by B*N, one prediction per sequence too many.",
+                "The last position has no target and is not counted: divide by B*(N-1) (or take "
+                "the mean over the shifted pairs only).",
+            ): _loss_divided_by_bn,
+            Hint(
+                "your loss is negative.",
+                "Cross-entropy is *minus* the mean log-probability of the targets.",
+            ): _loss_no_minus,
         },
-        hint="F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)), or "
-        "log_softmax over the last axis, gather the targets, minus the mean.",
+        errors={
+            r"Expected target size": Hint(
+                "F.cross_entropy read your [B, N-1, V] logits as [batch, classes, positions]: it "
+                "wants the classes on axis 1.",
+                "Flatten both: F.cross_entropy(logits[:, :-1].reshape(-1, V), "
+                "tokens[:, 1:].reshape(-1)), or pass logits[:, :-1].transpose(1, 2) with "
+                "tokens[:, 1:].",
+            ),
+        },
+        hint=Hint(
+            "position n predicts token n+1: pair every position that has a next token with "
+            "that token, and average the cross-entropy over those pairs.",
+            "F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)), or "
+            "log_softmax over the last axis, gather the targets, minus the mean.",
+        ),
     )
 )
 
@@ -150,6 +189,10 @@ def _block(
     scale_by_width=False,
     act=F.gelu,
     shared_ln=False,
+    parallel=False,
+    split="heads",
+    merge="heads",
+    use_W_O=True,
 ):
     d = x.shape[-1]
 
@@ -157,17 +200,29 @@ def _block(
         i = 1 if shared_ln else i
         return F.layer_norm(z, (d,), p[f"ln_{i}.weight"], p[f"ln_{i}.bias"])  # (B, N, D)
 
+    def heads(t):
+        if split == "interleaved":  # head i gets features i, i + H, i + 2H, ...
+            b, n, _ = t.shape
+            return t.reshape(b, n, d // num_heads, num_heads).permute(0, 3, 1, 2)
+        return split_heads(t, num_heads)  # (B, H, N, d_h)
+
     def attn(h):
-        q = split_heads(h @ p["W_Q"], num_heads)  # (B, H, N, d_h)
-        k = split_heads(h @ p["W_K"], num_heads)  # (B, H, N, d_h)
-        v = split_heads(h @ p["W_V"], num_heads)  # (B, H, N, d_h)
+        q, k, v = heads(h @ p["W_Q"]), heads(h @ p["W_K"]), heads(h @ p["W_V"])  # (B, H, N, d_h)
         scale = 1.0 / math.sqrt(d) if scale_by_width else None
         o, _ = scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-        return merge_heads(o) @ p["W_O"]  # (B, N, D)
+        if split == "interleaved":
+            o = o.permute(0, 2, 3, 1).reshape(h.shape)  # (B, N, D) back to the same layout
+        elif merge == "reshape":  # (B, H, N, d_h) read as (B, N, D) without the transpose
+            o = o.reshape(h.shape)
+        else:
+            o = merge_heads(o)  # (B, N, D)
+        return o @ p["W_O"] if use_W_O else o  # (B, N, D)
 
     def mlp(h):
         return act(h @ p["W_1"]) @ p["W_2"]  # (B, N, D)
 
+    if parallel:  # both sub-layers read the block's input (GPT-J's parallel block)
+        return x + attn(ln(x, 1)) + mlp(ln(x, 2))  # (B, N, D)
     if post_ln:
         x = ln(x + attn(x), 1)  # (B, N, D)
         return ln(x + mlp(x), 2)  # (B, N, D)
@@ -215,6 +270,10 @@ def _block_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
+def _tanh_gelu(t):
+    return F.gelu(t, approximate="tanh")
+
+
 register(
     Exercise(
         id="07.2",
@@ -226,33 +285,72 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you normalised after the residual addition (post-LN, x = LN(x + f(x)), the original "
-            "Transformer's order). A pre-LN block normalises the sub-layer's *input* and adds "
-            "its output to the un-normalised stream: x = x + f(LN(x)).": partial(
-                _block, post_ln=True
-            ),
-            "you added the sub-layer's output to LN(x) instead of x: h = LN(x); x = h + f(h) "
-            "normalises the residual stream itself. Keep x as it is: x = x + f(LN(x)).": partial(
-                _block, add_to_normed=True
-            ),
-            "your block has no residual connections: x = f(LN(x)) forgets x. Each sub-layer "
-            "*adds* to the stream: x = x + attn(LN_1(x)), then x = x + mlp(LN_2(x)).": partial(
-                _block, residual=False
-            ),
-            "your attention is not causal: token n must not see tokens after it (is_causal=True, "
-            "or the lower-triangular mask).": partial(_block, causal=False),
-            "you scaled the scores by 1/sqrt(D) (the model width): each head compares vectors "
-            "of size d_h = D / num_heads, so divide by sqrt(d_h).": partial(
-                _block, scale_by_width=True
-            ),
-            "your MLP uses ReLU; this block uses GELU (torch.nn.functional.gelu, the exact "
-            "erf form).": partial(_block, act=F.relu),
-            "you used ln_1's weight and bias for both LayerNorms: the MLP has its own, ln_2.": partial(
-                _block, shared_ln=True
-            ),
+            Hint(
+                "you normalised after the residual addition, x = LN(x + f(x)): the original "
+                "Transformer's post-LN order.",
+                "A pre-LN block normalises the sub-layer's *input* and adds its output to the "
+                "un-normalised stream: x = x + f(LN(x)).",
+            ): partial(_block, post_ln=True),
+            Hint(
+                "you added the sub-layer's output to LN(x) instead of x, so the residual stream "
+                "itself gets normalised.",
+                "Keep x as it is: x = x + f(LN(x)), not h = LN(x); x = h + f(h).",
+            ): partial(_block, add_to_normed=True),
+            Hint(
+                "your block has no residual connections: it forgets x.",
+                "Each sub-layer *adds* to the stream: x = x + attn(LN_1(x)), then "
+                "x = x + mlp(LN_2(x)).",
+            ): partial(_block, residual=False),
+            Hint(
+                "your MLP reads the block's input, not the stream after attention (a 'parallel' "
+                "block, as in GPT-J).",
+                "The two sub-layers run one after the other: h = x + attn(LN_1(x)), then "
+                "out = h + mlp(LN_2(h)).",
+            ): partial(_block, parallel=True),
+            Hint(
+                "your attention is not causal: token n sees tokens after it.",
+                "Use is_causal=True, or mask with the lower-triangular (N, N) mask (True = may "
+                "attend).",
+            ): partial(_block, causal=False),
+            Hint(
+                "you scaled the scores by 1/sqrt(D), the model width.",
+                "Each head compares vectors of size d_h = D / num_heads: divide by sqrt(d_h).",
+            ): partial(_block, scale_by_width=True),
+            Hint(
+                "your heads take interleaved features (head i gets features i, i+H, ...).",
+                "Head i owns the contiguous features i*d_h .. (i+1)*d_h - 1: reshape to "
+                "(B, N, H, d_h), then transpose to (B, H, N, d_h) (chapter 04's split_heads).",
+            ): partial(_block, split="interleaved"),
+            Hint(
+                "you merged the heads with a reshape of (B, H, N, d_h) straight to (B, N, D), "
+                "which mixes tokens with heads.",
+                "Transpose back to (B, N, H, d_h) first, then reshape to (B, N, D) (chapter 04's "
+                "merge_heads).",
+            ): partial(_block, merge="reshape"),
+            Hint(
+                "your attention output skips the output projection W_O.",
+                "After merging the heads, multiply by params['W_O'] before adding to x.",
+            ): partial(_block, use_W_O=False),
+            Hint(
+                "your MLP uses the tanh approximation of GELU.",
+                "The statement asks for the exact GELU, F.gelu(t) (the erf form), not "
+                "F.gelu(t, approximate='tanh'): they differ by about 1e-4.",
+            ): partial(_block, act=_tanh_gelu),
+            Hint(
+                "your MLP uses ReLU.",
+                "This block uses GELU: torch.nn.functional.gelu (the exact erf form).",
+            ): partial(_block, act=F.relu),
+            Hint(
+                "you used ln_1's weight and bias for both LayerNorms.",
+                "The MLP's LayerNorm has its own parameters, ln_2.weight and ln_2.bias.",
+            ): partial(_block, shared_ln=True),
         },
-        hint="x = x + attn(LN_1(x)); x = x + W_2-projection of gelu(LN_2(x) @ W_1); attn = causal "
-        "multi-head attention with heads split from x @ W_Q etc., merged, then @ W_O.",
+        hint=Hint(
+            "two sub-layers, each reading a LayerNorm of the stream and adding its result to "
+            "the stream: causal multi-head attention, then the MLP.",
+            "x = x + attn(LN_1(x)); x = x + gelu(LN_2(x) @ W_1) @ W_2; attn = causal "
+            "multi-head attention with heads split from x @ W_Q etc., merged, then @ W_O.",
+        ),
     )
 )
 
@@ -264,14 +362,18 @@ def top_k_probs_reference(logits: torch.Tensor, k: int | None, temperature: floa
     return top_k_probs(logits, k, temperature)  # (B, V)
 
 
-def _topk(logits, k, temperature, *, times=False, renorm=True, keep=None, largest=True):
+def _topk(
+    logits, k, temperature, *, times=False, renorm=True, keep=None, largest=True, fill=None, dim=-1
+):
     z = logits * temperature if times else logits / temperature  # (B, V)
     kk = z.shape[-1] if k is None else min(int(k), z.shape[-1])
     kk = kk if keep is None else max(1, min(z.shape[-1], kk + keep))
     idx = torch.topk(z, kk, dim=-1, largest=largest).indices  # (B, kk)
     kept = torch.zeros_like(z, dtype=torch.bool).scatter(-1, idx, True)  # (B, V)
+    if fill is not None:  # the others set to a finite value, not -inf
+        return torch.softmax(z.masked_fill(~kept, fill), dim=-1)  # (B, V)
     if renorm:
-        return torch.softmax(z.masked_fill(~kept, float("-inf")), dim=-1)  # (B, V)
+        return torch.softmax(z.masked_fill(~kept, float("-inf")), dim=dim)  # (B, V)
     return torch.softmax(z, dim=-1) * kept  # (B, V)
 
 
@@ -300,22 +402,54 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you multiplied the logits by the temperature: divide them, z / temperature, so that a low "
-            "temperature sharpens the distribution.": partial(_topk, times=True),
-            "you zeroed the other tokens' probabilities after the softmax without renormalising: "
-            "the result does not sum to 1. Set the other logits to -inf *before* the softmax.": partial(
-                _topk, renorm=False
-            ),
-            "you kept one token too few (k-1): a strict '>' against the k-th largest logit drops "
-            "the k-th itself. Keep every logit >= the k-th largest.": partial(_topk, keep=-1),
-            "you kept one token too many (k+1): keep exactly the k largest logits.": partial(
-                _topk, keep=1
-            ),
-            "you kept the k *smallest* logits: torch.topk(..., largest=True) (the default) gives "
-            "the largest.": partial(_topk, largest=False),
+            Hint(
+                "you multiplied the logits by the temperature.",
+                "Divide them, z / temperature, so that a low temperature sharpens the "
+                "distribution.",
+            ): partial(_topk, times=True),
+            Hint(
+                "your rows do not sum to 1: you zeroed the other tokens' probabilities after "
+                "the softmax without renormalising.",
+                "Set the other logits to -inf *before* the softmax.",
+            ): partial(_topk, renorm=False),
+            Hint(
+                "the tokens outside the top k still get some probability: you set their logits "
+                "to 0, not to -inf.",
+                "exp(0) = 1 is not 0: masked_fill(z < kth, float('-inf')) before the softmax.",
+            ): partial(_topk, fill=0.0),
+            Hint(
+                "you kept one token too few (k-1).",
+                "A strict '>' against the k-th largest logit drops the k-th itself: keep every "
+                "logit >= the k-th largest.",
+            ): partial(_topk, keep=-1),
+            Hint(
+                "you kept one token too many (k+1).",
+                "Keep exactly the k largest logits: the k-th largest is "
+                "torch.topk(z, k).values[..., -1:].",
+            ): partial(_topk, keep=1),
+            Hint(
+                "you kept the k *smallest* logits.",
+                "torch.topk(..., largest=True), the default, gives the largest.",
+            ): partial(_topk, largest=False),
+            Hint(
+                "your softmax runs over the batch axis (dim=0): rows come out NaN or do not "
+                "sum to 1.",
+                "Each row is one distribution over the vocabulary: softmax over the last axis, "
+                "dim=-1.",
+            ): partial(_topk, dim=0),
         },
-        hint="z = logits / temperature; kth = torch.topk(z, k).values[..., -1:]; set z < kth to "
-        "-inf; softmax over the last axis. k=None keeps everything.",
+        errors={
+            r"topk\(\).*NoneType": Hint(
+                "k=None means 'keep every token', and torch.topk cannot take None.",
+                "Filter only when k is not None (and k = V keeps everything too); otherwise "
+                "just apply the temperature and the softmax.",
+            ),
+        },
+        hint=Hint(
+            "temperature first, then keep the k largest logits of each row, then normalise.",
+            "z = logits / temperature; kth = torch.topk(z, k).values[..., -1:]; set z < kth to "
+            "-inf; softmax over the last axis. k=None keeps everything.",
+        ),
     )
 )
 
@@ -347,18 +481,22 @@ def _decode(
     rotate_v=False,
     rerotate=False,
     only_q=False,
+    interleaved=True,
+    causal=False,
 ):
     t = k_cache.shape[-2]
     pos = torch.tensor([0 if from_zero else t + shift])  # (1,)
-    q = apply_rope(q_new, pos)  # (B, H, 1, d)
-    k_rot = k_new if only_q else apply_rope(k_new, pos)  # (B, Hkv, 1, d)
+    q = apply_rope(q_new, pos, interleaved=interleaved)  # (B, H, 1, d)
+    k_rot = k_new if only_q else apply_rope(k_new, pos, interleaved=interleaved)  # (B, Hkv, 1, d)
     v = apply_rope(v_new, pos) if rotate_v else v_new  # (B, Hkv, 1, d)
     k_all = torch.cat([k_cache, k_rot], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
     if rerotate:  # the whole cache rotated once more, by positions 0..past
         k_all = apply_rope(k_all)  # (B, Hkv, Nk, d), Nk = past + 1
     v_all = torch.cat([v_cache, v], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
     g = q_new.shape[1] // k_all.shape[1]
-    out, _ = scaled_dot_product_attention(q, repeat_kv(k_all, g), repeat_kv(v_all, g))
+    out, _ = scaled_dot_product_attention(
+        q, repeat_kv(k_all, g), repeat_kv(v_all, g), is_causal=causal
+    )  # (B, H, 1, d)
     if store_raw:
         k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, Nk, d): the unrotated key stored
     return out, k_all, v_all
@@ -402,34 +540,74 @@ register(
         reference=rope_decode_step_reference,
         atol=1e-9,
         rtol=1e-7,
+        outputs=("output", "k_cache", "v_cache"),
         mistakes={
-            "you rotated the new token at position 0: apply_rope on a one-token tensor defaults "
-            "to positions 0..N-1 = [0]. With past = k_cache.shape[-2] tokens cached the new token "
-            "is at position past: pass positions=torch.tensor([past]).": partial(
-                _decode, from_zero=True
+            Hint(
+                "you rotated the new token at position 0: apply_rope on a one-token tensor "
+                "defaults to positions 0..N-1 = [0].",
+                "With past = k_cache.shape[-2] tokens cached, the new token is at position "
+                "past: pass positions=torch.tensor([past]).",
+            ): partial(_decode, from_zero=True),
+            Hint(
+                "your position is off by one (past + 1).",
+                "Positions count from 0: with past cached tokens (positions 0..past-1) the new "
+                "one is at position past.",
+            ): partial(_decode, shift=1),
+            Hint(
+                "your position is off by one (past - 1): that is the last *cached* token's "
+                "position.",
+                "The new token comes after it, at position past = k_cache.shape[-2].",
+            ): partial(_decode, shift=-1),
+            Hint(
+                "you stored the new key unrotated.",
+                "The cache holds rotated keys (each at its own position), so that no cached key "
+                "ever needs rotating again: append the rotated k_new.",
+            ): partial(_decode, store_raw=True),
+            Hint(
+                "you rotated the whole cache again.",
+                "The cached keys are already rotated: rotate only the new query and key.",
+            ): partial(_decode, rerotate=True),
+            Hint(
+                "you rotated the query but not the new key.",
+                "RoPE rotates both q and k (the score then depends on their offset only).",
+            ): partial(_decode, only_q=True),
+            Hint(
+                "you rotated the value.",
+                "RoPE acts on queries and keys only; values are not rotated.",
+            ): partial(_decode, rotate_v=True),
+            Hint(
+                "you paired features (i, i + d/2), the half-split RoPE (interleaved=False).",
+                "The lecture's model and the cached keys use interleaved pairs (2i, 2i+1), "
+                "apply_rope's default.",
+            ): partial(_decode, interleaved=False),
+            Hint(
+                "you passed is_causal=True: its triangle is aligned top-left, so the single new "
+                "query (row 0) sees only key 0, the oldest cached token.",
+                "The new token is the last position: it may see all past + 1 keys, so no mask "
+                "is needed.",
+            ): partial(_decode, causal=True),
+        },
+        errors={
+            r"do not broadcast: got q \(\d+, (\d+), .*k \(\d+, (?!\1\b)\d+,|size of tensor a "
+            r"\(\d+\) must match the size of tensor b \(\d+\) at non-singleton dimension 1": Hint(
+                "the H query heads could not be lined up with the H_kv key/value heads: you did "
+                "not repeat the KV heads.",
+                "With grouped-query attention repeat each KV head G = H // H_kv times in place "
+                "(repeat_kv, or repeat_interleave(G, dim=1)) before attending; return the "
+                "caches with their H_kv heads.",
             ),
-            "your position is off by one (past + 1): positions count from 0, so with past cached "
-            "tokens (positions 0..past-1) the new one is at position past.": partial(
-                _decode, shift=1
-            ),
-            "your position is off by one (past - 1): that is the last *cached* token's position; "
-            "the new token comes after it, at position past = k_cache.shape[-2].": partial(
-                _decode, shift=-1
-            ),
-            "you stored the new key unrotated: the cache holds rotated keys (each at its own "
-            "position), so that no cached key ever needs rotating again. Append the rotated "
-            "k_new.": partial(_decode, store_raw=True),
-            "you rotated the whole cache again: the cached keys are already rotated. Rotate only "
-            "the new query and key.": partial(_decode, rerotate=True),
-            "you rotated the query but not the new key: RoPE rotates both q and k (the score then "
-            "depends on their offset only).": partial(_decode, only_q=True),
-            "you rotated the value: RoPE acts on queries and keys only; values are not rotated.": partial(
-                _decode, rotate_v=True
+            r"expected positions of shape .* got shape \(\)": Hint(
+                "apply_rope wants one position per token, a tensor, not a Python int.",
+                "For the one new token: positions=torch.tensor([past]) (shape [1]).",
             ),
         },
-        hint="past = k_cache.shape[-2]; pos = torch.tensor([past]); rotate q_new and k_new with "
-        "apply_rope(..., pos); append the rotated key and v_new; repeat KV heads; attend "
-        "without a mask; return (out, k_all, v_all).",
+        hint=Hint(
+            "rotate the new query and key at the new token's own position, append, attend over "
+            "everything with each query head reading its KV head.",
+            "past = k_cache.shape[-2]; pos = torch.tensor([past]); rotate q_new and k_new with "
+            "apply_rope(..., pos); append the rotated key and v_new; repeat KV heads; attend "
+            "without a mask; return (out, k_all, v_all).",
+        ),
     )
 )
 
@@ -441,13 +619,24 @@ def induction_score_reference(weights: torch.Tensor, period: int) -> torch.Tenso
     return induction_scores(weights, period)  # (H,)
 
 
-def _ind(weights, period, *, key_shift=1, one_query_early=False, transpose=False, over_heads=False):
+def _ind(
+    weights,
+    period,
+    *,
+    key_shift=1,
+    one_query_early=False,
+    transpose=False,
+    over_heads=False,
+    summed=False,
+):
     w = weights.transpose(-2, -1) if transpose else weights
     n = w.shape[-1]
     start = period - 1 if one_query_early else period
     queries = torch.arange(start, n)  # (n_q,)
     keys = queries - period + key_shift  # (n_q,)
     s = w[:, :, queries, keys]  # (B, H, n_q)
+    if summed:
+        return s.sum(dim=(0, 2))
     return s.mean() if over_heads else s.mean(dim=(0, 2))
 
 
@@ -496,23 +685,39 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you measured the weight on key n - period, the previous occurrence of the current "
-            "token itself (a 'duplicate-token' head). An induction head looks one further, at "
-            "n - period + 1: the token that *followed* the previous occurrence.": partial(
-                _ind, key_shift=0
-            ),
-            "you also averaged over the query n = period - 1, whose key n - period + 1 = 0 is not "
-            "an earlier occurrence of anything yet: start at query n = period.": partial(
-                _ind, one_query_early=True
-            ),
-            "you read weights[..., key, query]: the weights are [B, H, query, key], each row a "
-            "query's distribution over the keys.": partial(_ind, transpose=True),
-            "you averaged over the heads too: return one score per head, shape [H].": partial(
-                _ind, over_heads=True
-            ),
+            Hint(
+                "you measured the weight on key n - period: the previous occurrence of the "
+                "current token itself (a 'duplicate-token' head).",
+                "An induction head looks one further, at n - period + 1: the token that "
+                "*followed* the previous occurrence.",
+            ): partial(_ind, key_shift=0),
+            Hint(
+                "you also averaged over the query n = period - 1 (a diagonal that starts one "
+                "query too early).",
+                "Its key n - period + 1 = 0 follows no earlier occurrence of anything: start at "
+                "query n = period.",
+            ): partial(_ind, one_query_early=True),
+            Hint(
+                "you read weights[..., key, query].",
+                "The weights are [B, H, query, key]: each row is one query's distribution over "
+                "the keys.",
+            ): partial(_ind, transpose=True),
+            Hint(
+                "you averaged over the heads too.",
+                "Return one score per head, shape [H]: average over the batch and the queries "
+                "only.",
+            ): partial(_ind, over_heads=True),
+            Hint(
+                "you summed the weights instead of averaging them: a perfect head should score 1.",
+                "Average over the batch and the N - period queries.",
+            ): partial(_ind, summed=True),
         },
-        hint="queries n = period .. N-1, keys n - period + 1; weights[:, :, queries, keys] has "
-        "shape [B, H, N - period]; average over the batch and the queries.",
+        hint=Hint(
+            "for each query n >= period, read the weight on the key one after the previous "
+            "occurrence; average per head.",
+            "queries n = period .. N-1, keys n - period + 1; weights[:, :, queries, keys] has "
+            "shape [B, H, N - period]; average over the batch and the queries.",
+        ),
     )
 )
 
@@ -537,6 +742,7 @@ def _sched(
     to_zero=False,
     whole_run=False,
     linear=False,
+    unguarded=False,
 ):
     out = []
     lo = 0.0 if to_zero else min_lr
@@ -546,9 +752,11 @@ def _sched(
             continue
         if whole_run:
             progress = s / max(num_steps - 1, 1)
+        elif unguarded and num_steps - 1 - warmup_steps == 0:
+            progress = float("nan")  # numpy's 0 / 0, with a RuntimeWarning
         else:
             progress = (s - warmup_steps) / max(num_steps - 1 - warmup_steps + span_shift, 1)
-        progress = min(progress, 1.0)
+        progress = progress if math.isnan(progress) else min(progress, 1.0)
         if linear:
             out.append(max_lr - (max_lr - lo) * progress)
         else:
@@ -561,6 +769,10 @@ def _sched_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         return [
             Case("10 steps, 3 of warm-up, from 1e-2 down to 1e-3", (10, 1e-2, 1e-3, 3)),
             Case("50 steps, 5 of warm-up, 3e-3 down to 3e-4", (50, 3e-3, 3e-4, 5)),
+            Case(
+                "4 steps, 3 of warm-up: num_steps - 1 - warmup_steps = 0 (divide by 1)",
+                (4, 1e-2, 1e-3, 3),
+            ),
         ]
     s = int(rng.integers(100, 400))
     return [
@@ -581,25 +793,51 @@ register(
         atol=1e-12,
         rtol=1e-9,
         mistakes={
-            "your warm-up starts at 0: step 0 then does not move the weights at all. Use "
-            "max_lr * (s + 1) / warmup_steps, so step warmup_steps - 1 reaches max_lr.": partial(
-                _sched, warm_from_zero=True
-            ),
-            "your cosine never reaches min_lr: it spans num_steps - warmup_steps steps, one too "
-            "many. The last step (s = num_steps - 1) must give exactly min_lr: divide by "
-            "num_steps - 1 - warmup_steps.": partial(_sched, span_shift=1),
-            "you decay to 0 instead of min_lr: the cosine goes from max_lr to min_lr.": partial(
-                _sched, to_zero=True
-            ),
-            "your cosine starts at step 0, not after the warm-up: use the progress "
-            "(s - warmup_steps) / (num_steps - 1 - warmup_steps), which is 0 right after the "
-            "warm-up.": partial(_sched, whole_run=True),
-            "you decay linearly; the schedule is a half cosine: "
-            "min_lr + (max_lr - min_lr) * (1 + cos(pi * progress)) / 2.": partial(
-                _sched, linear=True
+            Hint(
+                "your warm-up starts at 0: step 0 then does not move the weights at all.",
+                "Use max_lr * (s + 1) / warmup_steps, so that step warmup_steps - 1 reaches "
+                "max_lr.",
+            ): partial(_sched, warm_from_zero=True),
+            Hint(
+                "your cosine never reaches min_lr: it spans one step too many.",
+                "The last step (s = num_steps - 1) must give exactly min_lr: divide by "
+                "num_steps - 1 - warmup_steps, not num_steps - warmup_steps.",
+            ): partial(_sched, span_shift=1),
+            Hint(
+                "you decay to 0 instead of min_lr.",
+                "The cosine goes from max_lr down to min_lr: min_lr + 0.5 * (max_lr - min_lr) * "
+                "(1 + cos(pi * progress)).",
+            ): partial(_sched, to_zero=True),
+            Hint(
+                "your cosine starts at step 0, not after the warm-up.",
+                "Use the progress (s - warmup_steps) / (num_steps - 1 - warmup_steps), which is "
+                "0 right after the warm-up.",
+            ): partial(_sched, whole_run=True),
+            Hint(
+                "you decay linearly; the schedule is half a cosine.",
+                "min_lr + (max_lr - min_lr) * (1 + cos(pi * progress)) / 2.",
+            ): partial(_sched, linear=True),
+            Hint(
+                "when num_steps - 1 - warmup_steps is 0, your progress is 0 / 0.",
+                "The statement's rule: divide by max(num_steps - 1 - warmup_steps, 1).",
+            ): partial(_sched, unguarded=True),
+            Hint(
+                "your values are float32: right to about 7 digits, not to the 9 the check asks.",
+                "Return float64 (numpy's default: np.empty(num_steps), or np.array of Python "
+                "floats).",
+            ): lambda *a: lr_schedule_reference(*a).astype(np.float32),
+        },
+        errors={
+            r"ZeroDivisionError": Hint(
+                "you divided by num_steps - 1 - warmup_steps, which is 0 here.",
+                "The statement's rule: divide by max(num_steps - 1 - warmup_steps, 1).",
             ),
         },
-        hint="for s < W: max_lr * (s+1) / W; else progress = (s - W) / (num_steps - 1 - W) and "
-        "min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * progress)).",
+        hint=Hint(
+            "a linear climb for the warm-up steps, then half a cosine from max_lr down to "
+            "min_lr at the last step.",
+            "for s < W: max_lr * (s+1) / W; else progress = (s - W) / max(num_steps - 1 - W, 1) "
+            "and min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * progress)).",
+        ),
     )
 )

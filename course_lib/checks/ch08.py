@@ -24,7 +24,7 @@ from ..attention import masked_softmax
 from ..flex import tile_map
 from ..mask_mods import document_ids, index_grids
 from ..multihead import repeat_kv
-from .core import Case, Exercise, register
+from .core import Case, Exercise, Hint, NotThisMistake, register
 
 DT = torch.float64
 
@@ -74,6 +74,10 @@ def _doc_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
+def _doc_forgot_batch(b, h, q, kv, d):
+    return (d[q] == d[kv]) & (q >= kv)  # doc_ids indexed without the sequence b
+
+
 register(
     Exercise(
         id="08.1",
@@ -83,29 +87,52 @@ register(
         cases=_doc_cases,
         reference=document_causal_reference,
         mistakes={
-            "your mask is causal but lets tokens attend across document boundaries: also require "
-            "doc_ids[b, q_idx] == doc_ids[b, kv_idx].": lambda b, h, q, kv, d: (q >= kv) & (b >= 0),
-            "your mask keeps each token inside its document but is not causal: a token can see "
-            "later tokens of its own document. Combine with q_idx >= kv_idx (and: `&`).": lambda b, h, q, kv, d: (
-                d[b, q] == d[b, kv]
-            ),
-            "you combined the two conditions with `|` (or): a token then sees every earlier token "
-            "of any document. Both must hold: `&`.": lambda b, h, q, kv, d: (
-                (d[b, q] == d[b, kv]) | (q >= kv)
-            ),
-            "your causal condition is reversed: query i may see keys j <= i, i.e. q_idx >= kv_idx.": lambda b, h, q, kv, d: (
-                (d[b, q] == d[b, kv]) & (q <= kv)
-            ),
-            "a token cannot see itself: use q_idx >= kv_idx, not q_idx > kv_idx.": lambda b, h, q, kv, d: (
-                (d[b, q] == d[b, kv]) & (q > kv)
-            ),
-            "you used the documents of sequence 0 for every sequence: index doc_ids with b, "
-            "doc_ids[b, q_idx].": lambda b, h, q, kv, d: (
-                (d[0, q] == d[0, kv]) & (q >= kv) & (b >= 0)
+            Hint(
+                "your mask is causal but lets tokens attend across document boundaries.",
+                "Also require doc_ids[b, q_idx] == doc_ids[b, kv_idx].",
+            ): lambda b, h, q, kv, d: (q >= kv) & (b >= 0),
+            Hint(
+                "your mask keeps each token inside its document but is not causal: a token sees "
+                "later tokens of its own document.",
+                "Combine with q_idx >= kv_idx, using `&`.",
+            ): lambda b, h, q, kv, d: d[b, q] == d[b, kv],
+            Hint(
+                "you combined the two conditions with `|` (or): a token then sees every earlier "
+                "token of any document.",
+                "Both must hold: `&`.",
+            ): lambda b, h, q, kv, d: (d[b, q] == d[b, kv]) | (q >= kv),
+            Hint(
+                "your causal condition is reversed.",
+                "Query i may see keys j <= i: q_idx >= kv_idx.",
+            ): lambda b, h, q, kv, d: (d[b, q] == d[b, kv]) & (q <= kv),
+            Hint(
+                "a token cannot see itself.",
+                "Use q_idx >= kv_idx, not q_idx > kv_idx.",
+            ): lambda b, h, q, kv, d: (d[b, q] == d[b, kv]) & (q > kv),
+            Hint(
+                "you used the documents of sequence 0 for every sequence.",
+                "Index doc_ids with b: doc_ids[b, q_idx].",
+            ): lambda b, h, q, kv, d: (d[0, q] == d[0, kv]) & (q >= kv) & (b >= 0),
+            Hint(
+                "you indexed doc_ids with the token index alone, doc_ids[q_idx]: that picks "
+                "*sequences* (rows), not tokens.",
+                "doc_ids is [B, N]: doc_ids[b, q_idx] is the document of token q_idx of "
+                "sequence b.",
+            ): _doc_forgot_batch,
+        },
+        errors={
+            r"Boolean value of Tensor with more than one value is ambiguous": Hint(
+                "you used Python's `and`, `or`, `not` or an `if` on the index tensors: they ask "
+                "for one True/False, and a grid of indices has many.",
+                "Use tensor operators only, which work elementwise on a whole grid and on single "
+                "indices alike: `&`, `|`, `~`, comparisons.",
             ),
         },
-        hint="(doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx): tensor operators "
-        "only (`&`, not `and`), so that it works on whole index grids and on single indices.",
+        hint=Hint(
+            "two conditions, both elementwise: same document, and the key not after the query.",
+            "(doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx): tensor operators "
+            "only (`&`, not `and`), so that it works on whole index grids and on single indices.",
+        ),
     )
 )
 
@@ -130,6 +157,8 @@ def _slopes_wrong(num_heads: int, *, how: str) -> torch.Tensor:
         return _geometric(n, start=0)
     if how == "truncate next power":
         return _geometric(p if p == n else 2 * p)[:n]
+    if how == "sorted":
+        return torch.sort(lib_alibi_slopes(n, dtype=DT), descending=True).values
     extra = {
         "first ones": _geometric(2 * p)[: n - p],
         "odd positions": _geometric(2 * p)[1::2][: n - p],
@@ -165,28 +194,43 @@ register(
         atol=1e-7,
         rtol=1e-5,
         mistakes={
-            "your slopes start at 2^0 = 1: the sequence starts at h = 1, m_h = 2^(-8h/H), so the "
-            "first slope is 2^(-8/H) (1/2 for 8 heads).": lambda n: _slopes_wrong(
-                n, how="from zero"
-            ),
-            "you used 2^(-8h/H) for every H. That is the recipe for powers of two only; for other "
-            "H take the P = 2^floor(log2 H) slopes of P heads, then fill up with slopes of 2P "
-            "heads.": lambda n: _slopes_wrong(n, how="same formula"),
-            "you took the slopes of the next power of two and cut them: the paper starts from the "
-            "power of two *below* H (all its slopes) and adds slopes of 2P heads.": lambda n: (
-                _slopes_wrong(n, how="truncate next power")
-            ),
-            "the extra H - P slopes must be *every other* slope of 2P heads (h = 1, 3, 5, ...: "
-            "those that fall between the first P), not the first H - P of them.": lambda n: (
-                _slopes_wrong(n, how="first ones")
-            ),
-            "your extra slopes repeat slopes you already have: the slopes of 2P heads at even h "
-            "equal those of P heads. Take the odd h = 1, 3, 5, ... (indices 0, 2, 4, ...).": lambda n: (
-                _slopes_wrong(n, how="odd positions")
-            ),
+            Hint(
+                "your slopes start at 2^0 = 1.",
+                "The sequence starts at h = 1: m_h = 2^(-8h/H), so the first slope is 2^(-8/H) "
+                "(1/2 for 8 heads).",
+            ): lambda n: _slopes_wrong(n, how="from zero"),
+            Hint(
+                "you used 2^(-8h/H) for every H: the recipe for powers of two only.",
+                "For other H take the H_0 = 2^floor(log2 H) slopes of H_0 heads, then fill up "
+                "with slopes of 2 H_0 heads.",
+            ): lambda n: _slopes_wrong(n, how="same formula"),
+            Hint(
+                "you took the slopes of the next power of two and cut them.",
+                "The paper starts from the power of two *below* H (all its slopes) and adds "
+                "slopes of twice as many heads.",
+            ): lambda n: _slopes_wrong(n, how="truncate next power"),
+            Hint(
+                "the extra slopes are the first H - H_0 slopes of 2 H_0 heads.",
+                "Take *every other* slope of 2 H_0 heads (h = 1, 3, 5, ...: those that fall "
+                "between the first H_0), the first H - H_0 of those.",
+            ): lambda n: _slopes_wrong(n, how="first ones"),
+            Hint(
+                "your extra slopes repeat slopes you already have: at even h the slopes of "
+                "2 H_0 heads equal those of H_0 heads.",
+                "Take the odd h = 1, 3, 5, ... (list indices 0, 2, 4, ...).",
+            ): lambda n: _slopes_wrong(n, how="odd positions"),
+            Hint(
+                "you have the right slopes in the wrong order: you sorted them.",
+                "The order is the recipe's: first the H_0 slopes of H_0 heads, then the extra "
+                "ones (head h of the model gets slope h of this list).",
+            ): lambda n: _slopes_wrong(n, how="sorted"),
         },
-        hint="P = 2 ** floor(log2(H)); slopes(P) = [2 ** (-8 * h / P) for h in 1..P]; for H > P "
-        "append slopes(2 * P)[0::2][:H - P].",
+        hint=Hint(
+            "start from the largest power of two H_0 <= H; if H_0 < H, borrow the missing slopes "
+            "from the recipe for 2 H_0 heads.",
+            "H_0 = 2 ** floor(log2(H)); slopes(n) = [2 ** (-8 * h / n) for h in 1..n]; "
+            "slopes(H_0) + slopes(2 * H_0)[0::2][:H - H_0].",
+        ),
     )
 )
 
@@ -278,36 +322,57 @@ register(
         reference=classify_tiles_reference,
         atol=1e-9,
         rtol=1e-6,
+        outputs=("tiles", "fraction_skipped"),
         mistakes={
-            "your tile map has one tile too few along an axis whose length is not a multiple of "
-            "the tile size: the last, smaller tile still counts. Use ceil division, "
-            "-(-n // block).": lambda m, a, b: _tiles_wrong(m, a, b, how="floor"),
-            "you swapped the tile sizes: block_m counts queries (rows), block_n keys (columns).": lambda m, a, b: (
-                _tiles_wrong(m, a, b, how="swap")
-            ),
-            "you skip every tile that is not entirely True: a partial tile (some True, some "
-            "False) must be computed (1), only an all-False tile is skipped (0).": lambda m, a, b: (
-                _tiles_wrong(m, a, b, how="all or nothing")
-            ),
-            "you never mark a tile as full (2): a tile whose entries are all True is full, one "
-            "with both True and False entries is partial (1).": lambda m, a, b: _tiles_wrong(
-                m, a, b, how="any"
-            ),
-            "you classified a cut edge tile by its missing entries too: look only at the real "
-            "entries of a tile (an edge tile whose real entries are all True is full).": lambda m, a, b: (
-                _tiles_wrong(m, a, b, how="edge partial")
-            ),
-            "your fraction counts masked-out *entries*; the exercise asks for the fraction of "
-            "*tiles* that are skipped (classified 0).": lambda m, a, b: _tiles_wrong(
-                m, a, b, how="elements"
-            ),
-            "your fraction is the share of tiles that are computed (partial or full); the "
-            "exercise asks for the share that is skipped.": lambda m, a, b: _tiles_wrong(
-                m, a, b, how="computed"
+            Hint(
+                "your tile map has one tile too few along an axis whose length is not a "
+                "multiple of the tile size.",
+                "The last, smaller tile still counts: ceil division, -(-n // block).",
+            ): lambda m, a, b: _tiles_wrong(m, a, b, how="floor"),
+            Hint(
+                "you swapped the tile sizes.",
+                "block_m counts queries (rows), block_n keys (columns).",
+            ): lambda m, a, b: _tiles_wrong(m, a, b, how="swap"),
+            Hint(
+                "you skip every tile that is not entirely True.",
+                "A partial tile (some True, some False) must be computed (1); only an all-False "
+                "tile is skipped (0).",
+            ): lambda m, a, b: _tiles_wrong(m, a, b, how="all or nothing"),
+            Hint(
+                "you never mark a tile as full (2).",
+                "A tile whose entries are all True is full (2); one with both True and False "
+                "entries is partial (1).",
+            ): lambda m, a, b: _tiles_wrong(m, a, b, how="any"),
+            Hint(
+                "you classified a cut edge tile by its missing entries too.",
+                "Look only at the tile's real entries: an edge tile whose real entries are all "
+                "True is full.",
+            ): lambda m, a, b: _tiles_wrong(m, a, b, how="edge partial"),
+            Hint(
+                "your fraction counts masked-out *entries*.",
+                "The exercise asks for the fraction of *tiles* that are skipped (classified 0).",
+            ): lambda m, a, b: _tiles_wrong(m, a, b, how="elements"),
+            Hint(
+                "your fraction is the share of tiles that are computed.",
+                "The exercise asks for the share that is skipped (partial and full tiles are "
+                "computed).",
+            ): lambda m, a, b: _tiles_wrong(m, a, b, how="computed"),
+        },
+        errors={
+            r"shape '\[.*\]' is invalid for input of size": Hint(
+                "a reshape into whole tiles fails when the mask's side is not a multiple of the "
+                "tile size.",
+                "The last tiles are smaller: loop over ceil(Nq / block_m) x ceil(Nk / block_n) "
+                "tiles and slice, mask[i*block_m:(i+1)*block_m, j*block_n:(j+1)*block_n] (a "
+                "slice past the end stops at the edge).",
             ),
         },
-        hint="for tile (i, j) take mask[i*block_m:(i+1)*block_m, j*block_n:(j+1)*block_n]: 0 if "
-        "not any(), 2 if all(), else 1; ceil division for the number of tiles.",
+        hint=Hint(
+            "slice the mask into tiles (the last ones may be smaller) and ask of each: no True, "
+            "all True, or some?",
+            "for tile (i, j) take mask[i*block_m:(i+1)*block_m, j*block_n:(j+1)*block_n]: 0 if "
+            "not any(), 2 if all(), else 1; ceil division for the number of tiles.",
+        ),
     )
 )
 
@@ -349,25 +414,24 @@ def _ring_wrong(q_new, k_new, v_new, k_cache, v_cache, position, *, how: str):
         valid = torch.arange(w) <= position
     if how == "all slots":
         valid = torch.ones(w, dtype=torch.bool)
+    if how == "strict":
+        valid = torch.arange(w) < position
+    if how == "nonzero keys":  # a slot is 'a token' when its key is not all zeros
+        valid = k_cache.abs().sum(-1)[:, :, None, :] > 0  # (B, H_kv, 1, W)
+        valid = repeat_kv(valid, q_new.shape[1] // k_cache.shape[1])  # (B, H, 1, W)
     if how == "read first":
         return _ring_attend(q_new, k_old, v_old, valid), k_cache, v_cache
     return _ring_attend(q_new, k_cache, v_cache, valid, tile=how == "tile"), k_cache, v_cache
 
 
-def _ring_case(rng, name, b, h, h_kv, w, d, position):
+def _ring_case(rng, name, b, h, h_kv, w, d, position, zero_key=False):
     k_cache, v_cache = _t(rng, b, h_kv, w, d), _t(rng, b, h_kv, w, d)
     k_cache[:, :, position + 1 :] = 0.0  # slots never written are still zero
     v_cache[:, :, position + 1 :] = 0.0
+    k_new = torch.zeros(b, h_kv, 1, d, dtype=DT) if zero_key else _t(rng, b, h_kv, 1, d)
     return Case(
         name,
-        (
-            _t(rng, b, h, 1, d),
-            _t(rng, b, h_kv, 1, d),
-            _t(rng, b, h_kv, 1, d),
-            k_cache,
-            v_cache,
-            position,
-        ),
+        (_t(rng, b, h, 1, d), k_new, _t(rng, b, h_kv, 1, d), k_cache, v_cache, position),
     )
 
 
@@ -387,6 +451,17 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 3,
                 9,
             ),
+            _ring_case(
+                rng,
+                "token 5 into a full ring of 4, its key all zeros (it is still a token)",
+                1,
+                2,
+                1,
+                4,
+                3,
+                5,
+                zero_key=True,
+            ),
         ]
     return [
         _ring_case(rng, "the first token (position 0)", 2, 2, 1, 5, 4, 0),
@@ -405,24 +480,48 @@ register(
         reference=ring_decode_step_reference,
         atol=1e-9,
         rtol=1e-7,
+        outputs=("output", "k_cache", "v_cache"),
         mistakes={
-            "the new token attends before it is written: write k_new, v_new into slot "
-            "position % W first, then attend (the token sees itself, not the token it "
-            "overwrites).": lambda *a: _ring_wrong(*a, how="read first"),
-            "you attend to slots that were never written (they hold zeros, not tokens): mask out "
-            "slot s while s > position.": lambda *a: _ring_wrong(*a, how="all slots"),
-            "you write into slot (position + 1) % W: token t goes to slot t % W.": lambda *a: (
-                _ring_wrong(*a, how="off by one")
-            ),
-            "you shift the cache and append the new token at the end, like a queue. The cache "
-            "is a ring (token t sits in slot t % W), so shifting drops the wrong token, and it "
-            "copies W entries per token: write the new token into slot position % W, in "
-            "place.": lambda *a: _ring_wrong(*a, how="roll"),
-            "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1): query "
-            "head i reads KV head i // G (chapter 04).": lambda *a: _ring_wrong(*a, how="tile"),
+            Hint(
+                "the new token attends before it is written into the ring.",
+                "Write k_new, v_new into slot position % W first, then attend: the token sees "
+                "itself, not the token it overwrites.",
+            ): lambda *a: _ring_wrong(*a, how="read first"),
+            Hint(
+                "the new token does not see itself while the ring is filling up: you kept slots "
+                "s < position.",
+                "Slot s holds a token when s <= position (the new token's own slot included).",
+            ): lambda *a: _ring_wrong(*a, how="strict"),
+            Hint(
+                "you attend to slots that were never written: they hold zeros, not tokens.",
+                "Mask out slot s while s > position.",
+            ): lambda *a: _ring_wrong(*a, how="all slots"),
+            Hint(
+                "you decide which slots hold a token by looking at their values (a key of "
+                "zeros = empty), so a real token whose key is zero is dropped.",
+                "Decide by position alone: slot s holds a token when s <= position.",
+            ): lambda *a: _ring_wrong(*a, how="nonzero keys"),
+            Hint(
+                "you write into slot (position + 1) % W.",
+                "Token t goes to slot t % W.",
+            ): lambda *a: _ring_wrong(*a, how="off by one"),
+            Hint(
+                "you shift the cache and append the new token at the end, like a queue.",
+                "The cache is a ring (token t sits in slot t % W): shifting drops the wrong "
+                "token and copies W entries per token. Write the new token into slot "
+                "position % W.",
+            ): lambda *a: _ring_wrong(*a, how="roll"),
+            Hint(
+                "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1).",
+                "Query head i reads KV head i // G (chapter 04's repeat_kv).",
+            ): lambda *a: _ring_wrong(*a, how="tile"),
         },
-        hint="slot = position % W; write k_new[:, :, 0] and v_new[:, :, 0] there (on clones); "
-        "valid = arange(W) <= position; softmax over the valid slots with repeated KV heads.",
+        hint=Hint(
+            "write the new token into its slot, then let the query attend to every slot that "
+            "holds a token.",
+            "slot = position % W; write k_new[:, :, 0] and v_new[:, :, 0] there; valid = "
+            "arange(W) <= position; softmax over the valid slots with repeated KV heads.",
+        ),
     )
 )
 
@@ -446,7 +545,31 @@ def _mla_bytes(config, seq_len, batch_size, bytes_per_value, *, how: str = ""):
     layers = 1 if how == "no layers" else c["num_hidden_layers"]
     batch = 1 if how == "no batch" else batch_size
     unit = 8 if how == "bits" else 1
-    return int(layers * per_layer * seq_len * batch * bytes_per_value * unit)
+    out = int(layers * per_layer * seq_len * batch * bytes_per_value * unit)
+    if how and out == _mla_bytes(config, seq_len, batch_size, bytes_per_value):
+        raise NotThisMistake  # e.g. "forgot the batch" when batch_size is 1
+    return out
+
+
+def _bytes_compare(got, expected, case) -> str | None:
+    """A byte count is an int: say so when it is a float, and show sizes in GiB."""
+    if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
+        if isinstance(got, (float, np.floating)) or (
+            isinstance(got, torch.Tensor) and got.numel() == 1
+        ):
+            return (
+                f"expected an int (a number of bytes), got the {type(got).__name__} "
+                f"{float(got):,.1f}. Every factor is an int; keep it so (no `/`, or int() "
+                "around the product)."
+            )
+        return f"expected an int (a number of bytes), got {type(got).__name__} {got!r:.80}."
+    if int(got) == int(expected):
+        return None
+    gib = 2**30
+    return (
+        f"expected {int(expected):,} bytes ({expected / gib:.4g} GiB), got {int(got):,} "
+        f"({int(got) / gib:.4g} GiB): {int(got) / int(expected):.4g} times the right size."
+    )
 
 
 def mla_cache_bytes_from_config(
@@ -476,7 +599,7 @@ def _mla_bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             Case(
                 "a tiny MLA model: 3 layers, 4 heads, d_c=16, d_h^R=4, 5 sequences of 10 "
                 "tokens, fp32",
-                (_mla_config(3, 64, 4, 16, 4, 16, 16), 10, 5, 4),
+                (_mla_config(3, 64, 4, 16, 4, 10, 10), 10, 5, 4),
             ),
             Case("DeepSeek-V2's config, one token in bf16", (DEEPSEEK_V2_CONFIG, 1, 1, 2)),
         ]
@@ -504,34 +627,42 @@ register(
         reference=mla_cache_bytes_from_config,
         atol=0.0,
         rtol=1e-12,
+        compare=_bytes_compare,
         mistakes={
-            "you counted the latent twice (once for keys, once for values): one latent c_t "
-            "serves both, so MLA has no factor 2.": lambda c, n, b, p: _mla_bytes(
-                c, n, b, p, how="kv twice"
-            ),
-            "you cached the RoPE key once per head: k^R is shared by all heads, "
-            "qk_rope_head_dim numbers per token and layer.": lambda c, n, b, p: _mla_bytes(
-                c, n, b, p, how="rope per head"
-            ),
-            "you forgot the decoupled RoPE key: each token caches kv_lora_rank + "
-            "qk_rope_head_dim numbers per layer.": lambda c, n, b, p: _mla_bytes(
-                c, n, b, p, how="no rope"
-            ),
-            "that is the cache of the same model with plain multi-head attention (all keys and "
-            "values of all heads); MLA caches only the latent and the RoPE key.": lambda c, n, b, p: (
-                _mla_bytes(c, n, b, p, how="mha")
-            ),
-            "you forgot the layers: every layer caches its own latent and RoPE key.": lambda c, n, b, p: (
-                _mla_bytes(c, n, b, p, how="no layers")
-            ),
-            "you forgot the batch: each of the batch_size sequences has its own cache.": lambda c, n, b, p: (
-                _mla_bytes(c, n, b, p, how="no batch")
-            ),
-            "your answer is 8 times too large: that is bits. bytes_per_value already counts "
-            "bytes.": lambda c, n, b, p: _mla_bytes(c, n, b, p, how="bits"),
+            Hint(
+                "you counted the latent twice, once for keys and once for values.",
+                "One latent c_t serves both: MLA has no factor 2.",
+            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="kv twice"),
+            Hint(
+                "you cached the RoPE key once per head.",
+                "k^R is shared by all heads: qk_rope_head_dim numbers per token and layer.",
+            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="rope per head"),
+            Hint(
+                "you forgot the decoupled RoPE key.",
+                "Each token caches kv_lora_rank + qk_rope_head_dim numbers per layer.",
+            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="no rope"),
+            Hint(
+                "that is the cache of the same model with plain multi-head attention.",
+                "MLA caches only the latent and the RoPE key, not every head's keys and values.",
+            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="mha"),
+            Hint(
+                "you forgot the layers.",
+                "Every layer caches its own latent and RoPE key: multiply by num_hidden_layers.",
+            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="no layers"),
+            Hint(
+                "you forgot the batch.",
+                "Each of the batch_size sequences has its own cache.",
+            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="no batch"),
+            Hint(
+                "your answer is 8 times too large: that is bits.",
+                "bytes_per_value already counts bytes.",
+            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="bits"),
         },
-        hint="bytes = layers x (kv_lora_rank + qk_rope_head_dim) x tokens x batch x "
-        "bytes_per_value.",
+        hint=Hint(
+            "per token and layer MLA caches one latent and one RoPE key, shared by all heads.",
+            "bytes = num_hidden_layers x (kv_lora_rank + qk_rope_head_dim) x seq_len x "
+            "batch_size x bytes_per_value.",
+        ),
     )
 )
 
@@ -594,21 +725,42 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you left out the RoPE part q^R . k^R: the score is the sum of the latent part and "
-            "the rotary part.": lambda *a: _absorbed(*a, rope=False),
-            "you scaled by 1/sqrt(d_h): MLA's query and key heads have d_h + d_h^R components, "
-            "so the scale is 1/sqrt(d_h + d_h^R).": lambda *a: _absorbed(
-                *a, scale_dim=a[0].shape[-1]
-            ),
-            "you scaled by 1/sqrt(d_c): the latent is not a head; the scale is "
-            "1/sqrt(d_h + d_h^R).": lambda *a: _absorbed(*a, scale_dim=a[2].shape[-1]),
-            "you forgot the scale 1/sqrt(d_h + d_h^R).": lambda *a: _absorbed(*a, scale_dim=0),
-            "you used head 0's W_UK for every head: head h needs W_UK[h].": lambda *a: _absorbed(
-                *a, head0=True
+            Hint(
+                "you left out the RoPE part, q^R . k^R.",
+                "The score is the sum of the latent part and the rotary part.",
+            ): lambda *a: _absorbed(*a, rope=False),
+            Hint(
+                "you scaled by 1/sqrt(d_h).",
+                "MLA's query and key heads have d_h + d_h^R components, so the scale is "
+                "1/sqrt(d_h + d_h^R).",
+            ): lambda *a: _absorbed(*a, scale_dim=a[0].shape[-1]),
+            Hint(
+                "you scaled by 1/sqrt(d_c).",
+                "The latent is not a head: the scale is 1/sqrt(d_h + d_h^R).",
+            ): lambda *a: _absorbed(*a, scale_dim=a[2].shape[-1]),
+            Hint(
+                "you forgot the scale.",
+                "Divide the scores by sqrt(d_h + d_h^R).",
+            ): lambda *a: _absorbed(*a, scale_dim=0),
+            Hint(
+                "you used head 0's W_UK for every head.",
+                "Head h needs W_UK[h].",
+            ): lambda *a: _absorbed(*a, head0=True),
+        },
+        errors={
+            r"einsum\(\).*does not broadcast": Hint(
+                "your einsum's letters do not line up with the shapes: q_nope is "
+                "[B, H, 1, d_h] and W_UK is [H, d_h, d_c].",
+                "Contract over d_h and keep d_c: einsum('bhqe,hec->bhqc', q_nope, W_UK) gives "
+                "[B, H, 1, d_c].",
             ),
         },
-        hint="q_lat = einsum('bhqe,hec->bhqc', q_nope, W_UK); scores = (q_lat @ c_kv[:, None]"
-        ".transpose(-2, -1) + q_rope @ k_rope[:, None].transpose(-2, -1)) / sqrt(d_h + d_h^R).",
+        hint=Hint(
+            "move each head's query into the latent space with that head's W_UK, then dot it "
+            "with every cached latent; add the rotary part; scale.",
+            "q_lat = einsum('bhqe,hec->bhqc', q_nope, W_UK); scores = (q_lat @ c_kv[:, None]"
+            ".transpose(-2, -1) + q_rope @ k_rope[:, None].transpose(-2, -1)) / sqrt(d_h + d_h^R).",
+        ),
     )
 )
 
@@ -682,28 +834,57 @@ register(
         reference=linear_attention_step_reference,
         atol=1e-9,
         rtol=1e-7,
+        outputs=("output", "state", "normalizer"),
         mistakes={
-            "you read the state before adding the new token: update S and z first, then compute "
-            "o_t, so that the token attends to itself (j <= t).": lambda *a: _lin_step(
-                *a, read_first=True
-            ),
-            "you forgot the denominator phi(q)^T z: without it the output grows with the number "
-            "of tokens.": lambda *a: _lin_step(*a, norm=False),
-            "you used q and k without the feature map: phi(x) = elu(x) + 1 keeps every weight "
-            "phi(q)^T phi(k) positive.": lambda *a: _lin_step(*a, phi=lambda x: x),
-            "you used exp as the feature map: this exercise uses phi(x) = elu(x) + 1.": lambda *a: (
-                _lin_step(*a, phi=torch.exp)
-            ),
-            "you applied the feature map to v as well: only queries and keys go through phi.": lambda *a: (
-                _lin_step(*a, phi_v=True)
-            ),
-            "your state is transposed ([d_v, d_k], v phi(k)^T): the state is "
-            "S = sum_j phi(k_j) v_j^T of shape [..., d_k, d_v].": lambda *a: _lin_step(
-                *a, transposed=True
+            Hint(
+                "you read the state before adding the new token.",
+                "Update S and z first, then compute o_t, so that the token attends to itself "
+                "(j <= t).",
+            ): lambda *a: _lin_step(*a, read_first=True),
+            Hint(
+                "you forgot the denominator phi(q)^T z.",
+                "Without it the output grows with the number of tokens: divide by "
+                "(phi(q) * z).sum(-1, keepdim=True).",
+            ): lambda *a: _lin_step(*a, norm=False),
+            Hint(
+                "you used q and k without the feature map.",
+                "phi(x) = elu(x) + 1 keeps every weight phi(q)^T phi(k) positive.",
+            ): lambda *a: _lin_step(*a, phi=lambda x: x),
+            Hint(
+                "your feature map is elu(x), without the + 1: it is negative for x < 0.",
+                "phi(x) = elu(x) + 1 > 0, so that every weight phi(q)^T phi(k) is positive.",
+            ): lambda *a: _lin_step(*a, phi=F.elu),
+            Hint(
+                "your feature map is relu(x).",
+                "This exercise uses phi(x) = elu(x) + 1 (Katharopoulos et al., 2020): positive "
+                "everywhere, where relu is 0 for half of its inputs.",
+            ): lambda *a: _lin_step(*a, phi=F.relu),
+            Hint(
+                "you used exp as the feature map.",
+                "This exercise uses phi(x) = elu(x) + 1.",
+            ): lambda *a: _lin_step(*a, phi=torch.exp),
+            Hint(
+                "you applied the feature map to v as well.",
+                "Only queries and keys go through phi.",
+            ): lambda *a: _lin_step(*a, phi_v=True),
+            Hint(
+                "your state is transposed, [d_v, d_k] (v phi(k)^T).",
+                "The state is S = sum_j phi(k_j) v_j^T of shape [..., d_k, d_v].",
+            ): lambda *a: _lin_step(*a, transposed=True),
+        },
+        errors={
+            r"size of tensor a \(\d+\) must match the size of tensor b \(\d+\) at "
+            r"non-singleton dimension 2": Hint(
+                "your numerator [B, H, d_v] and denominator [B, H] do not line up.",
+                "Keep the summed axis: (phi(q) * z).sum(-1, keepdim=True) is [B, H, 1].",
             ),
         },
-        hint="fk = elu(k_t) + 1; state = state + fk[..., :, None] * v_t[..., None, :]; "
-        "normalizer = normalizer + fk; o = (fq[..., None, :] @ state)[..., 0, :] / "
-        "(fq * normalizer).sum(-1, keepdim=True).",
+        hint=Hint(
+            "add this token's phi(k) v^T to the state and phi(k) to the normaliser, then read "
+            "both with phi(q).",
+            "fk = elu(k_t) + 1; state = state + fk[..., :, None] * v_t[..., None, :]; "
+            "normalizer = normalizer + fk; o = (fq[..., None, :] @ state)[..., 0, :] / "
+            "(fq * normalizer).sum(-1, keepdim=True).",
+        ),
     )
 )

@@ -30,7 +30,7 @@ from ..context_parallel.merge import (
 from ..context_parallel.merge import merge_attention as _merge
 from ..context_parallel.sharding import shard_positions
 from ..context_parallel.ulysses import all_to_all_seq_to_head
-from .core import Case, Exercise, register
+from .core import Case, Exercise, Hint, NotThisMistake, register
 
 DT = torch.float64
 NEG_INF = -math.inf
@@ -150,25 +150,53 @@ register(
         reference=merge_attention_reference,
         atol=1e-12,
         rtol=1e-10,
+        outputs=("output", "lse"),
         mistakes={
-            "you averaged the two outputs: each part must be weighted by its share of the softmax "
-            "denominator, exp(lse_a - lse) and exp(lse_b - lse), which are not 1/2 unless the two "
-            "LSEs are equal.": _merge_average,
-            "your weights exp(lse_a - m), exp(lse_b - m) are not normalised: divide by their sum "
-            "(equivalently, use exp(lse_a - lse) with the merged lse), so that they add up to 1.": _merge_unnormalised,
-            "your merged lse is the larger of the two: the sums add, so lse = log(exp(lse_a) + "
-            "exp(lse_b)) = m + log(exp(lse_a - m) + exp(lse_b - m)).": _merge_lse_max,
-            "you swapped the weights: out_a gets exp(lse_a - lse), the share of part a.": _merge_swapped,
-            "rows where both LSEs are -inf (no key seen yet) become NaN: max is -inf and "
-            "-inf - (-inf) is NaN. Replace an infinite max by 0 before subtracting (torch.where), "
-            "and divide by the weights' sum only where it is > 0; such rows stay out = 0, "
-            "lse = -inf.": _merge_nan_when_empty,
-            "you exponentiated the LSEs themselves: exp(1000) overflows to inf and inf/inf is NaN. "
-            "Subtract m = max(lse_a, lse_b) first; every exponent is then <= 0.": _merge_raw_exp,
+            Hint(
+                "you averaged the two outputs.",
+                "Each part is weighted by its share of the softmax denominator, "
+                "exp(lse_a - lse) and exp(lse_b - lse), which are 1/2 only when the two LSEs are "
+                "equal.",
+            ): _merge_average,
+            Hint(
+                "your weights exp(lse_a - m), exp(lse_b - m) do not add up to 1.",
+                "Divide by their sum (equivalently, use exp(lse_a - lse) with the merged lse).",
+            ): _merge_unnormalised,
+            Hint(
+                "your merged lse is the larger of the two.",
+                "The denominators add: lse = log(exp(lse_a) + exp(lse_b)) = m + "
+                "log(exp(lse_a - m) + exp(lse_b - m)).",
+            ): _merge_lse_max,
+            Hint(
+                "you swapped the weights.",
+                "out_a gets exp(lse_a - lse), the share of part a.",
+            ): _merge_swapped,
+            Hint(
+                "rows where both LSEs are -inf (no key seen yet) become NaN: max is -inf, and "
+                "-inf - (-inf) is NaN.",
+                "Replace an infinite max by 0 before subtracting (torch.where), and divide by "
+                "the weights' sum only where it is > 0; such rows stay out = 0, lse = -inf.",
+            ): _merge_nan_when_empty,
+            Hint(
+                "you exponentiated the LSEs themselves: exp(1000) overflows to inf, and inf/inf "
+                "is NaN.",
+                "Subtract m = max(lse_a, lse_b) first; every exponent is then <= 0.",
+            ): _merge_raw_exp,
         },
-        hint="m = torch.maximum(lse_a, lse_b) (0 where it is -inf); w_a = exp(lse_a - m), "
-        "w_b = exp(lse_b - m); lse = m + log(w_a + w_b); out = (w_a * out_a + w_b * out_b) / "
-        "(w_a + w_b) with [..., None] on the weights, 0 where w_a + w_b == 0.",
+        errors={
+            r"size of tensor a \(\d+\) must match the size of tensor b \(\d+\) at "
+            r"non-singleton dimension": Hint(
+                "your weights (..., Nq) and outputs (..., Nq, d_v) do not line up.",
+                "Give the weights a last axis of 1 before multiplying: w_a[..., None] * out_a.",
+            ),
+        },
+        hint=Hint(
+            "each part's output counts in proportion to its softmax denominator e^L; compute "
+            "the proportions without ever exponentiating an L itself.",
+            "m = torch.maximum(lse_a, lse_b) (0 where it is -inf); w_a = exp(lse_a - m), "
+            "w_b = exp(lse_b - m); lse = m + log(w_a + w_b); out = (w_a * out_a + w_b * out_b) "
+            "/ (w_a + w_b) with [..., None] on the weights, 0 where w_a + w_b == 0.",
+        ),
     )
 )
 
@@ -221,6 +249,11 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "causal, first step on the own block, mask True = may attend",
                 (qz, kz, vz, *_empty_state(4, 2), mask_own),
             ),
+            Case(
+                "a first step (out = 0, lse = -inf) on a block that queries 0 and 1 may not "
+                "see at all: they must stay out = 0, lse = -inf",
+                (qz, kz1, vz1, *_empty_state(4, 2), mask_other),
+            ),
         ]
     q, k, v = _t(rng, 6, 4, scale=3.0), _t(rng, 5, 4, scale=3.0), _t(rng, 5, 4)
     out, lse = _partial(rng, 6, 3, 4, 4)
@@ -243,6 +276,20 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 def _ring_unscaled(q, k, v, out, lse, mask):
     return ring_step_reference(q * math.sqrt(q.shape[-1]), k, v, out, lse, mask)
+
+
+def _ring_scale_dv(q, k, v, out, lse, mask):
+    if v.shape[-1] == q.shape[-1]:
+        raise NotThisMistake
+    return ring_step_reference(q * math.sqrt(q.shape[-1] / v.shape[-1]), k, v, out, lse, mask)
+
+
+def _ring_finite_fill(q, k, v, out, lse, mask):
+    """Masked scores set to -1e9: an all-masked row gets a uniform average and a finite lse."""
+    s = q @ k.T / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e9)
+    return _merge(out, lse, torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1))
 
 
 def _ring_no_merge(q, k, v, out, lse, mask):
@@ -279,21 +326,52 @@ register(
         reference=ring_step_reference,
         atol=1e-12,
         rtol=1e-10,
+        outputs=("output", "lse"),
         mistakes={
-            "you forgot the 1/sqrt(d) scale of the scores.": _ring_unscaled,
-            "you returned the new block's partial result only: merge it into the running "
-            "(out, lse) with merge_attention, or every earlier block is lost.": _ring_no_merge,
-            "mask=True means 'may attend' (torch SDPA's convention): fill the scores where the "
-            "mask is False with -inf, i.e. scores.masked_fill(~mask, -inf).": _ring_mask_inverted,
-            "rows whose keys are all masked out become NaN: a softmax over a row of -inf is 0/0. "
-            "Such a row's partial result is out_b = 0, lse_b = -inf (so the merge ignores it): "
-            "compute lse_b = torch.logsumexp(scores, -1) first, then weights "
-            "exp(scores - lse_b) with lse_b replaced by 0 where it is -inf.": _ring_nan_masked_rows,
-            "the block's lse is its log-sum-exp, logsumexp(scores, -1), not the row maximum.": _ring_lse_is_max,
+            Hint(
+                "you forgot the scale of the scores.",
+                "S = q k_block^T / sqrt(d_k).",
+            ): _ring_unscaled,
+            Hint(
+                "you scaled the scores by 1/sqrt(d_v), the width of the values.",
+                "The scale belongs to the dot product q . k: 1/sqrt(d_k), with d_k = q.shape[-1].",
+            ): _ring_scale_dv,
+            Hint(
+                "you returned the new block's partial result only: every earlier block is lost.",
+                "Merge it into the running (out, lse) with merge_attention.",
+            ): _ring_no_merge,
+            Hint(
+                "your mask is inverted.",
+                "mask=True means 'may attend' (torch SDPA's convention): fill the scores where "
+                "the mask is False, scores.masked_fill(~mask, -inf).",
+            ): _ring_mask_inverted,
+            Hint(
+                "rows whose keys are all masked out become NaN: a softmax over a row of -inf is "
+                "0/0.",
+                "Such a row's partial result is out_b = 0, lse_b = -inf (so the merge ignores "
+                "it): compute lse_b = torch.logsumexp(scores, -1) first, then the weights "
+                "exp(scores - lse_b) with lse_b replaced by 0 where it is -inf.",
+            ): _ring_nan_masked_rows,
+            Hint(
+                "you masked with a large negative number (-1e9) instead of -inf: a row that "
+                "sees none of the block gets a uniform average of its values and a finite lse, "
+                "as if it had seen them.",
+                "Use -inf (chapter 02); then such a row's lse_b is -inf and its out_b must be 0 "
+                "(exponentiate scores - lse_b with lse_b replaced by 0 there).",
+            ): _ring_finite_fill,
+            Hint(
+                "the block's lse is its row maximum.",
+                "The log-sum-exp is logsumexp(scores, -1), not the row maximum.",
+            ): _ring_lse_is_max,
         },
-        hint="scores = q @ k_block.T / sqrt(d), masked with -inf where mask is False; "
-        "lse_b = torch.logsumexp(scores, -1); out_b = exp(scores - lse_b[:, None]) @ v_block "
-        "(0 for rows with lse_b = -inf); return merge_attention(out, lse, out_b, lse_b).",
+        hint=Hint(
+            "attend to the block alone (masked scores, its log-sum-exp, its normalised output), "
+            "then merge that partial result into the running state.",
+            "scores = q @ k_block.T / sqrt(d), masked with -inf where mask is False; "
+            "lse_b = torch.logsumexp(scores, -1); out_b = exp(scores - lse_b[:, None]) @ "
+            "v_block (0 for rows with lse_b = -inf); return merge_attention(out, lse, out_b, "
+            "lse_b).",
+        ),
     )
 )
 
@@ -318,6 +396,29 @@ def _zigzag_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("N = 64, P = 8, rank 5", (64, 8, 5)),
         Case("N = 12, P = 6, rank 3: chunks of one token", (12, 6, 3)),
     ]
+
+
+def _positions_compare(got, expected, case) -> str | None:
+    """Positions are indices: a 1-D integer tensor (or array), equal to the reference."""
+    if isinstance(got, torch.Tensor):
+        got = got.detach().cpu().numpy()
+    if not isinstance(got, np.ndarray):
+        return (
+            f"expected a 1-D torch tensor of integers, got {type(got).__name__}: build it with "
+            "torch.arange and torch.cat."
+        )
+    if not np.issubdtype(got.dtype, np.integer):
+        return (
+            f"expected integer positions, got dtype {got.dtype}: positions index tensors "
+            "(x[..., positions, :]), which needs integers. torch.arange of ints (use `//`, "
+            "not `/`, for the chunk size) gives int64."
+        )
+    want = np.asarray(torch.as_tensor(expected).cpu())
+    if got.shape != want.shape:
+        return f"expected shape {want.shape}, got {got.shape}."
+    if np.array_equal(got, want):
+        return None
+    return f"expected {want.tolist()}, got {got.tolist()}."
 
 
 def _zigzag_contiguous(seq_len, world_size, rank):
@@ -363,19 +464,36 @@ register(
         reference=zigzag_positions_reference,
         atol=0.0,
         rtol=0.0,
+        compare=_positions_compare,
         mistakes={
-            "that is the plain (contiguous) split: zigzag cuts the sequence into 2P chunks and "
-            "gives rank r chunks r and 2P - 1 - r.": _zigzag_contiguous,
-            "the second chunk is number 2P - 1 - rank (chunks are numbered 0 .. 2P - 1), not "
-            "2P - rank.": _zigzag_off_by_one,
-            "the chunks are in the wrong order: chunk r (the early tokens) first, then chunk "
-            "2P - 1 - r.": _zigzag_reversed,
-            "you mirrored among P chunks: the second chunk is counted from the end of the whole "
-            "sequence, chunk 2P - 1 - r of 2P chunks of seq_len / (2P) tokens.": _zigzag_p_chunks,
-            "that is the striped layout (token t on rank t mod P), not zigzag.": _zigzag_striped,
+            Hint(
+                "that is the plain (contiguous) split.",
+                "Zigzag cuts the sequence into 2P chunks and gives rank r chunks r and 2P - 1 - r.",
+            ): _zigzag_contiguous,
+            Hint(
+                "your second chunk is one chunk too far.",
+                "Chunks are numbered 0 .. 2P - 1: the mirror of chunk r is 2P - 1 - r, not 2P - r.",
+            ): _zigzag_off_by_one,
+            Hint(
+                "the chunks are in the wrong order.",
+                "Chunk r (the early tokens) first, then chunk 2P - 1 - r.",
+            ): _zigzag_reversed,
+            Hint(
+                "you mirrored among P chunks.",
+                "The second chunk is counted from the end of the whole sequence: chunk "
+                "2P - 1 - r of 2P chunks of seq_len / (2P) tokens.",
+            ): _zigzag_p_chunks,
+            Hint(
+                "that is the striped layout (token t on rank t mod P), not zigzag.",
+                "Zigzag gives each rank two contiguous chunks, r and 2P - 1 - r.",
+            ): _zigzag_striped,
         },
-        hint="c = seq_len // (2 * world_size); torch.cat([torch.arange(rank * c, (rank + 1) * c), "
-        "torch.arange(b * c, (b + 1) * c)]) with b = 2 * world_size - 1 - rank.",
+        hint=Hint(
+            "2P chunks of equal length; rank r takes one from the front and its mirror image "
+            "from the back.",
+            "c = seq_len // (2 * world_size); torch.cat([torch.arange(rank * c, (rank + 1) * "
+            "c), torch.arange(b * c, (b + 1) * c)]) with b = 2 * world_size - 1 - rank.",
+        ),
     )
 )
 
@@ -406,6 +524,10 @@ def _a2a_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("P = 2, H = 2, n = 5", ([_t(rng, 1, 2, 5, 3) for _ in range(2)],)),
         Case("P = 4, H = 16", ([_t(rng, 1, 16, 2, 2) for _ in range(4)],)),
     ]
+
+
+def _a2a_stacked(xs):
+    return torch.stack(seq_to_head_all_to_all_reference(xs))  # (P, B, H/P, P*n, d_h)
 
 
 def _a2a_strided_heads(xs):
@@ -444,18 +566,38 @@ register(
         atol=0.0,
         rtol=0.0,
         mistakes={
-            "rank j must get the contiguous head group j*H/P .. (j+1)*H/P - 1, not every P-th "
-            "head (x[:, j::P]).": _a2a_strided_heads,
-            "you concatenated along the head axis: the pieces from different ranks are different "
-            "tokens, so they go along the sequence axis (dim 2), giving (B, H/P, P*n, d_h).": _a2a_head_dim,
-            "the sequence must be in rank order, rank 0's tokens first (that is position order "
-            "for a contiguous split).": _a2a_reversed_ranks,
-            "the tokens of different ranks are interleaved: you stacked the rank axis after the "
-            "token axis before reshaping. Stack (or concatenate) so that all of rank 0's n tokens "
-            "come first, then rank 1's.": _a2a_interleaved_tokens,
+            Hint(
+                "you returned one stacked tensor.",
+                "Return a list with one tensor per rank, ys[j] of shape (B, H/P, P*n, d_h): "
+                "each rank holds its own tensor.",
+            ): _a2a_stacked,
+            Hint(
+                "rank j got every P-th head (x[:, j::P]).",
+                "Rank j gets the contiguous head group j*H/P .. (j+1)*H/P - 1.",
+            ): _a2a_strided_heads,
+            Hint(
+                "you concatenated along the head axis.",
+                "The pieces from different ranks are different tokens: they go along the "
+                "sequence axis (dim 2), giving (B, H/P, P*n, d_h).",
+            ): _a2a_head_dim,
+            Hint(
+                "the sequence is not in rank order.",
+                "Rank 0's tokens first, then rank 1's (that is position order for a contiguous "
+                "split).",
+            ): _a2a_reversed_ranks,
+            Hint(
+                "the tokens of different ranks are interleaved: you stacked the rank axis after "
+                "the token axis before reshaping.",
+                "Stack (or concatenate) so that all of rank 0's n tokens come first, then "
+                "rank 1's.",
+            ): _a2a_interleaved_tokens,
         },
-        hint="h = H // P; ys[j] = torch.cat([x[:, j*h:(j+1)*h] for x in xs], dim=2) for j in "
-        "range(P).",
+        hint=Hint(
+            "rank j collects head group j from every rank and lines the pieces up along the "
+            "sequence, in rank order.",
+            "h = H // P; ys[j] = torch.cat([x[:, j*h:(j+1)*h] for x in xs], dim=2) for j in "
+            "range(P).",
+        ),
     )
 )
 
@@ -507,6 +649,34 @@ def _bytes_ulysses_keeps_nothing(n, p, h, d, b):
     return forward_comm_bytes_reference(n, p, h, d, b)[0], 4 * _per(n, p, h, d, b)
 
 
+def _bytes_ulysses_to_each(n, p, h, d, b):
+    return forward_comm_bytes_reference(n, p, h, d, b)[0], 4 * (p - 1) * _per(n, p, h, d, b)
+
+
+def _bytes_ulysses_kv_only(n, p, h, d, b):
+    return forward_comm_bytes_reference(n, p, h, d, b)[0], 2 * (p - 1) * _per(n, p, h, d, b) // p
+
+
+def _bytes_compare(got, expected, case) -> str | None:
+    """Two byte counts, both ints."""
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return f"expected a tuple (ring, ulysses) of two ints, got {type(got).__name__} {got!r:.80}"
+    for name, g, e in zip(("ring", "ulysses"), got, expected):
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+            value = float(g) if isinstance(g, (float, np.floating, torch.Tensor)) else g
+            return (
+                f"{name}: expected an int (a number of bytes), got {type(g).__name__} "
+                f"{value!r:.40}. Divide with `//` (N // P, and (P - 1) // P only after "
+                "multiplying), as the statement asks."
+            )
+        if int(g) != int(e):
+            return (
+                f"{name}: expected {int(e):,} bytes, got {int(g):,} "
+                f"({int(g) / int(e) if e else float('inf'):.4g} times the right count)."
+            )
+    return None
+
+
 def _bytes_ulysses_no_output(n, p, h, d, b):
     return forward_comm_bytes_reference(n, p, h, d, b)[0], 3 * (p - 1) * _per(n, p, h, d, b) // p
 
@@ -521,19 +691,47 @@ register(
         reference=forward_comm_bytes_reference,
         atol=0.5,
         rtol=0.0,
+        outputs=("ring", "ulysses"),
+        compare=_bytes_compare,
         mistakes={
-            "the ring makes P - 1 hops, not P: after P - 1 shifts every rank has seen every block, "
-            "and its own block needs no message.": _bytes_ring_p_hops,
-            "the ring passes both K and V around: two tensors of H * (N / P) * d_h elements per "
-            "hop.": _bytes_ring_k_only,
-            "each ring message is one shard, N / P tokens, not the whole sequence.": _bytes_ring_full_sequence,
-            "in an all-to-all a rank keeps 1/P of its tensor (the chunk addressed to itself): it "
-            "sends (P - 1) / P of it.": _bytes_ulysses_keeps_nothing,
-            "Ulysses' forward has four all-to-alls: Q, K and V to the head split, and the output "
-            "back to the sequence split.": _bytes_ulysses_no_output,
+            Hint(
+                "your ring makes P hops, one too many.",
+                "After P - 1 shifts every rank has seen every block, and a rank's own block "
+                "needs no message.",
+            ): _bytes_ring_p_hops,
+            Hint(
+                "your ring passes only K.",
+                "Both K and V travel: two tensors of H * (N / P) * d_h numbers per hop.",
+            ): _bytes_ring_k_only,
+            Hint(
+                "each of your ring messages holds the whole sequence.",
+                "A message is one shard, N / P tokens.",
+            ): _bytes_ring_full_sequence,
+            Hint(
+                "in your all-to-all a rank sends its whole tensor.",
+                "A rank keeps the 1/P addressed to itself and sends (P - 1) / P of it.",
+            ): _bytes_ulysses_keeps_nothing,
+            Hint(
+                "in your all-to-all a rank sends its whole tensor to *each* other rank.",
+                "It sends each rank only the chunk addressed to it, 1/P of the tensor: "
+                "(P - 1) / P of the tensor in all.",
+            ): _bytes_ulysses_to_each,
+            Hint(
+                "your Ulysses forward has three all-to-alls.",
+                "Four: Q, K and V to the head split, and the output back to the sequence split.",
+            ): _bytes_ulysses_no_output,
+            Hint(
+                "your Ulysses forward moves only K and V.",
+                "The queries need the head split too, and the output goes back: four "
+                "all-to-alls (Q, K, V in; O out).",
+            ): _bytes_ulysses_kv_only,
         },
-        hint="shard = H * (N // P) * d_h * bytes; ring = 2 * (P - 1) * shard; "
-        "ulysses = 4 * shard * (P - 1) // P.",
+        hint=Hint(
+            "count one rank's tensor of H * (N/P) * d_h numbers, then how many times (or what "
+            "fraction of it) leaves the rank.",
+            "shard = H * (N // P) * d_h * bytes; ring = 2 * (P - 1) * shard; "
+            "ulysses = 4 * shard * (P - 1) // P.",
+        ),
     )
 )
 
@@ -595,6 +793,34 @@ def _bwd_local_out(q, k, v, out, lse, dout, mask):
     return block_attention_backward(q, k, v, out_b, lse, dout, mask=mask)
 
 
+def _bwd_weights(q, k, lse, mask):
+    s = q @ k.T / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, NEG_INF)
+    return torch.exp(s - lse[:, None])  # (Nq, Nk)
+
+
+def _bwd_with_D(q, k, v, out, lse, dout, mask, D):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    p = _bwd_weights(q, k, lse, mask)  # (Nq, Nk)
+    ds = p * (dout @ v.T - D[:, None])  # (Nq, Nk)
+    return ds @ k * scale, ds.T @ q * scale, p.T @ dout
+
+
+def _bwd_D_rowsum_dout(q, k, v, out, lse, dout, mask):
+    return _bwd_with_D(q, k, v, out, lse, dout, mask, dout.sum(-1))
+
+
+def _bwd_D_from_block(q, k, v, out, lse, dout, mask):
+    p = _bwd_weights(q, k, lse, mask)
+    return _bwd_with_D(q, k, v, out, lse, dout, mask, (p * (dout @ v.T)).sum(-1))
+
+
+def _bwd_dv_untransposed(q, k, v, out, lse, dout, mask):
+    dq, dk, _ = block_attention_backward(q, k, v, out, lse, dout, mask=mask)
+    return dq, dk, _bwd_weights(q, k, lse, mask) @ dout  # (Nq, Nk) @ (Nq, d_v)
+
+
 def _bwd_unscaled(q, k, v, out, lse, dout, mask):
     dq, dk, dv = block_attention_backward(q, k, v, out, lse, dout, mask=mask)
     return dq * math.sqrt(q.shape[-1]), dk * math.sqrt(q.shape[-1]), dv
@@ -610,19 +836,46 @@ register(
         reference=ring_backward_step_reference,
         atol=1e-12,
         rtol=1e-10,
+        outputs=("dq_part", "dk_block", "dv_block"),
         mistakes={
-            "you recomputed the weights with the block's own log-sum-exp: they then sum to 1 "
-            "over this block alone. Use the final lse you were given (over all keys), so that "
-            "P = exp(S - lse) are the true attention weights of these keys.": _bwd_local_lse,
-            "D = rowsum(dout * out) must use the final output (given), not the block's partial "
-            "output.": _bwd_local_out,
-            "masked-out keys must get weight 0: apply the mask to the scores (-inf where it is "
-            "False) before exponentiating.": _bwd_no_mask,
-            "dq and dk miss the factor scale = 1/sqrt(d): S = scale * q k^T, so dq = scale * dS k "
-            "and dk = scale * dS^T q.": _bwd_unscaled,
+            Hint(
+                "you recomputed the weights with the block's own log-sum-exp: they then sum to "
+                "1 over this block alone.",
+                "Use the final lse you were given (over all keys), so that P = exp(S - lse) are "
+                "the true attention weights of these keys.",
+            ): _bwd_local_lse,
+            Hint(
+                "D must use the final output (given), not the block's partial output.",
+                "D = rowsum(dout * out) with the out argument.",
+            ): _bwd_local_out,
+            Hint(
+                "your D is rowsum(dO): the output O is missing.",
+                "D = rowsum(dO ∘ O) = (dout * out).sum(-1), with the final out.",
+            ): _bwd_D_rowsum_dout,
+            Hint(
+                "your D sums P ∘ dP over this block only.",
+                "D = rowsum(P ∘ dP) holds over *all* keys, which this rank does not have; the "
+                "equal form rowsum(dO ∘ O) needs only the final output: (dout * out).sum(-1).",
+            ): _bwd_D_from_block,
+            Hint(
+                "masked-out keys got a weight.",
+                "Apply the mask to the scores (-inf where it is False) before exponentiating.",
+            ): _bwd_no_mask,
+            Hint(
+                "your dq and dk miss the scale 1/sqrt(d).",
+                "S = scale * q k^T, so dq = scale * dS k and dk = scale * dS^T q.",
+            ): _bwd_unscaled,
+            Hint(
+                "your dv is P @ dout: the weights are not transposed.",
+                "dV_j = sum_i P_ij dO_i: dv = P.T @ dout, shape (Nk, d_v).",
+            ): _bwd_dv_untransposed,
         },
-        hint="S = q @ k_block.T / sqrt(d) (masked with -inf); P = exp(S - lse[:, None]); "
-        "dv = P.T @ dout; dP = dout @ v_block.T; D = (dout * out).sum(-1); "
-        "dS = P * (dP - D[:, None]); dq = dS @ k_block / sqrt(d); dk = dS.T @ q / sqrt(d).",
+        hint=Hint(
+            "chapter 06's backward restricted to this block's keys, with the *final* lse and "
+            "out given to you.",
+            "S = q @ k_block.T / sqrt(d) (masked with -inf); P = exp(S - lse[:, None]); "
+            "dv = P.T @ dout; dP = dout @ v_block.T; D = (dout * out).sum(-1); "
+            "dS = P * (dP - D[:, None]); dq = dS @ k_block / sqrt(d); dk = dS.T @ q / sqrt(d).",
+        ),
     )
 )

@@ -7,7 +7,8 @@ Three layouts of a sequence of ``seq_len`` tokens over ``world_size`` ranks ($P$
 * ``"zigzag"``: cut the sequence into $2P$ chunks; rank $r$ holds chunk $r$ and chunk
   $2P-1-r$, one from the cheap start and one from the expensive end. Every rank gets the
   same causal work (the split of Llama 3's context parallelism, Dubey et al., 2024, "The
-  Llama 3 Herd of Models").
+  Llama 3 Herd of Models", whose ranks then all-gather K and V rather than pass them
+  around a ring).
 * ``"striped"``: token $t$ goes to rank $t \bmod P$ (Brandon et al., 2023, "Striped
   Attention: Faster Ring Attention for Causal Transformers"): every block a rank meets is
   roughly half visible, so work is balanced step by step.
