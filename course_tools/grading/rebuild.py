@@ -537,8 +537,12 @@ def _code_cell(source: str, role: str, ex_id: str | None):
     return cell
 
 
-def _placeholder_source(source: str, ex_id: str) -> str:
-    """The exercise notebook's version of a solution cell (the region replaced)."""
+NBGRADER_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
+
+
+def _placeholder_source(source: str, ex_id: str, nbgrader: bool = False) -> str:
+    """A solution cell as handed out: the region replaced by the exercise notebook's
+    placeholder, or (``nbgrader``) by the stub nbgrader's own release writes."""
     from ..exercises import placeholder
 
     out, inside = [], None
@@ -546,7 +550,8 @@ def _placeholder_source(source: str, ex_id: str) -> str:
         if line.strip() == BEGIN_SOLUTION:
             inside = line[: len(line) - len(line.lstrip())]
         elif line.strip() == END_SOLUTION:
-            out += placeholder(ex_id, inside or "")
+            ind = inside or ""
+            out += [ind + s for s in NBGRADER_STUB] if nbgrader else placeholder(ex_id, ind)
             inside = None
         elif inside is None:
             out.append(line)
@@ -683,8 +688,11 @@ def rebuild(
         ex = get_exercise(ex_id)
         if ex_id in plan.missing or not solutions[ex_id]:
             continue
-        blank = _normal(_placeholder_source(reference[ex_id], ex_id))
-        if all(_normal(s) == blank for s in solutions[ex_id]) and not any(
+        blanks = {
+            _normal(_placeholder_source(reference[ex_id], ex_id, nbgrader))
+            for nbgrader in (False, True)
+        }
+        if all(_normal(s) in blanks for s in solutions[ex_id]) and not any(
             ex.target in defined_names(src) for role, _, src in order if role == "learner"
         ):
             unstarted.add(ex_id)

@@ -40,6 +40,7 @@ from course_lib.checks.core import (
 )
 
 MAX_RESULT_BYTES = 256 * 2**20
+MAX_MESSAGE = 2000  # characters of a learner's exception message kept per case
 
 
 def case_seed(seed: int, exercise_id: str, kind: str, fingerprint: str = "") -> int:
@@ -135,7 +136,7 @@ def harvest(exercise_id: str, fn: Any, inputs: str | Path, out_dir: str | Path) 
             got, failure = run_case(ex, fn, case)
             entry: dict[str, Any] = {"name": case.name}
             if failure is not None:
-                entry["error"] = failure.message
+                entry["error"] = failure.message[:MAX_MESSAGE]
                 entry["not_implemented"] = failure.not_implemented
             else:
                 try:
@@ -230,7 +231,7 @@ def score(
     for case, entry in zip(cases, recorded):
         if "error" in entry:
             not_impl += bool(entry.get("not_implemented"))
-            feedback.append(f"✗ {case.name}: {entry['error']}")
+            feedback.append(f"✗ {case.name}: {str(entry['error'])[:MAX_MESSAGE]}")
             continue
         try:
             got = _unflatten(entry["output"], arrays)

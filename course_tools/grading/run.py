@@ -155,6 +155,22 @@ def _kill_group(pid: int | None) -> None:
         pass
 
 
+def _cleanup(client, wait: float = 10.0) -> None:
+    """Close the client's channels and manager, giving up after ``wait`` seconds: a kernel
+    that wrote garbage into its sockets can leave a channel thread that never stops."""
+    import threading
+
+    def run():
+        try:
+            client._cleanup_kernel()
+        except Exception:
+            pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(wait)
+
+
 class _Started:
     """One kernel's resources, released by :meth:`close`."""
 
@@ -363,11 +379,8 @@ def execute(
             )
             i = n
         finally:
-            try:
-                client._cleanup_kernel()
-            except Exception:
-                pass
-            _kill_group(pid)
+            _kill_group(pid)  # first: a kernel that broke its channel cannot stall the rest
+            _cleanup(client)
             started.close()
         if restart_needed and i < n:
             restarts += 1

@@ -497,23 +497,25 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None
             row(sub_id, assignment, ex_id, points, ex.points, status, notes + feedback, ex.title)
         )
     first_learner = next((i for i, (r, _) in enumerate(plan.roles) if r != "course"), None)
+    course_notes: dict[str, int] = {}
     for i, (o, (r, _)) in enumerate(zip(outcomes, plan.roles)):
         if r != "course" or o.status not in ("error", "timeout", "died"):
             continue
         after_learner = first_learner is not None and i > first_learner
         if o.status == "timeout" and after_learner:
-            result["notes"].append(
+            note = (
                 f"a cell of the course did not finish after your code had run ({o.message}): "
                 "does your code replace a name the course's cells use (`print`, `np`, …)? "
                 "Later exercises may be affected"
             )
         else:
-            result["notes"].append(
+            note = (
                 f"a course cell failed while grading ({o.status}: "
                 f"{o.message[:300]}); later exercises may be affected"
             )
-        if len(result["notes"]) > 20:
-            break
+        course_notes[note] = course_notes.get(note, 0) + 1
+    for note, times in list(course_notes.items())[:10]:
+        result["notes"].append(note + (f" ({times} cells)" if times > 1 else ""))
     return finish(rows)
 
 
