@@ -66,7 +66,7 @@ def test_nbgraders_own_release_is_a_blank_exercise(tmp_path):
     """solutions/ is a valid nbgrader source: its release validates as unsolved, and the
     grader counts nbgrader's placeholder as "not started" (missing), not as a failure."""
     released = _nbgrader_release()
-    src = "".join(c["source"] for c in released["cells"] if c["cell_type"] == "code")
+    src = "".join("".join(c["source"]) for c in released["cells"] if c["cell_type"] == "code")
     assert "raise NotImplementedError()" in src and "BEGIN HIDDEN TESTS" not in src
     (tmp_path / "released.ipynb").write_bytes(dump(released))
     check = _validate(tmp_path / "released.ipynb")

@@ -94,7 +94,7 @@ def test_three_shards_merged_equal_one_run_byte_for_byte(sharded):
     single, merged = _tree(base / "single"), _tree(base / "merged")
     assert sorted(single) == sorted(merged)
     assert {"grades.csv", "review.csv", "lms.csv"} <= set(single)
-    assert sum(k.startswith("feedback/") for k in single) == 11
+    assert sum(k.startswith("feedback/") for k in single) == 9
     for path in single:
         assert single[path] == merged[path], path
     sizes = [len(s["rows"]) for s in sharded["shards"]]
