@@ -468,6 +468,7 @@ def adversarial(tmp_path_factory):
         "4",
     )
     run.update(variants=variants, before=before, after=_hashes(subs), subs=subs, base=base)
+    run["sandboxed"] = not sandbox_flags()
     return run
 
 
@@ -649,8 +650,8 @@ def test_suspicious_code_is_flagged_for_review(adversarial):
         assert f"subs/{name}.ipynb" in review, review
     # the course's own answer to 00.1 is three lines the statement dictates: not a "copy"
     assert not [line for line in review.splitlines() if line.startswith("subs/solved.ipynb,")]
-    if "tamper_forge.ipynb" in adversarial["variants"]:
-        assert "forged" in review
+    if "tamper_forge.ipynb" in adversarial["variants"] and not adversarial["sandboxed"]:
+        assert "forged" in review  # (in the sandbox, the grader's pipes are out of reach)
     # review notes are for the instructor, not in the learner's feedback
     assert "reference implementation" not in _feedback(adversarial, "subs/copy_reference.ipynb")
 
@@ -804,11 +805,14 @@ def test_gradebook_rows_are_sorted_and_atomic(tmp_path):
 def test_no_process_outlives_grading(adversarial):
     """A process that left the kernel's group (setsid) is stopped before results are
     written, so it cannot edit the gradebook afterwards."""
-    pid = int((adversarial["base"] / "daemon.pid").read_text())
     time.sleep(2)  # it would have written by now
+    assert "HACKED" not in (adversarial["out"] / "grades.csv").read_text(encoding="utf-8")
+    if adversarial["sandboxed"]:  # it could not even write its pid outside the sandbox
+        assert not (adversarial["base"] / "daemon.pid").exists()
+        return
+    pid = int((adversarial["base"] / "daemon.pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert "HACKED" not in (adversarial["out"] / "grades.csv").read_text(encoding="utf-8")
 
 
 def test_odd_file_names_are_graded_and_shown_safely(adversarial):

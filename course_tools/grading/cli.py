@@ -119,13 +119,21 @@ class Reaper:
         return out
 
     def sweep(self, keep: set[int]) -> int:
-        """Kill (and reap) every child not in ``keep``; their orphans come back: repeat."""
+        """Kill (and reap) every child not in ``keep``; their orphans come back: repeat.
+        Returns how many were learners' processes (a sandbox's own bubblewrap process,
+        orphaned for a moment while its kernel is stopped, does not count)."""
         killed = 0
         for _ in range(100):
             strays = [p for p in self.children() if p not in keep and p not in self.before]
             if not strays:
                 break
             for pid in strays:
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        ours = f.read().strip() == "bwrap"
+                except OSError:
+                    ours = False
+                killed -= ours
                 try:
                     os.kill(pid, 9)
                 except OSError:
@@ -381,6 +389,7 @@ class Grader:
             job["sandbox"] = {
                 "bwrap": self.sandbox.bwrap,
                 "user_namespace": self.sandbox.user_namespace,
+                "version": list(self.sandbox.version),
             }
         lim = self.limits
         job["limits"] = {
@@ -710,7 +719,8 @@ def make_limits(args, jobs: int, threads: int) -> Limits:
     them, rlimits always (CPU seconds, file size; address space when asked)."""
     mem = memory_total()
     explicit = int(args.memory_limit * 2**30) if args.memory_limit else None
-    cg = CgroupSet.create(f"course-grade-{os.getpid()}") if args.cgroups else None
+    name = f"course-grade-{os.getpid()}-{secrets.token_hex(3)}"
+    cg = CgroupSet.create(name) if args.cgroups else None
     memory = explicit or (max(2 * 2**30, int(mem * 0.8 / max(1, jobs))) if mem else None)
     return Limits(
         memory=memory if cg else None,

@@ -302,6 +302,18 @@ class Sandbox:
     bwrap: str
     user_namespace: bool = True
     ro: list[str] = field(default_factory=list)  # extra read-only folders
+    version: tuple[int, ...] = (0, 8, 0)
+
+    @staticmethod
+    def tool_version(bwrap: str) -> tuple[int, ...]:
+        """bubblewrap's version (``--size`` needs 0.7, ``--disable-userns`` 0.8)."""
+        try:
+            out = subprocess.run(
+                [bwrap, "--version"], capture_output=True, text=True, timeout=30
+            ).stdout
+            return tuple(int(x) for x in out.split()[-1].split("."))
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return (0, 0, 0)
 
     @classmethod
     def find(cls) -> Sandbox:
@@ -319,8 +331,9 @@ class Sandbox:
                 "--unsafe-no-sandbox"
             )
         errors = []
+        version = cls.tool_version(bwrap)
         for userns in (True, False):
-            box = cls(bwrap, user_namespace=userns)
+            box = cls(bwrap, user_namespace=userns, version=version)
             probe = box.command(["/bin/true"], rw=[], cwd="/")
             try:
                 proc = subprocess.run(probe, capture_output=True, text=True, timeout=60)
@@ -344,7 +357,9 @@ class Sandbox:
         """``cmd`` wrapped: ``rw`` folders writable, ``ro`` (and the system) read-only."""
         b = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
         if self.user_namespace:
-            b += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns"]
+            b += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+            if self.version >= (0, 8):
+                b += ["--disable-userns"]
         b += ["--cap-drop", "ALL", "--unsetenv", "JPY_PARENT_PID", "--hostname", "sandbox"]
         b += ["--ro-bind", "/usr", "/usr"]
         for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -368,7 +383,9 @@ class Sandbox:
             b += ["--ro-bind", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
         if glob.glob("/dev/nvidia*") and os.path.isdir("/sys"):
             b += ["--ro-bind", "/sys", "/sys"]
-        b += ["--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+        if self.version >= (0, 7):
+            b += ["--size", str(TMP_BYTES)]
+        b += ["--tmpfs", "/tmp", "--dir", "/tmp/home"]
         seen = set()
         for p in [*python_paths(), *self.ro, *map(str, ro)]:
             if p in seen or p in ("/usr", "/etc") or p.startswith(("/usr/", "/etc/")):

@@ -435,7 +435,8 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None
         threads = int(job.get("threads", 1))
         sandbox = None
         if job.get("sandbox"):
-            sandbox = Sandbox(job["sandbox"]["bwrap"], job["sandbox"]["user_namespace"])
+            how = job["sandbox"]
+            sandbox = Sandbox(how["bwrap"], how["user_namespace"], version=tuple(how["version"]))
             env = sandbox_env(threads)
         else:
             env = kernel_env(threads, scratch / "private")
