@@ -128,4 +128,4 @@ def feedback(run: dict, submission: str) -> str:
 
 def blames_the_grader(text: str) -> bool:
     """Feedback that puts the fault on the grader rather than on the submission."""
-    return "internal grader error" in text or "grading process was" in text
+    return "internal grader error" in text or "could not start a grading process" in text

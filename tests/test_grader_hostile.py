@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -755,3 +756,56 @@ def test_reference_implementations_the_course_imports_are_flagged():
     )
     got = flags("02_qkv_attention", {"02.1": honest}).get("02.1", [])
     assert not any("matches" in f for f in got), got
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def test_the_grader_stops_reading_when_its_worker_is_gone():
+    """A process that holds the write end of a worker's result pipe (here: a child the
+    "worker" leaves behind, sleeping for a minute) cannot keep the grader waiting."""
+    from course_tools.grading.cli import _signed_lines
+    from course_tools.grading.worker import sign
+
+    key = b"k" * 32
+    r, w = os.pipe()
+    line = sign(key, {"result": {"ok": 1}}).decode()
+    code = (
+        "import os, sys, time\n"
+        f"os.write({w}, {line!r}.encode())\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid(); time.sleep(60); os._exit(0)\n"
+        "os._exit(0)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(w,))
+    os.close(w)
+    t0 = time.monotonic()
+    got = list(_signed_lines(r, proc, key))
+    assert got == [{"result": {"ok": 1}}]
+    assert time.monotonic() - t0 < 10  # not the minute the left-behind process sleeps
+
+
+# Kills its own grading process after the first exercise was scored (without the sandbox,
+# where a kernel can see its parent).
+KILL_WORKER = r"""
+import os, signal
+os.kill(os.getppid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_grading_process_keeps_what_was_earned(tmp_path):
+    sol = {e: source(cell(notebook("01_rnn_bottleneck"), "solution", e)) for e in ("01.2",)}
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "killer.ipynb").write_bytes(
+        with_solutions({"01.2": sol["01.2"] + "\n" + KILL_WORKER}, "01_rnn_bottleneck")
+    )
+    run = grade([subs], tmp_path / "out", "--unsafe-no-sandbox", "--cell-timeout", "60")
+    got = {r["exercise"]: r for r in rows_of(run, "subs/killer.ipynb")}
+    assert set(got) == {"01.1", "01.2", "01.3", "01.4"}  # its assignment's rows, no 0/0 row
+    assert got["01.1"]["status"] == "passed" and got["01.1"]["points"] == "3"  # kept
+    assert all(got[e]["status"] == "error" for e in ("01.2", "01.3", "01.4"))
+    assert all(float(r["max_points"]) > 0 for r in got.values())
+    text = feedback(run, "subs/killer.ipynb")
+    assert "this notebook's code stopped the grading process" in text
+    assert not blames_the_grader(text)

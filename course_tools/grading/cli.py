@@ -477,9 +477,9 @@ class Grader:
             self.sweep()  # and nothing its code started in a session of its own
         if result is None:
             reason = fatal or (
-                f"the grading process was stopped (exit code {proc.returncode}) while it "
-                "ran this notebook: the notebook's code killed it, used up the machine's "
-                "memory, or ran past the time limit"
+                "this notebook's code stopped the grading process (exit code "
+                f"{proc.returncode}): it killed it, used up the machine's memory, or ran "
+                "past the notebook's time limit; the exercises scored before count"
             )
             if self.args.verbose:
                 tail = (work / "worker.log").read_text(errors="replace")[-3000:]

@@ -4,14 +4,21 @@ The notebook that is executed is the course's ``solutions/NN_topic.ipynb`` with
 
 * each exercise's **solution cell** replaced by the learner's solution cell(s), matched by
   exercise id (cell metadata), then by nbgrader's ``grade_id``, then by the function's
-  name: only these cells come from the submission;
-* each exercise's **check cell** replaced by a *harvest* cell that runs the learner's
-  function on the visible and hidden cases drawn from the grader's secret seed and only
-  records the outputs (:func:`course_tools.grading.results.harvest`); the verdict is decided
-  later, in the grader's process.
+  name;
+* every **code cell the learner added** (a cell id and code the course's notebook does not
+  have) placed after the course cell it followed in the submission, so that helpers in
+  cells of their own and answers written below the placeholder count, as they do when the
+  learner runs the notebook;
+* each exercise's **check cell** replaced by a *harvest* cell, after the last learner cell
+  that defines the exercise's function, which runs it on the inputs of the grader's cases
+  and only records the outputs (:func:`course_tools.grading.results.harvest`); the verdict
+  is decided later, in the grader's process.
 
-So an edited, deleted or duplicated check cell, a changed statement or an extra cell in
-the submission changes nothing.
+The learner's copies of the course's own cells are not used: an edited, deleted or
+duplicated check cell, a changed statement or an edited set-up cell changes nothing. The
+same pass flags code for a human look (:data:`SUSPICIOUS`, copies of the course's solution,
+calls to what the course's cells import from ``course_lib``) and decides exercises whose
+placeholder is untouched without any kernel.
 """
 
 from __future__ import annotations
@@ -729,6 +736,7 @@ def rebuild(
     plan.fingerprint = code_fingerprint(learner_sources)
     # --- the harvest of each exercise: at its check cell, or after the last definition
     last_def = {ex_id: learner_defs.get(get_exercise(ex_id).target, -1) for ex_id in plan.exercises}
+    targets = {e: get_exercise(e).target for e in plan.exercises}
     harvest_at: dict[int, list[str]] = {}
     for idx, (role, ex_id, _) in enumerate(order):
         if role != "check":
@@ -750,6 +758,9 @@ def rebuild(
             plan.nb.cells.append(cell)
             plan.roles.append(("course", None))
         elif role in ("solution", "learner"):
+            if role == "learner":  # a cell that defines an exercise's function belongs to it
+                names = defined_names(item)
+                ex_id = next((e for e in plan.exercises if targets[e] in names), None)
             plan.nb.cells.append(_code_cell(item, role, ex_id))
             plan.roles.append((role, ex_id))
         for h in harvest_at.get(idx, []):

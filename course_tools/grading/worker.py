@@ -1,19 +1,24 @@
 """Grade one submission in a process of its own: ``python -m course_tools.grading.worker FD``.
 
-The command-line tool starts one worker per submission (``--jobs`` at a time). The worker
+The command-line tool decides what it can without a kernel (:func:`grade` with
+``kernel=False``) and starts one worker per remaining submission (``--jobs`` at a time).
+The worker
 
-1. reads its job (and a one-time key) from stdin, checks that the course's files are the
-   ones the grader started with, and imports every exercise's checks *before* any
-   learner code runs;
+1. reads its job (and a one-time key) from stdin and checks that the course's files are
+   the ones the grader started with;
 2. parses the submission, finds its assignment, rebuilds the notebook
-   (:mod:`course_tools.grading.rebuild`) and runs it (:mod:`course_tools.grading.run`);
+   (:mod:`course_tools.grading.rebuild`), draws the grader's cases (from the seed and the
+   learner code's fingerprint) and writes only their inputs where the kernel can read
+   them; imports everything scoring needs (:func:`warm_up`); then runs the notebook in a
+   sandboxed kernel (:mod:`course_tools.grading.run`);
 3. right after each harvest cell, scores the recorded outputs here, in the grader's own
-   process (:func:`course_tools.grading.results.score`), then deletes them;
+   process (:func:`course_tools.grading.results.score`), deletes them, and reports an
+   exercise's earned points at once;
 4. sends its result to the parent on file descriptor FD, each line signed with the key
    (HMAC-SHA256): a kernel that finds that pipe cannot forge a verdict.
 
-A learner's kernel is this process's child; if it kills this process, the parent notices
-and records an error for the submission, and the other submissions go on.
+In the sandbox a kernel cannot see this process at all; without it, a kernel that kills
+this process costs its submission the exercises not yet scored, and the others go on.
 """
 
 from __future__ import annotations
@@ -180,7 +185,9 @@ def results_problem(folder: Path) -> str | None:
 def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float, list[str]]:
     """Combine the score of the recorded outputs with what happened to the cells."""
     ex_id = ex.id
-    sol_cells = [i for i, (r, e) in enumerate(plan.roles) if r == "solution" and e == ex_id]
+    sol_cells = [
+        i for i, (r, e) in enumerate(plan.roles) if r in ("solution", "learner") and e == ex_id
+    ]
     harvest = [i for i, (r, e) in enumerate(plan.roles) if r == "harvest" and e == ex_id]
     v = verdicts.get(ex_id)
     if v is not None and v.status == "passed":
