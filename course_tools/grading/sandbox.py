@@ -108,8 +108,8 @@ class Limits:
     cgroup: CgroupSet | None = None
 
     def describe(self) -> str:
+        """What is enforced, for the start-up line."""
         parts = []
-        via = "cgroup" if self.cgroup else "rlimit"
         if self.cgroup and self.memory:
             parts.append(f"memory {self.memory / 2**30:.1f} GB (cgroup)")
         if self.address_space:
@@ -122,7 +122,6 @@ class Limits:
             parts.append(f"CPU time {self.cpu_seconds} s per process (rlimit)")
         parts.append(f"files up to {self.file_bytes / 2**30:.0f} GB (rlimit)")
         parts.append(f"/tmp {TMP_BYTES / 2**30:.0f} GB")
-        del via
         return ", ".join(parts)
 
 
@@ -284,12 +283,20 @@ def apply_limits(limits: Limits, cgroup_dirs: list[Path]) -> None:
     for d in cgroup_dirs:
         with open(d / "cgroup.procs", "w") as f:
             f.write(str(os.getpid()))
+    wanted = [
+        (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
     if limits.address_space:
-        resource.setrlimit(resource.RLIMIT_AS, (limits.address_space, limits.address_space))
+        wanted.append((resource.RLIMIT_AS, limits.address_space, limits.address_space))
     if limits.cpu_seconds:
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        wanted.append((resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5))
+    for which, soft, hard in wanted:
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError):  # a limit this system does not support (macOS: AS)
+            if which == resource.RLIMIT_AS:
+                raise
 
 
 # --------------------------------------------------------------------------- bubblewrap
