@@ -65,15 +65,31 @@ def _real(p: str | Path) -> str:
     return os.path.realpath(str(p))
 
 
-def python_paths() -> list[str]:
-    """Folders the kernel's Python needs: the environment, its base, site-packages and the
-    course's own packages (wherever an editable install keeps them)."""
+def pythonpath(hide: list[str | Path] = ()) -> list[str]:
+    """The folders of ``PYTHONPATH`` a kernel may see (read-only): all but a folder that is,
+    or holds, one of ``hide`` (the course folder, whose solutions/ no kernel may read)."""
+    out = []
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if not entry or not os.path.isdir(entry):
+            continue
+        real = Path(_real(entry))
+        if any(Path(_real(h)).is_relative_to(real) for h in hide):
+            continue
+        out.append(os.path.abspath(entry))
+    return out
+
+
+def python_paths(hide: list[str | Path] = ()) -> list[str]:
+    """Folders the kernel's Python needs: the environment, its base, site-packages, the
+    course's own packages (wherever an editable install keeps them) and ``PYTHONPATH``
+    (see :func:`pythonpath`)."""
     import site
 
     import course_lib
     import course_tools
 
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
+    paths |= set(pythonpath(hide))
     try:
         paths |= set(site.getsitepackages())
     except AttributeError:  # pragma: no cover - very old virtualenv
@@ -309,6 +325,7 @@ class Sandbox:
     bwrap: str
     user_namespace: bool = True
     ro: list[str] = field(default_factory=list)  # extra read-only folders
+    hide: list[str] = field(default_factory=list)  # never bound, nor any folder above them
     version: tuple[int, ...] = (0, 8, 0)
 
     @staticmethod
@@ -394,7 +411,7 @@ class Sandbox:
             b += ["--size", str(TMP_BYTES)]
         b += ["--tmpfs", "/tmp", "--dir", "/tmp/home"]
         seen = set()
-        for p in [*python_paths(), *self.ro, *map(str, ro)]:
+        for p in [*python_paths(self.hide), *self.ro, *map(str, ro)]:
             if p in seen or p in ("/usr", "/etc") or p.startswith(("/usr/", "/etc/")):
                 continue
             seen.add(p)
@@ -405,10 +422,13 @@ class Sandbox:
         return b + list(cmd)
 
 
-def kernel_env(threads: int) -> dict[str, str]:
+def kernel_env(threads: int, hide: list[str | Path] = ()) -> dict[str, str]:
     """The environment inside the sandbox: nothing of the grader's but what a kernel needs
-    (no tokens or credentials), private folders under the sandbox's own /tmp."""
+    (no tokens or credentials), private folders under the sandbox's own /tmp, and the
+    ``PYTHONPATH`` folders the sandbox shows (see :func:`pythonpath`)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(SAFE_ENV_PREFIXES) or k in SAFE_ENV}
+    if pythonpath(hide):
+        env["PYTHONPATH"] = os.pathsep.join(pythonpath(hide))
     bindir = os.path.dirname(sys.executable)
     env.update(
         {

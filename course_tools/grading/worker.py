@@ -443,8 +443,10 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None
         sandbox = None
         if job.get("sandbox"):
             how = job["sandbox"]
-            sandbox = Sandbox(how["bwrap"], how["user_namespace"], version=tuple(how["version"]))
-            env = sandbox_env(threads)
+            sandbox = Sandbox(
+                how["bwrap"], how["user_namespace"], version=tuple(how["version"]), hide=[root]
+            )
+            env = sandbox_env(threads, hide=[root])
         else:
             env = kernel_env(threads, scratch / "private")
         lim = dict(job.get("limits") or {})
