@@ -423,7 +423,18 @@ def racing(tmp_path_factory):
     subs.mkdir()
     (subs / "attacker.ipynb").write_bytes(with_solutions({"00.1": CONNECT_OTHERS}))
     (subs / "victim.ipynb").write_bytes(with_solutions({"00.1": VICTIM}))
-    return grade([subs], base / "out", "--jobs", "2", "--cell-timeout", "60", "--timeout", "300")
+    # (rlimits only here: the other runs use cgroups where this machine has them)
+    return grade(
+        [subs],
+        base / "out",
+        "--jobs",
+        "2",
+        "--cell-timeout",
+        "60",
+        "--timeout",
+        "300",
+        "--no-cgroups",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -820,3 +831,43 @@ def test_pythonpath_never_shows_the_course_folder(monkeypatch, tmp_path):
     assert kernel_env(1, [ROOT])["PYTHONPATH"] == str(tmp_path)
     monkeypatch.setenv("SECRET_TOKEN", "x")
     assert "SECRET_TOKEN" not in kernel_env(1, [ROOT])  # nothing of the grader's environment
+
+
+def test_the_limits_hold_inside_the_sandbox():
+    """Memory (a cgroup for all the kernel's processes where this machine allows one, else
+    the address-space rlimit) and the number of processes."""
+    require_sandbox()
+    from course_tools.grading.sandbox import CgroupSet, Limits, Sandbox, apply_limits
+
+    box = Sandbox.find()
+    hog = [sys.executable, "-c", "x = b'1' * (1 << 30); print('survived')"]
+    forks = [
+        sys.executable,
+        "-c",
+        "import os, time\nn = 0\ntry:\n    for _ in range(3000):\n"
+        "        if os.fork() == 0:\n            time.sleep(5); os._exit(0)\n        n += 1\n"
+        "except OSError:\n    pass\nprint('forked', n)",
+    ]
+
+    def run(cmd, limits, cgroups=()):
+        return subprocess.run(
+            box.command(cmd, rw=[], cwd="/"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=lambda: apply_limits(limits, list(cgroups)),
+        )
+
+    rl = run(hog, Limits(address_space=512 * 2**20))
+    assert "survived" not in rl.stdout and "MemoryError" in rl.stderr, rl.stderr[-500:]
+    cg = CgroupSet.create(f"course-grade-test-{os.getpid()}")
+    if cg is None:
+        pytest.skip("no cgroups here: the rlimit held; memory and processes by cgroup untested")
+    try:
+        limits = Limits(memory=256 * 2**20, pids=100, cgroup=cg)
+        out = run(hog, limits, cg.new(limits))
+        assert "survived" not in out.stdout and out.returncode != 0, (out.stdout, out.stderr)
+        out = run(forks, limits, cg.new(limits))
+        assert out.stdout.startswith("forked") and int(out.stdout.split()[1]) < 100, out.stdout
+    finally:
+        cg.close()

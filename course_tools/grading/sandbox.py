@@ -297,8 +297,11 @@ def apply_limits(limits: Limits, cgroup_dirs: list[Path]) -> None:
     import resource
 
     for d in cgroup_dirs:
-        with open(d / "cgroup.procs", "w") as f:
-            f.write(str(os.getpid()))
+        try:  # a cgroup that refuses the process leaves the rlimits below in force
+            with open(d / "cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            pass
     wanted = [
         (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
         (resource.RLIMIT_CORE, 0, 0),
