@@ -1,6 +1,8 @@
 # The two commands of the course. Both create .venv on first use and reuse it after.
 #   make lab    set up and open the course in JupyterLab (your exercise copies are in work/)
 #   make test   set up and run every test (ruff, unit, notebooks, exercises, grader, browser)
+# And for learners: make progress (where you stand), make update (the new course, keeping
+# your work). For maintainers: make site (the website of the executed course).
 # No make (e.g. Windows)? `python3 tools/bootstrap.py lab` (or `test`) does the same.
 
 PYTHON ?= python3
@@ -11,7 +13,7 @@ Install Python 3.10 or newer (python.org, brew install python@3.12, sudo apt ins
 python3-venv) or name one: make $@ PYTHON=/path/to/python3"; exit 1; }; \
 	$(PYTHON) tools/bootstrap.py
 
-.PHONY: lab test setup exercises unit notebooks lint min-versions html clean
+.PHONY: lab test setup exercises unit notebooks lint min-versions html site progress update clean
 
 lab:
 	$(BOOT) lab
@@ -23,6 +25,16 @@ test:
 
 setup:
 	$(BOOT) setup
+
+# Where you stand: every exercise of your copies in work/, passed, failing (and why) or not
+# started, with points. Checks them in separate processes; never changes them.
+progress:
+	$(BOOT) progress
+
+# The new version of the course (git pull), keeping everything you changed: files the update
+# replaces are copied to work/backup/<date-time>/ first; your copies in work/ stay yours.
+update:
+	$(BOOT) update
 
 # Regenerate exercises/ from solutions/ (the single source); commit the result.
 exercises:
@@ -46,11 +58,16 @@ lint: setup
 min-versions:
 	bash .ci/min-versions
 
-# The executed course as HTML under build/html, for reading without running.
-html: setup
-	@mkdir -p build/html
-	.venv/bin/python -m jupyter nbconvert --to html --execute --output-dir build/html \
-		notebooks/*.ipynb
+# The website of the executed course under build/site (Sphinx + MyST-NB + the Book Theme;
+# offline: MathJax and Mermaid bundled, widgets as snapshots; Colab/Binder buttons). Every
+# lecture is executed with the learners' (full) budget, cached in build/site-cache.
+# COURSE_BUDGET=ci make site builds quicker; SITE_ARGS="--only 00,02" builds some chapters.
+site:
+	$(BOOT) site $(SITE_ARGS)
+
+# `make html` was nbconvert's HTML, which needed the internet (MathJax, require.js, Mermaid
+# and the widget manager from CDNs): retired in favour of `make site`.
+html: site
 
 clean:
 	rm -rf build test-output .pytest_cache .ruff_cache

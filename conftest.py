@@ -1,8 +1,8 @@
 """Shared test set-up for tests/ and the nbval runs of notebooks/ and solutions/.
 
 Two jobs: Triton's mode, and a per-notebook timing report (`make test`, `make notebooks`).
-Triton reads TRITON_INTERPRET when it is imported, so this must run before any test
-module imports triton: without a CUDA GPU every kernel runs in Triton's CPU interpreter.
+Triton reads TRITON_INTERPRET when @triton.jit decorates a kernel, so this must run before
+any test module defines one: without a CUDA GPU every kernel runs in Triton's CPU interpreter.
 """
 
 from __future__ import annotations

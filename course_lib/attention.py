@@ -21,8 +21,8 @@ Conventions (the same as ``torch.nn.functional.scaled_dot_product_attention``):
 * ``scale`` defaults to :math:`1/\\sqrt{d_k}`.
 
 A query row whose keys are *all* masked gets zero weights and a zero output, never NaN
-(a plain softmax of an all-:math:`-\\infty` row is NaN; older PyTorch versions' SDPA returned
-NaN there, recent ones return zeros). Both functions return
+(a plain softmax of an all-:math:`-\\infty` row is NaN; PyTorch's SDPA returns zeros there
+since release 2.5, October 2024, and returned NaN before). Both functions return
 ``(output, weights)`` so the weights can be plotted and inspected (:func:`plot_attention`).
 """
 
@@ -119,8 +119,15 @@ def masked_softmax(
 
     and :math:`w = 0` when no :math:`M_l` is true (or every score is :math:`-\infty`).
     The plain ``softmax`` of an all-:math:`-\infty` row computes :math:`e^{-\infty - (-\infty)}`
-    = NaN; here the max is replaced by 0 on such rows and the sum is clamped away from 0,
-    so values *and gradients* stay finite.
+    = NaN; here such rows are detected from the row max and set to zero, so values *and
+    gradients* stay finite.
+
+    Cost: the exponentials and the normalisation run in ``torch.softmax``, one fused kernel
+    that reads the scores and writes the weights without N×N temporaries; written out
+    step by step (max, subtract, exp, sum, divide: :func:`numpy_masked_softmax` is that
+    readable version) the same softmax writes three fresh N×N arrays; chapter 02, section 4,
+    times both. Only a batch that has a fully masked row takes a second, NaN-safe path (on
+    a GPU, the ``if`` below waits for the row max).
     """
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -131,13 +138,12 @@ def masked_softmax(
             )
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., Nq, Nk)
     row_max = scores.amax(dim=dim, keepdim=True)  # (..., Nq, 1)
-    row_max = torch.where(
-        torch.isfinite(row_max), row_max, torch.zeros_like(row_max)
-    ).detach()  # (..., Nq, 1)
-    e = torch.exp(scores - row_max)  # (..., Nq, Nk); exp(-inf) = 0 at masked keys
-    denom = e.sum(dim=dim, keepdim=True)  # (..., Nq, 1); 0 on fully masked rows
-    tiny = torch.finfo(e.dtype).tiny if e.is_floating_point() else 1e-38
-    return e / denom.clamp_min(tiny)  # (..., Nq, Nk); 0 / tiny = 0 on fully masked rows
+    empty = row_max == float("-inf")  # (..., Nq, 1): every key of the row is masked
+    if not bool(empty.any()):
+        return torch.softmax(scores, dim=dim)  # (..., Nq, Nk): subtracts the row max inside
+    # all-(-inf) rows: give them finite scores (softmax would return NaN), then zero them
+    weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=dim)  # (..., Nq, Nk)
+    return weights.masked_fill(empty, 0.0)  # (..., Nq, Nk); gradients through them: 0
 
 
 def numpy_masked_softmax(
@@ -181,8 +187,9 @@ def scaled_dot_product_attention(
     n_q, n_k, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
 
-    # s_ij = scale * q_i . k_j  (+ m_ij for a float mask)
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Nq, Nk)
+    # s_ij = (scale * q_i) . k_j  (+ m_ij for a float mask); scaling q touches Nq x d_k
+    # numbers instead of the Nq x Nk scores
+    scores = (q * scale) @ k.transpose(-2, -1)  # (..., Nq, Nk)
     if mask is not None and mask.dtype != torch.bool:
         scores = scores + mask.to(scores.dtype)  # (..., Nq, Nk)
 

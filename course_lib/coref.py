@@ -36,16 +36,19 @@ __all__ = [
     "CorefAttention",
     "CorefData",
     "Template",
+    "INTERACTION_TEMPLATES",
     "TEMPLATES",
     "Vocab",
     "describe",
     "make_dataset",
+    "one_word_rule",
     "make_model",
     "one_layer_ratio_is_blind",
     "pointer_accuracy",
     "pointer_loss",
     "pronoun_weights",
     "train",
+    "word_class_rule",
 ]
 
 ANIMALS = ["dog", "cat", "horse", "fox", "cow", "goat", "rabbit", "mouse"]
@@ -97,6 +100,51 @@ TEMPLATES = (
         tuple(CONTAINERS),
         tuple(BIG),
         tuple(SMALL),
+    ),
+)
+
+# A harder set, where no single word decides: the verb flips which noun the deciding word
+# points to ("the dog outran the cat because it was fast": the dog; "...trailed ...": the
+# cat). Every deciding word appears with both verbs, every noun in both slots, and all four
+# templates have the same length, so a rule that reads any one word at any one position
+# is right half of the time; the referent depends on the verb *and* the deciding word.
+FAST = ["fast", "quick", "swift"]
+SLOW = ["slow", "tired", "clumsy"]
+FIERCE = ["fierce", "big", "angry"]
+TIMID = ["timid", "small", "shy"]
+
+INTERACTION_TEMPLATES = (
+    Template(
+        "outran",
+        "the {a} outran the {b} because it was {w}",
+        tuple(ANIMALS),
+        tuple(ANIMALS),
+        tuple(FAST),
+        tuple(SLOW),
+    ),
+    Template(
+        "trailed",
+        "the {a} trailed the {b} because it was {w}",
+        tuple(ANIMALS),
+        tuple(ANIMALS),
+        tuple(SLOW),
+        tuple(FAST),
+    ),
+    Template(
+        "scared",
+        "the {a} scared the {b} because it was {w}",
+        tuple(ANIMALS),
+        tuple(ANIMALS),
+        tuple(FIERCE),
+        tuple(TIMID),
+    ),
+    Template(
+        "feared",
+        "the {a} feared the {b} because it was {w}",
+        tuple(ANIMALS),
+        tuple(ANIMALS),
+        tuple(TIMID),
+        tuple(FIERCE),
     ),
 )
 
@@ -154,9 +202,9 @@ class CorefData:
         return padding_mask(self.lengths, self.tokens.shape[1])
 
 
-def _vocab() -> Vocab:
+def _vocab(templates: tuple[Template, ...] = TEMPLATES) -> Vocab:
     words = set()
-    for t in TEMPLATES:
+    for t in templates:
         words |= set(t.text.replace("{a}", "").replace("{b}", "").replace("{w}", "").split())
         words |= set(t.nouns_a) | set(t.nouns_b) | set(t.words_a) | set(t.words_b)
     return Vocab(words)
@@ -202,8 +250,16 @@ def _rows_for(t: Template, a: str, b: str, wa: str, wb: str) -> list[dict]:
     return rows
 
 
+def _noun_pairs(t: Template) -> list[tuple[str, str]]:
+    """The (noun a, noun b) pairs of a template; a noun never competes with itself."""
+    return [(a, b) for a, b in itertools.product(t.nouns_a, t.nouns_b) if a != b]
+
+
 def make_dataset(
-    test_fraction: float = 0.25, seed: int = 0, max_per_template: int | None = 600
+    test_fraction: float = 0.25,
+    seed: int = 0,
+    max_per_template: int | None = 600,
+    templates: tuple[Template, ...] = TEMPLATES,
 ) -> tuple[CorefData, CorefData]:
     """Generate (train, test) sets of twin sentences; test noun pairs never occur in train.
 
@@ -215,14 +271,20 @@ def make_dataset(
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     rng = np.random.default_rng(seed)
-    vocab = _vocab()
+    vocab = _vocab(templates)
     split: dict[str, list[dict]] = {"train": [], "test": []}
-    # noun pairs go wholly to train or test, across templates that share them
-    pairs = sorted({p for t in TEMPLATES for p in itertools.product(t.nouns_a, t.nouns_b)})
+    # noun pairs go wholly to train or test, across templates that share them; when both
+    # slots take nouns of one class, (a, b) and (b, a) are the same pair
+    ordered = {p for t in templates for p in _noun_pairs(t)}
+
+    def key(a: str, b: str) -> tuple[str, str]:
+        return (a, b) if (b, a) not in ordered else (min(a, b), max(a, b))
+
+    pairs = sorted({key(a, b) for a, b in ordered})
     order = rng.permutation(len(pairs))
     test_pairs = {pairs[i] for i in order[: max(1, round(test_fraction * len(pairs)))]}
-    for t in TEMPLATES:
-        pairs = list(itertools.product(t.nouns_a, t.nouns_b))
+    for t in templates:
+        pairs = _noun_pairs(t)
         quads = list(itertools.product(pairs, t.words_a, t.words_b))
         quads = [quads[i] for i in rng.permutation(len(quads))]
         counts = {"train": 0, "test": 0}
@@ -233,7 +295,7 @@ def make_dataset(
             else max(2, int(max_per_template * test_fraction / (1 - test_fraction))),
         }
         for (a, b), wa, wb in quads:
-            which = "test" if (a, b) in test_pairs else "train"
+            which = "test" if key(a, b) in test_pairs else "train"
             if limits[which] is not None and counts[which] >= limits[which]:
                 continue
             rows = _rows_for(t, a, b, wa, wb)
@@ -284,8 +346,14 @@ class CorefAttention(nn.Module):
         *,
         is_causal: bool = False,
         scale: float | None = None,
+        frozen: torch.Tensor | None = None,
     ) -> list[torch.Tensor]:
-        """Attention weights of every layer, each ``[S, L, L]``, for ``tokens [S, L]``."""
+        """Attention weights of every layer, each ``[S, L, L]``, for ``tokens [S, L]``.
+
+        ``frozen [S, L]`` (boolean, an ablation): positions whose residual stream the layers
+        before the last do not update, so that they reach the last layer knowing only their
+        own token and position.
+        """
         n = tokens.shape[-1]
         if n > self.pos.num_embeddings:
             raise ValueError(
@@ -300,7 +368,10 @@ class CorefAttention(nn.Module):
                 out, w = scaled_dot_product_attention(
                     q, k, v, mask, is_causal=is_causal, scale=scale
                 )  # (S, L, d), (S, L, L)
-                x = x + self.W_O[layer](out)  # (S, L, D)
+                update = self.W_O[layer](out)  # (S, L, D)
+                if frozen is not None:
+                    update = update.masked_fill(frozen[..., None], 0.0)  # (S, L, D)
+                x = x + update  # (S, L, D)
             else:
                 _, w = scaled_dot_product_attention(
                     q, k, k, mask, is_causal=is_causal, scale=scale
@@ -395,6 +466,69 @@ def one_layer_ratio_is_blind(model: CorefAttention, data: CorefData) -> float:
     second = torch.maximum(data.antecedent, data.distractor)  # (S,)
     log_ratio = torch.log(w[rows, first]) - torch.log(w[rows, second])  # (S,)
     return float((log_ratio - log_ratio[data.twin]).abs().max())
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def word_class_rule(data: CorefData, templates: tuple[Template, ...] = TEMPLATES) -> torch.Tensor:
+    """A hand-written rule that reads one word: ``[S]`` predicted antecedent positions.
+
+    The deciding word names a kind of noun (in the templates, ``tired`` describes the
+    animals of ``nouns_a``, ``wide`` the places of ``nouns_b``, ...); the rule points at the
+    candidate of that kind, ignoring everything else in the sentence. When both candidates
+    (or neither) are of that kind, it cannot decide and points at the first one.
+    """
+    describes: dict[str, set[str]] = {}
+    for t in templates:
+        for w in t.words_a:
+            describes.setdefault(w, set()).update(t.nouns_a)
+        for w in t.words_b:
+            describes.setdefault(w, set()).update(t.nouns_b)
+    first = torch.minimum(data.antecedent, data.distractor)  # (S,)
+    second = torch.maximum(data.antecedent, data.distractor)  # (S,)
+    pred = first.clone()  # (S,)
+    for i, sentence in enumerate(data.sentences):
+        words = sentence.split()
+        kind = describes.get(words[int(data.decider[i])], set())
+        fits = [words[int(p)] in kind for p in (first[i], second[i])]
+        if fits == [False, True]:
+            pred[i] = second[i]
+    return pred
+
+
+def one_word_rule(train_data: CorefData, test_data: CorefData) -> tuple[float, str]:
+    """The best rule that reads one word at one position, learned from the training set.
+
+    A position is counted from the start of the sentence or from its end (so "the last
+    word" is one position). For each, a table maps the word found there to the answer most
+    often right in training (the first or the second candidate); the position whose table
+    is most accurate *on the training set* is kept. Returns its held-out accuracy and a
+    description of the position ("word 2", "word -1", ...).
+    """
+
+    def words_at(d: CorefData, p: int) -> list[int]:
+        idx = torch.full_like(d.lengths, p) if p >= 0 else d.lengths + p  # (S,)
+        ok = (idx >= 0) & (idx < d.lengths)  # (S,)
+        got = d.tokens[torch.arange(len(d)), idx.clamp(0, d.tokens.shape[1] - 1)]  # (S,)
+        return torch.where(ok, got, -1).tolist()  # -1: the sentence is too short
+
+    def is_first(d: CorefData) -> list[bool]:
+        return (d.antecedent < d.distractor).tolist()  # (S,)
+
+    longest = int(max(train_data.lengths.max(), test_data.lengths.max()))
+    best: tuple[float, int, dict[int, bool]] = (-1.0, 0, {})
+    for p in [*range(longest), *range(-longest, 0)]:
+        votes: dict[int, list[int]] = {}
+        for word, first in zip(words_at(train_data, p), is_first(train_data)):
+            votes.setdefault(word, [0, 0])[int(first)] += 1
+        table = {w: c[1] >= c[0] for w, c in votes.items()}
+        right = [table[w] == f for w, f in zip(words_at(train_data, p), is_first(train_data))]
+        if sum(right) / len(right) > best[0]:
+            best = (sum(right) / len(right), p, table)
+    _, p, table = best
+    right = [table.get(w, True) == f for w, f in zip(words_at(test_data, p), is_first(test_data))]
+    return sum(right) / len(right), f"word {p}"
 
 
 def describe(history: list[tuple[int, float, float]]) -> str:

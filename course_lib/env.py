@@ -1,8 +1,9 @@
 """Environment set-up for every notebook: seeds, plotting defaults, device, Triton mode.
 
 ``setup()`` is the first call of every notebook. Its one subtle job is Triton's mode:
-Triton reads ``TRITON_INTERPRET`` when it is *imported*, so the variable must be set
-before any ``import triton`` anywhere in the process. Without a CUDA GPU we turn the
+Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a kernel, and the kernel
+keeps that mode, so the variable must be set before any kernel is defined (importing
+``triton`` earlier is harmless; tests/test_triton_mode.py). Without a CUDA GPU we turn the
 interpreter on, which runs every Triton kernel on the CPU through numpy: slow, but
 exact enough to learn from and to test against.
 """
@@ -53,12 +54,32 @@ def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+# The one message about Triton's absence, the same in every notebook, the README and the
+# notebooks' Colab cell (course_tools/notebook_headers.py): see advice().
 TRITON_HELP = (
-    "Triton is not installed here. Triton ships wheels for Linux only: on macOS or Windows "
-    "run the Triton chapter on Google Colab (Runtime > Change runtime type > GPU, then "
-    "`pip install -e .`), on Binder, or in WSL/Linux with `make lab`. On Linux: "
-    "`pip install triton` inside the course's .venv."
+    "Triton is not installed here: it ships wheels for Linux only. Everything except the "
+    "Triton kernels runs on this machine. For the kernels (chapter 06), open the notebook in "
+    "Google Colab with its 'Open in Colab' badge (README or the course website): its first "
+    "cell installs the course, and Runtime > Change runtime type > GPU runs the kernels "
+    "compiled. Or use Binder, or WSL/Linux with `make lab`. On Linux, "
+    "`.venv/bin/pip install triton` adds it to the course's environment."
 )
+TRITON_INTERPRETER_NOTE = (
+    "No CUDA GPU: everything runs on the CPU, and Triton kernels run in Triton's interpreter "
+    "(exact but slow, so the CPU versions use small sizes). On a GPU they run compiled "
+    "(on Colab: Runtime > Change runtime type > GPU)."
+)
+
+
+def advice(environment: Environment | None = None) -> list[str]:
+    """What a learner should know about this environment, one note per topic (no note
+    repeats another: without Triton, only :data:`TRITON_HELP`)."""
+    cuda = environment.device == "cuda" if environment is not None else _cuda_available()
+    if not triton_installed():
+        return [TRITON_HELP]
+    if not cuda:
+        return [TRITON_INTERPRETER_NOTE]
+    return []
 
 
 def triton_interpreter_on() -> bool:
@@ -70,14 +91,16 @@ def choose_triton_mode(*, warn: bool = False) -> bool:
     """The one place that turns Triton's interpreter on: ``TRITON_INTERPRET=1`` when there
     is no CUDA GPU, unless the variable is already set. Returns :func:`triton_interpreter_on`.
 
-    Triton reads the variable when it is first imported, so setting it afterwards changes
-    nothing; ``warn`` prints a note in that case (the learner must restart the kernel).
+    Triton reads the variable when ``@triton.jit`` decorates a kernel, so kernels defined
+    before this call keep the compiled mode; ``warn`` prints a note when triton was imported
+    first (such kernels may exist).
     """
     if not _cuda_available() and "TRITON_INTERPRET" not in os.environ:
-        if "triton" in sys.modules and warn:
+        if sys.modules.get("triton") is not None and warn:
             print(
-                "warning: triton was imported before env.setup(); restart the kernel "
-                "and call env.setup() first so the interpreter can be turned on."
+                "warning: triton was imported before env.setup(). Kernels decorated with "
+                "@triton.jit before this call stay in compiled (GPU) mode: define them after "
+                "env.setup(), or restart the kernel and call env.setup() first."
             )
         os.environ["TRITON_INTERPRET"] = "1"
     return triton_interpreter_on()

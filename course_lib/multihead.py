@@ -23,13 +23,20 @@ Transformer Decoding: One Write-Head is All You Need") and :math:`H_{kv} = H` is
 multi-head attention. Fewer key/value heads means a smaller :class:`KVCache`, which is what
 limits decoding speed and batch size in large language models.
 
-Conventions: batch-first tensors, ``query [B, Nq, d_model]``; boolean masks are
-**True = may attend**, like ``course_lib.attention`` and torch's SDPA, but *unlike*
-``torch.nn.MultiheadAttention``, whose boolean ``attn_mask`` and ``key_padding_mask`` are
-True = *blocked*. Pass ``~mask`` when moving a boolean mask between the two.
+Conventions (docs/conventions.md compares them with torch, Hugging Face and flash-attn):
+batch-first tensors, ``query [B, Nq, d_model]`` (``batch_first=False`` reads torch's
+default ``[Nq, B, d_model]``); the boolean ``mask`` is **True = may attend**, like
+``course_lib.attention`` and torch's SDPA, but *unlike* ``torch.nn.MultiheadAttention``,
+whose boolean ``attn_mask`` and ``key_padding_mask`` are True = *blocked*. The module takes
+torch's ``key_padding_mask`` under torch's name and with torch's meaning (True = padding,
+ignored), refuses ``attn_mask`` with a message (pass ``mask=~attn_mask``), and refuses a
+two-dimensional ``mask`` that could be read both as ``[Nq, Nk]`` and as a key-padding
+``[B, Nk]`` (when B = Nq).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -41,6 +48,9 @@ from .validation import check_head_split, check_mha_config, check_mha_inputs, sh
 __all__ = [
     "KVCache",
     "MultiHeadAttention",
+    "GPU_MEMORY_BYTES",
+    "DecodeBytes",
+    "decode_step_bytes",
     "kv_cache_bytes",
     "merge_heads",
     "mha_num_params",
@@ -135,6 +145,54 @@ def kv_cache_bytes(
     return int(2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value)
 
 
+# Memory of the accelerators the course's arithmetic uses, in bytes, as ``nvidia-smi`` reports
+# the total (MiB = 2**20 bytes). NVIDIA sells both as "80 GB": the A100 80GB has exactly
+# 80 GiB (81920 MiB), the H100 80GB (SXM, HBM3) a little less (81559 MiB, 79.6 GiB); neither
+# is 80e9 bytes. What a program can use is smaller still (the CUDA context, the framework's
+# workspace).
+GPU_MEMORY_BYTES = {"A100 80GB": 81920 * 2**20, "H100 80GB": 81559 * 2**20}
+
+
+class DecodeBytes(NamedTuple):
+    """Bytes one decoding step reads from memory: the weights once, every sequence's cache."""
+
+    weights: int
+    cache: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.cache
+
+    @property
+    def cache_share(self) -> float:
+        """The fraction of the step's reads that are the KV cache."""
+        return self.cache / self.total if self.total else 0.0
+
+
+def decode_step_bytes(
+    weights_bytes: int,
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    seq_len: int,
+    batch_size: int = 1,
+    bytes_per_value: int = 2,
+) -> DecodeBytes:
+    r"""What one step of batched decoding reads: every weight once (shared by the batch) and
+    each sequence's whole KV cache of ``seq_len`` tokens.
+
+    .. math:: \text{bytes} = \underbrace{\text{weights}}_{\text{any } B, N}
+              + \underbrace{2 L H_{kv} d_h N B \cdot \text{bytes per value}}_{\text{cache}}
+
+    Decoding is memory-bound (its arithmetic intensity is far below the GPU's), so a step
+    takes about ``total / bandwidth``. Fewer KV heads shrink only the cache term: they help
+    where the cache dominates (long contexts, large batches), hardly at all at batch 1 with
+    short contexts, where reading the weights dominates.
+    """
+    cache = kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_value)
+    return DecodeBytes(int(weights_bytes), cache)
+
+
 # --------------------------------------------------------------------------- the KV cache
 
 
@@ -198,6 +256,48 @@ class KVCache:
 # --------------------------------------------------------------------------- the module
 
 
+def _to_batch_first(x, name: str) -> torch.Tensor:
+    """``[N, B, D]`` → ``[B, N, D]`` for a module built with ``batch_first=False``."""
+    if not isinstance(x, torch.Tensor) or x.ndim != 3:
+        raise ValueError(
+            f"with batch_first=False expected {name} of shape [N, B, d_model] "
+            f"(sequence first, torch.nn.MultiheadAttention's default), got {shape_of(x)}"
+        )
+    return x.transpose(0, 1)  # (B, N, D)
+
+
+def _keep_from_padding(key_padding_mask, batch_size: int, n_k: int, device) -> torch.Tensor:
+    r"""torch's ``key_padding_mask [B, Nk]`` (True = padding) as a mask for the scores.
+
+    Boolean: returns the course's polarity, ``keep = ~key_padding_mask`` as ``[B, 1, 1, Nk]``
+    (True = may attend). Float: returned as it is, ``[B, 1, 1, Nk]``, to add to the scores.
+    """
+    kpm = torch.as_tensor(key_padding_mask, device=device)
+    if kpm.ndim != 2 or tuple(kpm.shape) != (batch_size, n_k):
+        raise ValueError(
+            f"expected key_padding_mask of shape [B, Nk] = [{batch_size}, {n_k}] (torch's "
+            f"meaning: True = padding), got {shape_of(kpm)} (with a cache, Nk counts the "
+            "cached tokens too)"
+        )
+    if kpm.dtype == torch.bool:
+        all_padding = kpm.all(dim=-1)  # (B,)
+        if bool(all_padding.any()):
+            b = int(all_padding.nonzero()[0, 0])
+            raise ValueError(
+                f"key_padding_mask marks every key of sequence {b} as padding. It follows "
+                "torch's meaning, True = padding (ignored); a mask with True = real token "
+                "(the course's polarity) must be inverted: key_padding_mask=~keep, or pass "
+                "mask=keep[:, None, :] instead."
+            )
+        return ~kpm[:, None, None, :]  # (B, 1, 1, Nk) True = may attend
+    if not kpm.is_floating_point():
+        raise TypeError(
+            f"expected a boolean key_padding_mask (True = padding) or a float one to add, "
+            f"got dtype {kpm.dtype}: use key_padding_mask.bool() for 0/1 masks"
+        )
+    return kpm[:, None, None, :]  # (B, 1, 1, Nk) added to the scores
+
+
 @renamed_attributes({"q_proj": "W_Q", "k_proj": "W_K", "v_proj": "W_V", "out_proj": "W_O"})
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention with optional grouped-query heads and a KV cache.
@@ -208,7 +308,10 @@ class MultiHeadAttention(nn.Module):
     multi-head attention; 1: multi-query attention). Parameters, ``nn.Linear`` layers named
     as in the maths: ``W_Q`` :math:`d_\text{model} \to H d_h`, ``W_K`` and ``W_V``
     :math:`d_\text{model} \to H_{kv} d_h`, ``W_O`` :math:`H d_h \to d_\text{model}`.
-    ``dropout`` is applied to the attention weights in training mode.
+    ``dropout`` is applied to the attention weights in training mode. ``batch_first``
+    (default True, the course's layout ``[B, N, d_model]``) set to False reads and returns
+    sequence-first ``[N, B, d_model]`` tensors, like ``torch.nn.MultiheadAttention``'s
+    default; the weights stay ``[B, H, Nq, Nk]``.
     """
 
     def __init__(
@@ -219,6 +322,7 @@ class MultiHeadAttention(nn.Module):
         num_kv_heads: int | None = None,
         bias: bool = True,
         dropout: float = 0.0,
+        batch_first: bool = True,
     ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -228,6 +332,9 @@ class MultiHeadAttention(nn.Module):
         self.num_kv_heads = int(num_kv_heads)
         self.head_dim = self.d_model // self.num_heads
         self.dropout = float(dropout)
+        if not isinstance(batch_first, bool):
+            raise TypeError(f"batch_first must be True or False, got {batch_first!r}")
+        self.batch_first = batch_first
         kv_dim = self.num_kv_heads * self.head_dim
         self.W_Q = nn.Linear(self.d_model, self.d_model, bias=bias)
         self.W_K = nn.Linear(self.d_model, kv_dim, bias=bias)
@@ -253,7 +360,7 @@ class MultiHeadAttention(nn.Module):
         return (
             f"d_model={self.d_model}, num_heads={self.num_heads}, "
             f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-            f"dropout={self.dropout}"
+            f"dropout={self.dropout}" + ("" if self.batch_first else ", batch_first=False")
         )
 
     # ------------------------------------------------------------------ forward
@@ -265,25 +372,51 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor | None = None,
         *,
         mask: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = True,
         cache: KVCache | None = None,
+        attn_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         r"""``(output [B, Nq, d_model], weights [B, H, Nq, Nk] or None)``.
 
         ``key`` and ``value`` default to ``query`` (self-attention); ``key`` alone sets
-        both. ``mask``: boolean, True = may attend (or a float mask added to the scores),
-        shaped ``[Nq, Nk]``, ``[B, Nq, Nk]`` (``[B, 1, Nk]`` for key padding) or
-        ``[B, H, Nq, Nk]``. ``is_causal``: query :math:`i` sees keys :math:`j \le i`.
+        both. With ``batch_first=False`` inputs and output are ``[N, B, d_model]``.
 
-        With a ``cache``, the new keys/values are appended to it and the queries attend
-        to every cached token as well: ``Nk`` = tokens cached before + new ones. The
-        queries are then the *last* ``Nq`` positions, so ``is_causal`` is aligned
-        bottom-right (query :math:`i` sees keys :math:`j \le N_\text{past} + i`).
+        ``mask``: boolean, **True = may attend** (or a float mask added to the scores),
+        shaped ``[Nq, Nk]``, ``[B, Nq, Nk]`` (``[B, 1, Nk]`` for key padding) or
+        ``[B, H, Nq, Nk]``. A two-dimensional mask is ``[Nq, Nk]``; when B = Nq > 1 it
+        could also be a ``[B, Nk]`` key-padding mask, so it is refused and the message
+        says how to say which (``mask[None]`` or ``key_padding_mask=``).
+
+        ``key_padding_mask``: torch's argument with **torch's meaning**, ``[B, Nk]``,
+        boolean **True = padding (ignored)**, or a float mask added to the scores. A row
+        that marks every key as padding is refused: that is almost always a True = keep
+        mask given the wrong way round (torch returns NaN for such a row).
+
+        ``is_causal``: query :math:`i` sees keys :math:`j \le i`. With a ``cache``, the new
+        keys/values are appended to it and the queries attend to every cached token as
+        well: ``Nk`` = tokens cached before + new ones. The queries are then the *last*
+        ``Nq`` positions, so ``is_causal`` is aligned bottom-right (query :math:`i` sees
+        keys :math:`j \le N_\text{past} + i`).
+
+        ``attn_mask`` (torch's name, True = blocked) is refused with a message: the course's
+        ``mask`` has the opposite polarity, so pass ``mask=~attn_mask``.
         """
+        if attn_mask is not None:
+            raise TypeError(
+                "attn_mask is torch.nn.MultiheadAttention's argument, where a boolean True "
+                "means *blocked*; this module's `mask` means True = may attend (the course's "
+                "and torch SDPA's convention). Pass mask=~attn_mask for a boolean mask, or "
+                "mask=attn_mask for a float mask (added to the scores in both)."
+            )
+        if not self.batch_first:  # torch's default layout [N, B, D]: work batch-first
+            query = _to_batch_first(query, "query")
+            key = None if key is None else _to_batch_first(key, "key")
+            value = None if value is None else _to_batch_first(value, "value")
         key = query if key is None else key
         value = key if value is None else value
-        check_mha_inputs(query, key, value, self.d_model)
+        check_mha_inputs(query, key, value, self.d_model, batch_first=self.batch_first)
 
         # Q = X W_Q, K = X W_K, V = X W_V, then cut the features into heads
         q = split_heads(self.W_Q(query), self.num_heads)  # (B, H, Nq, d_h)
@@ -299,7 +432,10 @@ class MultiHeadAttention(nn.Module):
         k = repeat_kv(k, self.num_groups)  # (B, H, Nk, d_h)
         v = repeat_kv(v, self.num_groups)  # (B, H, Nk, d_h)
 
-        mask = self._head_mask(mask, n_q, n_k)  # None or (..., Nq, Nk) broadcastable
+        mask = self._head_mask(mask, q.shape[0], n_q, n_k)  # None or (..., Nq, Nk)
+        if key_padding_mask is not None:
+            keep = _keep_from_padding(key_padding_mask, q.shape[0], n_k, q.device)
+            mask = keep if mask is None else self._and_mask(mask, keep)  # (B, 1, 1, Nk)
         if is_causal and past > 0:
             # the queries are positions past..past+Nq-1: align the triangle bottom-right
             tri = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(past)  # (Nq, Nk)
@@ -313,9 +449,11 @@ class MultiHeadAttention(nn.Module):
 
         # MultiHead = Concat(head_1, ..., head_H) W_O
         out = self.W_O(merge_heads(heads))  # (B, Nq, d_model)
+        if not self.batch_first:
+            out = out.transpose(0, 1)  # (Nq, B, d_model)
         return out, (weights if need_weights else None)
 
-    def _head_mask(self, mask, n_q: int, n_k: int):
+    def _head_mask(self, mask, batch_size: int, n_q: int, n_k: int):
         """Give a mask the head axis: ``[B, Nq, Nk]`` → ``[B, 1, Nq, Nk]``."""
         if mask is None:
             return None
@@ -323,7 +461,24 @@ class MultiHeadAttention(nn.Module):
             mask = torch.as_tensor(mask)
         if mask.ndim == 3:
             mask = mask[:, None]  # (B, 1, Nq or 1, Nk)
-        elif mask.ndim not in (2, 4):
+        elif mask.ndim == 2:
+            if mask.shape[-1] == n_k and mask.shape[0] == batch_size != n_q:
+                raise ValueError(
+                    f"mask of shape {shape_of(mask)} looks like a key-padding mask [B, Nk] "
+                    f"(B={batch_size}), but a 2-D mask is read as [Nq, Nk] with Nq={n_q}. "
+                    "For padding pass mask=keep[:, None, :] ([B, 1, Nk], True = real token) "
+                    "or key_padding_mask=~keep (torch's meaning: True = padding)."
+                )
+            if mask.shape[-1] == n_k and batch_size == n_q > 1 and mask.shape[0] == n_q:
+                raise ValueError(
+                    f"mask of shape {shape_of(mask)} is ambiguous here, because the batch "
+                    f"size equals the number of queries (B = Nq = {n_q}): it could be one "
+                    "[Nq, Nk] mask for every sequence, or a key-padding mask [B, Nk] (one row "
+                    "per sequence, as torch's key_padding_mask). Say which: mask[None] "
+                    "([1, Nq, Nk], the same for every sequence), mask[:, None, :] ([B, 1, Nk], "
+                    "True = real token), or key_padding_mask=~mask (torch's meaning)."
+                )
+        elif mask.ndim != 4:
             raise ValueError(
                 f"expected mask of shape [Nq, Nk], [B, Nq, Nk] or "
                 f"[B, H, Nq, Nk] with Nq={n_q}, Nk={n_k}, got {shape_of(mask)}"
@@ -337,10 +492,20 @@ class MultiHeadAttention(nn.Module):
         return mask
 
     @staticmethod
-    def _and_mask(mask: torch.Tensor, tri: torch.Tensor) -> torch.Tensor:
-        if mask.dtype == torch.bool:
-            return mask & tri  # (..., Nq, Nk)
-        return mask.masked_fill(~tri, float("-inf"))  # (..., Nq, Nk) additive float mask
+    def _and_mask(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Both masks at once: AND of two booleans; otherwise the float masks add and a
+        boolean one adds 0 where it allows and -inf where it blocks."""
+        if a.dtype == torch.bool and b.dtype == torch.bool:
+            return a & b  # (..., Nq, Nk)
+        dtype = a.dtype if a.dtype != torch.bool else b.dtype
+
+        def additive(m: torch.Tensor) -> torch.Tensor:
+            if m.dtype != torch.bool:
+                return m
+            zero = torch.zeros((), dtype=dtype, device=m.device)
+            return zero.masked_fill(~m, float("-inf"))  # (..., Nq, Nk) 0 or -inf
+
+        return additive(a) + additive(b)  # (..., Nq, Nk)
 
     # ------------------------------------------------------------------ torch interop
 
@@ -352,8 +517,13 @@ class MultiHeadAttention(nn.Module):
         ``0:d``, ``d:2d``, ``2d:3d``) and applies them as ``x @ W.T``, exactly like
         ``nn.Linear``; the copy is therefore a slice per projection. Only the standard
         configuration is supported (``kdim = vdim = embed_dim``, no ``add_bias_kv``, no
-        ``add_zero_attn``). The returned module is batch-first whatever ``m.batch_first``
-        is (the parameters do not depend on the layout).
+        ``add_zero_attn``). The returned module takes the same layout as ``m``
+        (``batch_first`` is copied: torch's default is sequence-first ``[N, B, D]``).
+        Two differences remain in the calls: the boolean ``mask`` is True = may attend
+        (torch's ``attn_mask``: True = blocked, so pass ``mask=~attn_mask``;
+        ``key_padding_mask`` keeps torch's meaning), and the returned weights are per head,
+        ``[B, H, Nq, Nk]`` (torch averages them over heads unless
+        ``average_attn_weights=False``).
         """
         if not isinstance(m, nn.MultiheadAttention):
             raise TypeError(f"expected a torch.nn.MultiheadAttention, got {type(m).__name__}")
@@ -366,7 +536,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("add_bias_kv=True and add_zero_attn=True are not supported")
         d_model = m.embed_dim
         bias = m.in_proj_bias is not None
-        new = cls(d_model, m.num_heads, bias=bias, dropout=m.dropout)
+        new = cls(d_model, m.num_heads, bias=bias, dropout=m.dropout, batch_first=m.batch_first)
         new = new.to(device=m.in_proj_weight.device, dtype=m.in_proj_weight.dtype)
         with torch.no_grad():
             W_Q, W_K, W_V = m.in_proj_weight.chunk(3, dim=0)  # 3 x (D, D)

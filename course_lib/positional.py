@@ -26,7 +26,10 @@ permutation of the features (i.e. of the columns of :math:`W_Q` and :math:`W_K`)
 For long contexts, :func:`apply_rope` also takes ``scale``: positions are divided by it
 before rotating, which is *position interpolation* (Chen et al., 2023, "Extending Context
 Window of Large Language Models via Positional Interpolation"); a larger ``base`` (e.g.
-500 000 in Llama 3) is the other common knob.
+500 000 in Llama 3) is the other common knob, and frequency-dependent scalings keep the
+fast pairs and interpolate only the slow ones: Llama 3.1's
+(:func:`llama3_scaled_frequencies`, to pass as ``apply_rope(..., frequencies=...)``) and
+YaRN's (:func:`yarn_scaled_frequencies`, with its temperature :func:`yarn_attention_factor`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from .validation import (
     check_even,
     check_position_scale,
     check_rope_input,
+    check_rope_layout,
     positions_for,
 )
 
@@ -50,6 +54,7 @@ __all__ = [
     "apply_rope_complex",
     "half_to_interleaved",
     "interleaved_to_half",
+    "llama3_scaled_frequencies",
     "rope_angles",
     "rope_frequencies",
     "rope_permutation",
@@ -58,6 +63,8 @@ __all__ = [
     "sinusoidal_encoding",
     "sinusoidal_frequencies",
     "sinusoidal_shift_matrix",
+    "yarn_attention_factor",
+    "yarn_scaled_frequencies",
 ]
 
 
@@ -162,16 +169,30 @@ def rope_wavelengths(d: int, base: float = 10000.0) -> torch.Tensor:
     return 2 * math.pi / rope_frequencies(d, base)  # (d/2,)
 
 
-def rope_angles(positions, d: int, base: float = 10000.0, *, scale: float = 1.0) -> torch.Tensor:
+def rope_angles(
+    positions, d: int, base: float = 10000.0, *, scale: float = 1.0, frequencies=None
+) -> torch.Tensor:
     r"""The rotation angle of every (position, pair): :math:`\phi_{p,i} = (p/s)\,\theta_i`.
 
     ``positions`` has shape ``[..., N]`` (any real numbers); ``scale`` :math:`s` is the
-    position-interpolation factor (1 = plain RoPE). Returns float64 ``[..., N, d/2]``.
+    position-interpolation factor (1 = plain RoPE). ``frequencies`` (``[d/2]``) replaces
+    :math:`\theta_i = b^{-2i/d}`, e.g. by :func:`llama3_scaled_frequencies`. Returns float64
+    ``[..., N, d/2]``.
     """
     check_position_scale(scale)
-    theta = rope_frequencies(d, base)  # (d/2,)
+    theta = rope_frequencies(d, base) if frequencies is None else _frequencies(frequencies, d)
     pos = torch.as_tensor(positions).to(torch.float64)  # (..., N)
     return (pos / scale)[..., None] * theta.to(pos.device)  # (..., N, d/2)
+
+
+def _frequencies(frequencies, d: int) -> torch.Tensor:
+    theta = torch.as_tensor(frequencies, dtype=torch.float64)  # (d/2,)
+    if theta.shape != (d // 2,):
+        raise ValueError(
+            f"expected frequencies of shape [d/2] = [{d // 2}] (one per feature pair), "
+            f"got {tuple(theta.shape)}"
+        )
+    return theta
 
 
 def apply_rope(
@@ -181,6 +202,8 @@ def apply_rope(
     base: float = 10000.0,
     interleaved: bool = True,
     scale: float = 1.0,
+    layout: str | None = None,
+    frequencies: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""Rotate each feature pair of ``x [..., N, d]`` by its position's angle (RoPE).
 
@@ -196,24 +219,56 @@ def apply_rope(
     where :math:`(a, b) = (2i, 2i+1)` when ``interleaved`` (RoFormer) and
     :math:`(i, i + d/2)` otherwise ("rotate half", GPT-NeoX / Hugging Face Llama).
 
+    **Other libraries' conventions** (docs/conventions.md has the whole table):
+
+    * *Pairing.* The default, ``interleaved=True``, is the RoFormer paper's and Meta's
+      original Llama code's. Hugging Face ``transformers`` (``rotate_half``), GPT-NeoX and
+      flash-attn's ``apply_rotary_emb`` (its default) pair :math:`(i, i + d/2)`: pass
+      ``interleaved=False`` to reproduce them. Both are the same model up to a permutation
+      of the columns of :math:`W_Q, W_K` (:func:`rope_permutation`); mixing them up runs
+      and is wrong.
+    * *Layout.* Tokens are on axis -2: ``[N, d]``, ``[B, N, d]``, ``[B, H, N, d]`` (the
+      course, torch SDPA, Hugging Face after its transpose). Meta's Llama code and
+      flash-attn hold ``[B, N, H, d]``: say so with ``layout="BNHD"``
+      (``layout="BHND"`` states the default). A ``[B, N, H, d]`` tensor passed without it
+      would be rotated along the head axis; when positions are given, their length gives
+      it away and the error says so, but ``positions=None`` cannot be told apart.
+    * *Positions.* ``[N]`` (every sequence), ``[B, N]`` (one row per sequence, Hugging
+      Face's ``position_ids``: the first axis is always the batch, even when B equals H),
+      or all of x's token axes (``[B, 1, N]``, ``[B, H, N]``).
+
     Args:
-        x: queries or keys, ``[..., N, d]`` with ``d`` even (e.g. ``[B, H, N, d_h]``).
-        positions: one position per token, shape ``[N]`` or broadcastable ``[..., N]``;
-            any real numbers (e.g. ``torch.arange(t0, t0 + N)`` for new tokens appended to a
-            KV cache). Defaults to ``0..N-1``. Leading axes align from the right, as in
-            broadcasting: for ``x [B, H, N, d]`` with one row of positions per sequence,
-            pass ``[B, 1, N]``, not ``[B, N]`` (which would pair batch entries with heads).
+        x: queries or keys, ``[..., N, d]`` with ``d`` even (or ``[B, N, H, d]`` with
+            ``layout="BNHD"``).
+        positions: see above; any real numbers (e.g. ``torch.arange(t0, t0 + N)`` for
+            new tokens appended to a KV cache). Defaults to ``0..N-1``.
         base: :math:`b`; 10 000 in the RoFormer paper and Llama 2, 500 000 in Llama 3.
         interleaved: the pairing convention (see above).
         scale: position interpolation factor :math:`s` (Chen et al., 2023); 1 = none.
+        layout: None or ``"BHND"`` (tokens on axis -2), ``"BNHD"`` (tokens on axis 1).
+        frequencies: ``[d/2]`` rotation speeds replacing :math:`b^{-2i/d}` (e.g. Llama
+            3.1's, :func:`llama3_scaled_frequencies`); ``base`` is then unused.
 
     Returns a tensor of the same shape and dtype as ``x``. Angles are computed in float64
     and cast to ``x``'s dtype, so long positions stay accurate.
     """
     check_rope_input(x, base, scale)
+    check_rope_layout(x, layout)
+    if layout == "BNHD":
+        x_bhnd = x.transpose(1, 2)  # (B, H, N, d)
+        *lead, n, d = x_bhnd.shape
+        pos = positions_for(positions, n, tuple(lead), x.device, layout=layout)  # (..., N)
+        y = _rotate(x_bhnd, pos, base, interleaved, scale, frequencies)  # (B, H, N, d)
+        return y.transpose(1, 2)  # (B, N, H, d)
     *lead, n, d = x.shape
     pos = positions_for(positions, n, tuple(lead), x.device)  # (..., N)
-    phi = rope_angles(pos, d, base, scale=scale)  # (..., N, d/2)
+    return _rotate(x, pos, base, interleaved, scale, frequencies)  # (..., N, d)
+
+
+def _rotate(x, pos, base, interleaved, scale, frequencies) -> torch.Tensor:
+    """RoPE on ``x [..., N, d]`` with float64 positions broadcastable to ``[..., N]``."""
+    d = x.shape[-1]
+    phi = rope_angles(pos, d, base, scale=scale, frequencies=frequencies)  # (..., N, d/2)
     cos = torch.cos(phi).to(x.dtype)  # (..., N, d/2)
     sin = torch.sin(phi).to(x.dtype)  # (..., N, d/2)
     if interleaved:
@@ -270,6 +325,77 @@ def rope_rotation_matrix(
     r[a, a], r[a, b] = c, -s
     r[b, a], r[b, b] = s, c
     return r  # (d, d)
+
+
+# --------------------------------------------------------------------------- long context
+
+
+def _ramp_interpolation(theta, factor, original_context, low, high) -> torch.Tensor:
+    r"""Interpolate the slow pairs, keep the fast ones, blend linearly in between.
+
+    With :math:`r_i = L/\lambda_i` the number of turns pair i makes over the original
+    context :math:`L` (:math:`\lambda_i = 2\pi/\theta_i`) and
+    :math:`\gamma_i = \mathrm{clip}\big((r_i - \text{low})/(\text{high} - \text{low}),\,0,\,1\big)`:
+
+    .. math:: \theta_i' = (1 - \gamma_i)\,\frac{\theta_i}{s} + \gamma_i\,\theta_i .
+    """
+    theta = torch.as_tensor(theta, dtype=torch.float64)  # (d/2,)
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor >= 1):
+        raise ValueError(f"factor must be a number >= 1 (1 = no scaling), got {factor!r}")
+    if not (0 < low < high):
+        raise ValueError(f"need 0 < low < high for the ramp, got low={low!r}, high={high!r}")
+    if not original_context > 0:
+        raise ValueError(f"original_context must be positive, got {original_context!r}")
+    turns = original_context * theta / (2 * math.pi)  # (d/2,) r_i = L / lambda_i
+    gamma = ((turns - low) / (high - low)).clamp(0.0, 1.0)  # (d/2,) 0 = interpolate, 1 = keep
+    return (1 - gamma) * theta / factor + gamma * theta  # (d/2,)
+
+
+def llama3_scaled_frequencies(
+    theta,
+    factor: float = 8.0,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    original_context: int = 8192,
+) -> torch.Tensor:
+    r"""Llama 3.1's frequency-dependent RoPE scaling, ``[d/2]`` float64.
+
+    A pair whose wavelength :math:`\lambda_i = 2\pi/\theta_i` is shorter than
+    :math:`L/\text{high\_freq\_factor}` (it turned many times within the original context
+    :math:`L`) keeps its speed; one longer than :math:`L/\text{low\_freq\_factor}` is slowed
+    down by ``factor``, as position interpolation would; in between the two speeds are
+    blended with weight :math:`\gamma_i = (L/\lambda_i - \text{low})/(\text{high} - \text{low})`:
+
+    .. math:: \theta_i' = (1 - \gamma_i)\,\frac{\theta_i}{\text{factor}} + \gamma_i\,\theta_i .
+
+    The defaults are the constants of Meta's Llama 3.1 release (``rope_scaling`` in the
+    models' ``config.json``: factor 8, low_freq_factor 1, high_freq_factor 4,
+    original_max_position_embeddings 8192, with ``rope_theta`` 500 000); Llama 3.2's small
+    models use factor 32. It is YaRN's "NTK-by-parts" ramp (Peng et al., 2023) with
+    :math:`\alpha = 1, \beta = 4`, without YaRN's attention temperature.
+    """
+    return _ramp_interpolation(theta, factor, original_context, low_freq_factor, high_freq_factor)
+
+
+def yarn_scaled_frequencies(
+    theta, factor: float, original_context: int, *, alpha: float = 1.0, beta: float = 32.0
+) -> torch.Tensor:
+    r"""YaRN's "NTK-by-parts" frequencies (Peng et al., 2023, "YaRN: Efficient Context
+    Window Extension of Large Language Models"): the ramp of
+    :func:`llama3_scaled_frequencies` between :math:`r = \alpha` and :math:`r = \beta`
+    turns over the original context (the paper uses :math:`\alpha = 1, \beta = 32` for
+    Llama). YaRN also sharpens the softmax: :func:`yarn_attention_factor`."""
+    return _ramp_interpolation(theta, factor, original_context, alpha, beta)
+
+
+def yarn_attention_factor(factor: float) -> float:
+    r"""YaRN's temperature, as the factor :math:`\sqrt{1/t} = 0.1 \ln s + 1` that multiplies
+    both :math:`q` and :math:`k` (so the logits by :math:`1/t`), for a context extended
+    :math:`s` times (Peng et al., 2023, who fit it for Llama models). Longer contexts
+    spread a softmax over more keys; the factor sharpens it back. 1 for :math:`s \le 1`."""
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+        raise ValueError(f"factor must be a positive number, got {factor!r}")
+    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
 
 
 # --------------------------------------------------------------------------- conventions

@@ -116,7 +116,7 @@ def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, tor
     if rnn.bias:
         b_h = (rnn.bias_ih_l0 + rnn.bias_hh_l0).detach()  # (d_hidden,)
     else:
-        b_h = torch.zeros(W_hh.shape[0], dtype=W_hh.dtype)  # (d_hidden,)
+        b_h = torch.zeros(W_hh.shape[0], dtype=W_hh.dtype, device=W_hh.device)  # (d_hidden,)
     return W_xh, W_hh, b_h
 
 
@@ -470,21 +470,35 @@ def recall_accuracy_by_distance(
     *,
     seq_len: int = 32,
     vocab_size: int = 8,
-    batch_size: int = 256,
+    batch_size: int = 4096,
     seed: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(distances [N-1], accuracy [N-1])`` on ``batch_size`` fresh sequences marked at
-    position 0, so that every distance ``1 .. seq_len - 1`` is asked exactly ``batch_size`` times."""
+    marker: str = "random",
+    return_counts: bool = False,
+):
+    """``(distances [N-1], accuracy [N-1])``: the fraction of questions at each distance
+    ``k = 1 .. seq_len - 1`` that the model answers right, on ``batch_size`` fresh sequences.
+
+    ``marker="random"`` (default) draws the marked position uniformly over ``0 .. N-2``, as
+    :func:`train_recall` does, and scores every question of every sequence: distance ``k``
+    is asked about ``batch_size * (N - k) / (N - 1)`` times on average (many times for short
+    distances, fewer for long ones). ``marker="start"`` marks position 0 of every sequence,
+    so that each distance is asked exactly ``batch_size`` times, but from a state that has
+    seen nothing before the marker, which the model was not trained on: it flatters a model
+    whose memory is disturbed by what came earlier (chapter 01 measures by how much).
+    ``return_counts=True`` adds the number of questions per distance ``[N-1]``.
+    """
+    if marker not in ("random", "start"):
+        raise ValueError(f"marker must be 'random' or 'start', got {marker!r}")
     gen = torch.Generator().manual_seed(seed)
-    b = make_recall_batch(
-        batch_size,
-        seq_len,
-        vocab_size,
-        positions=torch.zeros(batch_size, dtype=torch.long),
-        generator=gen,
-    )
+    positions = torch.zeros(batch_size, dtype=torch.long) if marker == "start" else None
+    b = make_recall_batch(batch_size, seq_len, vocab_size, positions=positions, generator=gen)
     model.eval()
     with single_thread():
         pred = model(b.tokens, b.marker).argmax(-1)  # (B, N)
     correct = (pred == b.target[:, None]).float()  # (B, N)
-    return torch.arange(1, seq_len), correct[:, 1:].mean(dim=0)  # (N-1,), (N-1,)
+    distance = b.distance  # (B, N)
+    dists = torch.arange(1, seq_len)  # (N-1,)
+    asked = distance[None] == dists[:, None, None]  # (N-1, B, N)
+    counts = asked.sum(dim=(1, 2))  # (N-1,)
+    accuracy = (asked * correct[None]).sum(dim=(1, 2)) / counts.clamp_min(1)  # (N-1,)
+    return (dists, accuracy, counts) if return_counts else (dists, accuracy)

@@ -42,11 +42,13 @@ __all__ = [
     "evaluate_retrieval",
     "gaussian_variance_stderr",
     "jacobian_abs_sum",
-    "multihead_scores",
+    "jacobian_entry_bounds",
+    "project_and_score",
     "retrieval_loss",
     "sample_qk",
     "saturation_sweep",
     "score_gradients_at_init",
+    "softmax_backward",
     "softmax_entropy",
     "softmax_jacobian",
     "train_retrieval",
@@ -198,18 +200,63 @@ def jacobian_abs_sum(p: torch.Tensor) -> torch.Tensor:
     r"""The sum of absolute entries of :func:`softmax_jacobian`, in closed form.
 
     Row :math:`i` of :math:`J` has :math:`|J_{ii}| = p_i(1-p_i)` and off-diagonal
-    entries summing to :math:`p_i(1-p_i)` in absolute value, so
+    entries summing to :math:`p_i(1-p_i)` in absolute value, so, with
+    :math:`m = p_{\max}` and :math:`n` keys,
 
     .. math::
 
-        \sum_{ij} |J_{ij}| = 2\Big(1 - \sum_i p_i^2\Big)
-        \le 2(1 - p_{\max})(1 + p_{\max}) \le 4\,(1 - p_{\max}).
+        2(1 - m) \;\le\; \sum_{ij} |J_{ij}| = 2\Big(1 - \sum_i p_i^2\Big)
+        \;\le\; 2\Big(1 - m^2 - \frac{(1-m)^2}{n-1}\Big) \;\le\; 4\,(1 - m).
 
-    Every entry of :math:`J` is therefore at most :math:`4(1 - p_{\max})`: when the
-    largest weight nears 1, every gradient through the softmax nears 0.
+    (:math:`\sum_i p_i^2 \le m \sum_i p_i = m` gives the lower bound; the upper one is
+    reached when the other :math:`n-1` weights are equal.) That bound of 4(1 − m) is for
+    the *sum*; each entry obeys the sharper :func:`jacobian_entry_bounds`.
     """
     p = torch.as_tensor(p)
     return 2.0 * (1.0 - (p * p).sum(-1))  # (...)
+
+
+def jacobian_entry_bounds(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The largest entry and the largest row sum of :math:`|J|`, both exact.
+
+    With :math:`m = p_{\max}`: every :math:`p_i(1-p_i) \le m(1-m)` (for the argmax it is
+    :math:`m(1-m)`; any other :math:`p_i \le \min(m, 1-m)`, where :math:`p(1-p)` is
+    increasing), and every :math:`p_ip_j \le m(1-m)` for :math:`i \ne j`. Hence
+
+    .. math::
+
+        \max_{ij} |J_{ij}| = m(1 - m), \qquad
+        \max_i \sum_j |J_{ij}| = 2\max_i p_i(1-p_i) = 2m(1 - m),
+
+    both attained at the argmax's row: equalities, not just bounds. The second is the
+    :math:`\infty`-norm of :math:`J`, so the gradient reaching the scores obeys
+    :math:`\max_j |\partial L/\partial s_j| \le 2m(1-m)\,\max_i |\partial L/\partial p_i|
+    \le 2(1-m)\,\max_i |\partial L/\partial p_i|`. Returns ``(m(1 - m), 2m(1 - m))``,
+    each of shape ``[...]``.
+    """
+    m = torch.as_tensor(p).amax(-1)  # (...)
+    return m * (1 - m), 2 * m * (1 - m)
+
+
+def softmax_backward(p: torch.Tensor, grad_p: torch.Tensor) -> torch.Tensor:
+    r"""The gradient with respect to the scores, without building the Jacobian.
+
+    For :math:`p = \mathrm{softmax}(s)` and :math:`g = \partial L/\partial p`,
+    :math:`J^\top g = (\mathrm{diag}(p) - pp^\top) g`, i.e.
+
+    .. math:: \frac{\partial L}{\partial s_j} = p_j\,\big(g_j - \textstyle\sum_i p_i g_i\big),
+
+    :math:`O(n)` memory and work per row instead of the :math:`O(n^2)` of :math:`J`. This is
+    what autograd computes for ``softmax`` (and, with :math:`\sum_i p_i g_i` written as a
+    row sum, what FlashAttention's backward pass does: chapter 06).
+    """
+    p, grad_p = torch.as_tensor(p), torch.as_tensor(grad_p)
+    if p.shape != grad_p.shape:
+        raise ValueError(
+            f"p and grad_p must have the same shape [..., n], got {shape_of(p)} and "
+            f"{shape_of(grad_p)}"
+        )
+    return p * (grad_p - (p * grad_p).sum(-1, keepdim=True))  # (..., n)
 
 
 @dataclass
@@ -266,7 +313,7 @@ def saturation_sweep(
 
 
 @renamed_kwargs({"w_q": "W_Q", "w_k": "W_K"})
-def multihead_scores(
+def project_and_score(
     x: torch.Tensor,
     W_Q: torch.Tensor,
     W_K: torch.Tensor,
@@ -274,7 +321,10 @@ def multihead_scores(
     *,
     scale_by: str = "head_dim",
 ) -> torch.Tensor:
-    r"""Per-head attention scores ``[B, H, N, N]`` from inputs ``x [B, N, d_model]``.
+    r"""Per-head attention scores ``[B, H, N, N]`` from the *inputs* ``x [B, N, d_model]``
+    and the projections: it projects (:math:`Q = XW_Q, K = XW_K`), splits into heads, and
+    scores. (Exercise 03.5's ``multihead_scores(q, k, num_heads)`` starts one step later,
+    from ``q`` and ``k`` already projected.)
 
     .. math::
 
@@ -299,7 +349,7 @@ def multihead_scores(
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
     head_dim = d_model // num_heads
     if scale_by == "d_head":  # retired spelling of "head_dim"
-        warn_once('multihead_scores(scale_by="d_head")', 'scale_by="head_dim"')
+        warn_once('project_and_score(scale_by="d_head")', 'scale_by="head_dim"')
         scale_by = "head_dim"
     divisor = {"head_dim": head_dim, "d_model": d_model}.get(scale_by)
     if divisor is None:
@@ -307,6 +357,14 @@ def multihead_scores(
     q = (x @ W_Q).view(batch_size, seq_len, num_heads, head_dim).transpose(1, 2)  # (B, H, N, d_h)
     k = (x @ W_K).view(batch_size, seq_len, num_heads, head_dim).transpose(1, 2)  # (B, H, N, d_h)
     return q @ k.transpose(-2, -1) / math.sqrt(divisor)  # (B, H, N, N)
+
+
+def multihead_scores(*args, **kwargs) -> torch.Tensor:
+    """The former name of :func:`project_and_score` (renamed so that it is not confused
+    with exercise 03.5's ``multihead_scores(q, k, num_heads)``, which takes projected
+    queries and keys); warns once."""
+    warn_once("scaling.multihead_scores(x, W_Q, W_K, ...)", "scaling.project_and_score")
+    return project_and_score(*args, **kwargs)
 
 
 # --------------------------------------------------------------------------- training

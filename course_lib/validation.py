@@ -181,23 +181,32 @@ def check_mha_config(d_model, num_heads, num_kv_heads, dropout) -> None:
         raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 
 
-def check_mha_inputs(query, key, value, d_model: int) -> None:
-    """query, key, value of a MultiHeadAttention: ``[B, N, d_model]``, same B, key ~ value."""
+def check_mha_inputs(query, key, value, d_model: int, *, batch_first: bool = True) -> None:
+    """query, key, value of a MultiHeadAttention: ``[B, N, d_model]``, same B, key ~ value.
+
+    (Given batch-first: a ``batch_first=False`` module has transposed them already.)
+    """
+    layout = "[B, N, d_model" if batch_first else "[N, B, d_model"
     for name, x in (("query", query), ("key", key), ("value", value)):
         require_tensor(name, x)
         if x.ndim != 3 or x.shape[-1] != d_model:
-            raise ValueError(
-                f"expected {name} of shape [B, N, d_model={d_model}], got {shape_of(x)}"
-            )
+            shape = shape_of(x) if batch_first or x.ndim != 3 else shape_of(x.transpose(0, 1))
+            raise ValueError(f"expected {name} of shape {layout}={d_model}], got {shape}")
     if key.shape[:2] != value.shape[:2]:
         raise ValueError(
             f"key and value must have the same [B, Nk], got key "
             f"{shape_of(key)} and value {shape_of(value)}"
         )
     if query.shape[0] != key.shape[0]:
+        hint = (
+            " If your tensors are sequence-first [N, B, d_model] (torch.nn.MultiheadAttention's "
+            "default), build the module with batch_first=False or transpose them."
+            if batch_first and query.shape[1] == key.shape[1]
+            else ""
+        )
         raise ValueError(
             f"query and key must have the same batch size B, got query "
-            f"{shape_of(query)} and key {shape_of(key)}"
+            f"{shape_of(query)} and key {shape_of(key)} (read as {layout}]).{hint}"
         )
 
 
@@ -275,28 +284,84 @@ def check_rope_input(x, base: float, scale: float) -> None:
     check_position_scale(scale)
 
 
-def positions_for(positions, n: int, lead: tuple, device) -> torch.Tensor:
+ROPE_LAYOUTS = ("BHND", "BNHD")
+
+
+def check_rope_layout(x, layout) -> None:
+    """``layout`` is None (tokens on axis -2) or one of ROPE_LAYOUTS for a 4-D ``x``."""
+    if layout is None:
+        return
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(
+            f"layout must be None, 'BHND' (x [B, H, N, d]: heads before tokens, the course's, "
+            f"torch SDPA's and Hugging Face's after its transpose) or 'BNHD' (x [B, N, H, d]: "
+            f"Meta's Llama code, flash-attn); got {layout!r}"
+        )
+    if x.ndim != 4:
+        raise ValueError(
+            f"layout={layout!r} names the four axes of x, but x has shape {shape_of(x)}; "
+            "for x [..., N, d] leave layout=None"
+        )
+
+
+def positions_for(positions, n: int, lead: tuple, device, *, layout=None) -> torch.Tensor:
     """Positions as float64 broadcastable to ``(*lead, n)``, with a clear error if not;
-    ``0 .. n-1`` when None."""
+    ``0 .. n-1`` when None.
+
+    ``lead`` are x's axes before the token axis in the ``[..., N, d]`` view (for a
+    ``'BNHD'`` x the caller has moved the heads in front of the tokens). The rules, the
+    same for every layout:
+
+    * ``[N]``: the same positions for every sequence and head;
+    * ``[B, N]``: one row per sequence (Hugging Face's ``position_ids``), its first axis is
+      x's batch axis, never the heads, whatever the sizes;
+    * as many axes as ``lead`` plus one, broadcastable to ``(*lead, N)`` (e.g.
+      ``[B, 1, N]`` or ``[B, H, N]`` for x ``[B, H, N, d]``).
+    """
     if positions is None:
         return torch.arange(n, dtype=torch.float64, device=device)  # (N,)
     pos = torch.as_tensor(positions, device=device)
     if pos.is_complex() or pos.dtype == torch.bool:
         raise TypeError(f"positions must be real numbers, got dtype {pos.dtype}")
     pos = pos.to(torch.float64)
+    tokens = "x.shape[1]" if layout == "BNHD" else "x.shape[-2]"
     if pos.ndim == 0 or pos.shape[-1] != n:
+        hint = ""
+        if layout is None and len(lead) == 2 and pos.ndim >= 1 and pos.shape[-1] == lead[1]:
+            hint = (
+                f" Your positions match x.shape[1] = {lead[1]} instead: is x laid out "
+                "[B, N, H, d] (Meta's Llama code, flash-attn)? Pass layout='BNHD' (or "
+                "x.transpose(1, 2)); without a layout x is read as [..., N, d], here "
+                "[B, H, N, d]."
+            )
         raise ValueError(
-            f"expected positions of shape [N] or [..., N] with N={n} (one per "
-            f"token of x), got shape {shape_of(pos)}"
+            f"expected positions of shape [N], [B, N] or [..., N] with N={n} (one per "
+            f"token of x, {tokens}), got shape {shape_of(pos)}.{hint}"
+        )
+    if pos.ndim == 2 and len(lead) >= 2:
+        # [B, N]: one row per sequence, as Hugging Face's position_ids
+        if pos.shape[0] not in (1, lead[0]):
+            raise ValueError(
+                f"positions of shape {shape_of(pos)} are read as [B, N], one row per "
+                f"sequence (Hugging Face's position_ids), but x has batch size B={lead[0]} "
+                f"(x's axes before the tokens: {lead}). For per-head positions pass "
+                f"[B, H, N]; to broadcast them as numpy would, give every axis: "
+                f"{(*lead, n)}."
+            )
+        return pos.reshape(pos.shape[0], *([1] * (len(lead) - 1)), n)  # (B, 1, ..., N)
+    if pos.ndim not in (1, len(lead) + 1):
+        raise ValueError(
+            f"positions of shape {shape_of(pos)} are ambiguous for x with token axes "
+            f"{(*lead, n)}: pass [N] (shared), [B, N] (one row per sequence) or all "
+            f"{len(lead) + 1} axes, broadcastable to {(*lead, n)}"
         )
     try:
         torch.broadcast_shapes(tuple(pos.shape), (*lead, n))
     except RuntimeError as err:
         raise ValueError(
             f"positions of shape {shape_of(pos)} do not broadcast against "
-            f"x's token axes {(*lead, n)} (they align from the right: for x "
-            f"[B, H, N, d] and one row of positions per sequence, pass "
-            f"positions[:, None, :] of shape [B, 1, N])"
+            f"x's token axes {(*lead, n)} (for x [B, H, N, d] and one row of positions "
+            f"per sequence, pass [B, N] or [B, 1, N])"
         ) from err
     return pos
 

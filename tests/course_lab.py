@@ -40,6 +40,16 @@ COURSE_SETTINGS = ROOT / ".jupyter" / "lab" / "user-settings"
 START_TIMEOUT_S = 120.0  # a cold start on a busy 2-core machine can take a while
 
 
+def bootstrap_module():
+    """tools/bootstrap.py (behind `make lab`), imported from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "tools" / "bootstrap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody is listening on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -180,6 +190,7 @@ def running_lab(
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={ROOT}",
+        *bootstrap_module().LAB_OPTIONS,  # as `make lab` starts it
     ]
     if os.name == "posix" and os.geteuid() == 0:  # CI containers run as root
         cmd.append("--allow-root")

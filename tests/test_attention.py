@@ -282,6 +282,37 @@ def test_masked_softmax_matches_softmax_and_handles_empty_rows():
     assert torch.isfinite(masked_softmax(big)).all()
 
 
+def test_masked_softmax_fused_path_equals_the_readable_path():
+    """The fused torch.softmax path equals the step-by-step numpy version, with and without
+    fully masked rows in the batch."""
+    g = torch.Generator().manual_seed(3)
+    s = torch.randn(2, 4, 6, generator=g, dtype=DT) * 5
+    m = torch.rand(2, 4, 6, generator=g) > 0.3
+    m[:, :, 0] = True  # no empty row: the fused path
+    np.testing.assert_allclose(
+        masked_softmax(s, m).numpy(), numpy_masked_softmax(s.numpy(), m.numpy())
+    )
+    m[1, 2] = False  # one empty row: the NaN-safe path
+    w = masked_softmax(s, m)
+    np.testing.assert_allclose(w.numpy(), numpy_masked_softmax(s.numpy(), m.numpy()))
+    assert (w[1, 2] == 0).all() and torch.isfinite(w).all()
+
+
+def test_masked_softmax_gradients_are_finite_for_minus_inf_rows_without_a_mask():
+    """Rows that are all -inf in the scores themselves (a float mask, say): zeros, and
+    finite gradients, not NaN."""
+    s = torch.randn(3, 4, dtype=DT)
+    s[1] = float("-inf")
+    s.requires_grad_(True)
+    w = masked_softmax(s)
+    assert (w[1] == 0).all()
+    (w * torch.arange(4.0, dtype=DT)).sum().backward()
+    assert torch.isfinite(s.grad).all() and (s.grad[1] == 0).all()
+    ref = s.detach()[[0, 2]].clone().requires_grad_(True)
+    (torch.softmax(ref, -1) * torch.arange(4.0, dtype=DT)).sum().backward()
+    torch.testing.assert_close(s.grad[[0, 2]], ref.grad)
+
+
 def test_padding_mask():
     m = padding_mask([3, 1, 4])
     assert m.shape == (3, 1, 4) and m.dtype == torch.bool

@@ -3,30 +3,125 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from course_lib import rnn as R
-from course_lib.checks import CheckFailed, check, get_exercise
+from course_lib.checks import CheckFailed, check, core, get_exercise
+from course_lib.checks.ch01 import clip_grad_norm_reference
+from course_lib.checks.core import Hint
 
-IDS = ["01.1", "01.2", "01.3", "01.4"]
+IDS = ["01.1", "01.2", "01.3", "01.4", "01.5"]
 
 
-def test_the_chapter_declares_four_exercises_worth_nine_points():
+@pytest.fixture(autouse=True)
+def _fresh_hint_tiers():
+    core._FAILED_BEFORE.clear()
+    yield
+    core._FAILED_BEFORE.clear()
+
+
+def test_the_chapter_declares_five_exercises_worth_eleven_points():
     exercises = [get_exercise(i) for i in IDS]
     assert [e.target for e in exercises] == [
         "rnn_forward",
         "scale_to_spectral_radius",
         "jacobian_norms_through_time",
         "critical_path",
+        "clip_grad_norm",
     ]
-    assert sum(e.points for e in exercises) == 9
+    assert sum(e.points for e in exercises) == 11
+
+
+def test_every_hint_has_a_nudge_and_a_detail():
+    for i in IDS:
+        ex = get_exercise(i)
+        assert isinstance(ex.hint, Hint) and ex.hint.detail, i
+        assert all(isinstance(h, Hint) and h.detail for h in ex.mistakes), i
 
 
 def test_the_visible_check_explains_a_transposed_recurrent_matrix():
     def rnn_forward(x, W_xh, W_hh, b_h, h0=None):
         return R.rnn_forward(x, W_xh, W_hh.T, b_h, h0)
 
-    with pytest.raises(CheckFailed, match=r"W_hh instead of W_hhᵀ"):
+    with pytest.raises(CheckFailed, match=r"W_hh the wrong way round") as first:
         check("01.1", rnn_forward)
+    assert "h @ W_hh.T" not in str(first.value)  # the nudge first
+    with pytest.raises(CheckFailed, match=r"h @ W_hh.T"):
+        check("01.1", rnn_forward)  # the fix on the second failure
+
+
+def test_float32_zeros_get_a_named_hint_not_a_bare_dtype_error():
+    def rnn_forward(x, W_xh, W_hh, b_h, h0=None):
+        h = torch.zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0  # float32
+        states = []
+        for t in range(x.shape[1]):
+            h = torch.tanh(x[:, t] @ W_xh.T + h @ W_hh.T + b_h)
+            states.append(h)
+        return torch.stack(states, dim=1)
+
+    with pytest.raises(CheckFailed) as failure:
+        check("01.1", rnn_forward, hints="full")
+    msg = str(failure.value)
+    assert "raised RuntimeError" in msg and "Likely cause: your starting state" in msg
+    assert "x.new_zeros(B, d_hidden)" in msg
+    assert "with an initial state h0" not in msg.split("failed.")[1]  # h0 given: that case passes
+
+
+def test_summing_the_parents_depths_is_named_not_called_counting_every_node():
+    def critical_path(parents):
+        depth = []
+        for ps in parents:
+            depth.append(1 + sum(depth[p] for p in ps))
+        return max(depth, default=0)
+
+    with pytest.raises(CheckFailed) as failure:
+        check("01.4", critical_path)
+    msg = str(failure.value)
+    assert "added up the parents' depths" in msg and "counted every node" not in msg
+
+
+@pytest.mark.parametrize(
+    "twin,named",
+    [
+        ("_per_tensor", "clipped each tensor by its own norm"),
+        ("_always_rescale", "already small enough"),
+        ("_value_clipping", "clamped each entry"),
+        ("_sum_of_norms", "adds up the tensors' norms"),
+        ("_norm_after_clipping", "norm after clipping"),
+        ("_squared_total", "squared norm"),
+    ],
+)
+def test_each_clipping_mistake_is_named_on_the_visible_cases(twin, named):
+    from course_lib.checks import ch01
+
+    with pytest.raises(CheckFailed, match=named):
+        check("01.5", getattr(ch01, twin), quiet=True)
+
+
+def test_clipping_by_zero_norm_is_named():
+    from course_lib.checks import ch01
+
+    with pytest.raises(CheckFailed, match=r"(?s)all-zero gradients.*ZeroDivisionError.*norm is 0"):
+        check("01.5", ch01._divides_by_zero, quiet=True)
+
+
+def test_torchs_clip_grad_norm_passes_and_feedback_names_the_outputs():
+    def clip_grad_norm(grads, max_norm):
+        params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return [p.grad for p in params], float(total)
+
+    assert check("01.5", clip_grad_norm, quiet=True).passed
+    assert check("01.5", clip_grad_norm, hidden=True, quiet=True).passed
+
+    def swapped(grads, max_norm):
+        clipped, total = clip_grad_norm_reference(grads, max_norm)
+        return clipped, total + 1.0
+
+    with pytest.raises(CheckFailed, match=r"total_norm: expected"):
+        check("01.5", swapped, quiet=True)
 
 
 def test_the_visible_check_explains_singular_values():

@@ -8,7 +8,7 @@ import torch
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.core import get_exercise
 
-IDS = ["05.1", "05.2", "05.3", "05.4"]
+IDS = ["05.1", "05.2", "05.3", "05.4", "05.5"]
 
 
 def test_mistakes_are_told_apart():
@@ -115,3 +115,57 @@ def test_05_3_refuses_a_complex_result_with_a_clear_message():
     with pytest.raises(CheckFailed, match=r"complex.*REAL part") as info:
         check("05.3", complex_sum, quiet=True)
     assert "Likely cause" not in str(info.value)  # no wrong twin claims it
+
+
+def test_05_3_modulus_instead_of_real_part_is_named():
+    def relative_score(q, k, delta):
+        d = q.shape[-1]
+        theta = 10000.0 ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)
+        zq = torch.complex(q[:, 0::2], q[:, 1::2])
+        zk = torch.complex(k[:, 0::2], k[:, 1::2])
+        rot = torch.polar(torch.ones_like(theta), delta.double()[:, None] * theta)
+        return (zq * zk.conj() * rot).sum(-1).abs()
+
+    with pytest.raises(CheckFailed, match=r"modulus \|…\| of the complex sum"):
+        check("05.3", relative_score, quiet=True)
+
+
+def test_05_4_permuting_rows_is_named_when_square_and_when_it_raises():
+    def rows_per_head(W, num_heads):  # the per-head permutation on W's rows
+        d_model, width = W.shape
+        head_dim = width // num_heads
+        perm = torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+        return W.reshape(num_heads, head_dim, -1)[:, perm].reshape(d_model, width)
+
+    def rows_indexed(W, num_heads):  # W[perm]: an IndexError on the (1, 8) case
+        head_dim = W.shape[1] // num_heads
+        perm = torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+        return W[perm]
+
+    for wrong in (rows_per_head, rows_indexed):
+        with pytest.raises(CheckFailed, match="you permuted the rows of W|you indexed the rows"):
+            check("05.4", wrong, quiet=True)
+
+
+def test_05_5_reference_against_the_three_cases_written_out():
+    import math
+
+    from course_lib.positional import rope_frequencies
+
+    ref = get_exercise("05.5").reference
+    theta = rope_frequencies(128, 500_000.0)
+    got = ref(theta, 8.0, 1.0, 4.0, 8192)
+    for t, g in zip(theta.tolist(), got.tolist()):
+        wavelength = 2 * math.pi / t
+        if wavelength < 8192 / 4:
+            assert g == t
+        elif wavelength > 8192:
+            assert g == pytest.approx(t / 8, rel=1e-14)
+        else:
+            s = (8192 / wavelength - 1) / 3
+            assert g == pytest.approx((1 - s) * t / 8 + s * t, rel=1e-14)
+
+
+def test_05_5_position_interpolation_is_named():
+    with pytest.raises(CheckFailed, match="plain position interpolation"):
+        check("05.5", lambda theta, factor, low, high, ctx: theta / factor, quiet=True)

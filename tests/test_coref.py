@@ -61,6 +61,81 @@ def test_deciding_word_decides():
         assert (noun in tpl.nouns_a) == (w in tpl.words_a)
 
 
+def test_a_one_word_rule_solves_the_winograd_style_set(data):
+    """The reason chapter 02 adds a second data set: the deciding word's kind alone names
+    the referent, and every held-out word was seen in training."""
+    train, test = data
+    assert (coref.word_class_rule(test) == test.antecedent).all()
+    assert {w for s in test.sentences for w in s.split()} <= set(train.vocab.itos)
+    train_words = {w for s in train.sentences for w in s.split()}
+    assert {w for s in test.sentences for w in s.split()} <= train_words
+
+
+@pytest.fixture(scope="module")
+def interaction():
+    return coref.make_dataset(max_per_template=100, templates=coref.INTERACTION_TEMPLATES)
+
+
+def test_interaction_set_has_no_one_word_shortcut(interaction):
+    train, test = interaction
+    for d in (train, test):
+        assert len(set(d.lengths.tolist())) == 1  # one length: positions say nothing
+        assert (d.antecedent < d.distractor).float().mean() == 0.5
+        # every deciding word points at the first noun with one verb, the second with another
+        words = [s.split() for s in d.sentences]
+        firsts: dict[str, set[bool]] = {}
+        for w, a, b in zip(words, d.antecedent.tolist(), d.distractor.tolist()):
+            firsts.setdefault(w[-1], set()).add(a < b)
+        assert all(v == {True, False} for v in firsts.values())
+
+    # unordered noun pairs: (dog, cat) in training keeps (cat, dog) out of the test set
+    def pairs(d):
+        return {
+            frozenset((s.split()[a], s.split()[b]))
+            for s, a, b in zip(d.sentences, d.antecedent.tolist(), d.distractor.tolist())
+        }
+
+    assert not pairs(train) & pairs(test)
+    rule = coref.word_class_rule(test, coref.INTERACTION_TEMPLATES)
+    assert (rule == test.antecedent).float().mean() == 0.5
+    acc, _ = coref.one_word_rule(train, test)
+    assert acc < 0.6
+
+
+def test_one_word_rule_finds_the_deciding_word_when_it_decides(data):
+    train, test = data
+    acc, where = coref.one_word_rule(train, test)
+    assert acc > 0.75 and where.startswith("word")
+
+
+def test_two_layers_learn_the_interaction(interaction):
+    train, test = interaction
+    model = coref.make_model(train.vocab, num_layers=2, seed=1)
+    coref.train(model, train, steps=200, lr=0.005, log_every=200, seed=1)  # as chapter 02
+    assert coref.pointer_accuracy(model, test) >= 0.95
+    # the ablation of chapter 02: nouns that gather nothing in layer 1 leave it at chance
+    rows = torch.arange(len(test))
+    frozen = torch.zeros(test.tokens.shape, dtype=torch.bool)
+    frozen[rows, test.antecedent] = frozen[rows, test.distractor] = True
+    assert coref.pointer_accuracy(model, test, frozen=frozen) <= 0.55
+
+
+def test_frozen_positions_keep_their_embedding(data):
+    train, _ = data
+    model = coref.make_model(train.vocab, num_layers=2, d_model=8)
+    tokens, mask = train.tokens[:3], train.mask[:3]
+    everything = torch.ones(tokens.shape, dtype=torch.bool)
+    with torch.no_grad():
+        frozen_maps = model(tokens, mask, frozen=everything)
+        x0 = model.tok(tokens) + model.pos(torch.arange(tokens.shape[1]))
+        q, k = model.W_Q[1](x0), model.W_K[1](x0)
+        from course_lib.attention import scaled_dot_product_attention
+
+        _, expected = scaled_dot_product_attention(q, k, k, mask)  # layer 2 on the embeddings
+    torch.testing.assert_close(frozen_maps[1], expected)
+    assert not torch.allclose(model(tokens, mask)[1], expected)  # unfrozen: layer 1 matters
+
+
 def test_vocab_round_trip_and_unknown_words(data):
     vocab = data[0].vocab
     s = "the dog did not cross the river because it was too tired"
@@ -119,6 +194,13 @@ def test_explorer_runs_headless_and_redraws(data):
     ex = AttentionExplorer({"a": model}, train.vocab, test.sentences[:3])
     assert "attention-explorer" in ex.widget._dom_classes
     assert ex.query.label.endswith("it") and ex.draws == 1
+    # the summary exists as plain text too (what a notebook prints), with the same content
+    assert "<" not in ex.summary_text and ex.summary_text.startswith("a model, layer 2")
+    assert "<b>a</b> model" in ex.summary.value and "'it' →" in ex.summary_text
+    # the layer buttons sit in the first row, beside their label, without a description
+    first_row = ex.widget.children[0].children
+    assert ex.layer in first_row and ex.layer.description == ""
+    assert any(getattr(c, "value", None) == "layer" for c in first_row)
     png, draws = ex.plot.value, ex.draws
     ex.query.value = 1
     assert ex.draws == draws + 1 and ex.plot.value != png

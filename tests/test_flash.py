@@ -1,11 +1,12 @@
-"""course_lib.flash: the tiled reference and the Triton kernels, forward and backward.
+"""course_lib.flash: the tiled reference and the Triton kernels, forward, backward, decode.
 
 Without a CUDA GPU the kernels run in Triton's interpreter (the root conftest.py turns it on
-before triton is imported), which costs ~milliseconds per block operation, so the CPU
-cases are small: every N in {1, 17, 64, 127, 200} appears, with the interpreter's blocks
-(64 queries x 32 keys forward) giving ragged last blocks and several blocks per row at
-N = 127 and 200. The ``gpu``-marked twins run the compiled kernels at realistic sizes and
-skip cleanly without CUDA.
+before triton is imported), which costs ~milliseconds per tile operation, so the CPU
+cases are small: every N in {1, 17, 64, 127, 200} appears, with the interpreter's tiles
+(64 queries x 32 keys forward) giving ragged last tiles and several tiles per row at
+N = 127 and 200, and lengths that are multiples of the tiles taking the even fast path.
+The ``gpu``-marked twins run the compiled kernels at realistic sizes and skip cleanly
+without CUDA.
 
 Tolerances (kernel vs a float64 reference computed from the *same* rounded inputs):
 
@@ -24,13 +25,22 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 import course_lib.flash as flash
-from course_lib.flash import flash_attention, flash_attention_reference
+from course_lib.flash import (
+    aot,
+    flash_attention,
+    flash_attention_reference,
+    flash_attention_with_lse,
+    flash_decode,
+)
 
 # Where the small "CPU" cases run: the CPU through the interpreter, or, when Triton compiles
 # (a CUDA machine), the GPU — a compiled kernel cannot read CPU tensors.
@@ -42,19 +52,58 @@ TOL = {
 }
 
 
-def _inputs(B, H, n_q, n_k, d, dtype, device="cpu", seed=0):
+def _inputs(B, H, n_q, n_k, d, dtype, device="cpu", seed=0, h_kv=None):
     g = torch.Generator().manual_seed(seed)
+    h_kv = H if h_kv is None else h_kv
     q = torch.randn(B, H, n_q, d, generator=g)  # (B, H, Nq, d)
-    k = torch.randn(B, H, n_k, d, generator=g)  # (B, H, Nk, d)
-    v = torch.randn(B, H, n_k, d, generator=g)  # (B, H, Nk, d)
+    k = torch.randn(B, h_kv, n_k, d, generator=g)  # (B, H_kv, Nk, d)
+    v = torch.randn(B, h_kv, n_k, d, generator=g)  # (B, H_kv, Nk, d)
     do = torch.randn(B, H, n_q, d, generator=g)  # (B, H, Nq, d)
     return [x.to(device=device, dtype=dtype) for x in (q, k, v, do)]
+
+
+def _visible(n_q, n_k, is_causal, alignment="top_left", window=None, device="cpu"):
+    """(Nq, Nk) boolean, True = may attend: the definition the kernels must implement."""
+    diag = 0 if alignment == "top_left" else n_k - n_q
+    i = torch.arange(n_q, device=device)[:, None] + diag  # (Nq, 1) key position of query i
+    j = torch.arange(n_k, device=device)[None, :]  # (1, Nk)
+    ok = torch.ones(n_q, n_k, dtype=torch.bool, device=device)
+    if is_causal:
+        ok &= j <= i
+    if window is not None:
+        ok &= j >= i - window + 1
+    return ok
+
+
+def naive_attention(q, k, v, is_causal=False, causal_alignment="top_left", window=None, scale=None):
+    """Attention with an explicit mask, K/V repeated for GQA; rows with no key give 0 and -inf.
+
+    Differentiable; used in float64 as the ground truth for outputs, LSE and gradients.
+    """
+    g = q.shape[-3] // k.shape[-3]
+    k, v = k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)  # (B, H, Nk, d)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.transpose(-2, -1)) * scale  # (B, H, Nq, Nk)
+    ok = _visible(q.shape[-2], k.shape[-2], is_causal, causal_alignment, window, q.device)
+    s = s.masked_fill(~ok, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)  # (B, H, Nq)
+    p = torch.exp(s - lse.masked_fill(lse == -math.inf, 0.0)[..., None])  # (B, H, Nq, Nk)
+    return p @ v, lse
+
+
+def _ground_truth(q, k, v, do, **mask):
+    """float64 output, LSE and gradients of naive attention on the same (rounded) inputs."""
+    qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
+    out, lse = naive_attention(qr, kr, vr, **mask)
+    out.backward(do.double())
+    return [t.detach().cpu() for t in (out, qr.grad, kr.grad, vr.grad)], lse.detach().cpu()
 
 
 def _sdpa_grads(q, k, v, do, is_causal, scale, dtype=torch.float64):
     """Output and gradients of torch's SDPA in ``dtype`` on the same (rounded) inputs."""
     qr, kr, vr = (x.detach().to(dtype).requires_grad_() for x in (q, k, v))
-    out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=is_causal, scale=scale)
+    gqa = dict(enable_gqa=True) if qr.shape[1] != kr.shape[1] else {}
+    out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=is_causal, scale=scale, **gqa)
     out.backward(do.to(dtype))
     return [t.detach().double().cpu() for t in (out, qr.grad, kr.grad, vr.grad)]
 
@@ -75,7 +124,7 @@ def _check_kernel(
 ):
     q, k, v, do = _inputs(B, H, n_q, n_k, d, dtype, device)
     q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
-    out = flash_attention(q, k, v, is_causal=is_causal, scale=scale)
+    out = flash_attention(q, k, v, is_causal=is_causal, scale=scale, layout="bhnd")
     assert out.shape == (B, H, n_q, d) and out.dtype == dtype and out.device == q.device
     refs = _sdpa_grads(q, k, v, do, is_causal, scale)  # float64, on q's device
     if grads:
@@ -96,6 +145,25 @@ def _check_kernel(
     for name, got, ref in zip(names, ours, refs):
         assert got.shape == ref.shape and got.dtype == dtype
         _assert_close(got, ref, tol["out" if name == "output" else "grad"], name)
+
+
+def _check_masked(B, H, h_kv, n_q, n_k, d, *, dtype=torch.float32, device=DEVICE, **mask):
+    """The kernel's output, LSE and gradients against naive float64 attention with a mask."""
+    q, k, v, do = _inputs(B, H, n_q, n_k, d, dtype, device, h_kv=h_kv, seed=n_q + n_k)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    out = flash_attention(q, k, v, layout="bhnd", **mask)
+    out.backward(do)
+    (ref_o, ref_dq, ref_dk, ref_dv), ref_lse = _ground_truth(q, k, v, do, **mask)
+    tol = TOL[dtype]
+    _assert_close(out, ref_o, tol["out"], "output")
+    for name, got, ref in (("dQ", q.grad, ref_dq), ("dK", k.grad, ref_dk), ("dV", v.grad, ref_dv)):
+        assert got.shape == ref.shape, (name, got.shape, ref.shape)
+        _assert_close(got, ref, tol["grad"], name)
+    _, lse = flash_attention_with_lse(q.detach(), k.detach(), v.detach(), layout="bhnd", **mask)
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse.cpu()), finite)  # -inf exactly where no key is seen
+    _assert_close(lse[finite], ref_lse[finite].double(), (2e-5, 1e-5), "lse")
+    return q, k, v, out
 
 
 # --------------------------------------------------------------------------- reference
@@ -133,16 +201,218 @@ def test_reference_rectangular_scale_and_dtype():
     assert half.dtype == torch.float16
 
 
+REFERENCE_MASKS = [
+    # H, H_kv, Nq, Nk, mask
+    (4, 2, 13, 29, dict(is_causal=True, causal_alignment="bottom_right")),  # a KV cache
+    (4, 1, 29, 13, dict(is_causal=True, causal_alignment="bottom_right")),  # rows with no key
+    (2, 2, 29, 29, dict(is_causal=True, window=5)),
+    (6, 3, 11, 40, dict(is_causal=True, causal_alignment="bottom_right", window=9)),
+    (4, 2, 20, 20, dict()),  # GQA alone
+    (2, 2, 30, 20, dict(is_causal=True)),  # top-left, Nq > Nk
+]
+
+
+@pytest.mark.parametrize("H,h_kv,n_q,n_k,mask", REFERENCE_MASKS)
+def test_reference_gqa_alignment_window_against_naive(H, h_kv, n_q, n_k, mask):
+    """Output, LSE and all three gradients (through the custom backward) in float64."""
+    q, k, v, do = _inputs(2, H, n_q, n_k, 8, torch.float64, h_kv=h_kv, seed=n_q * n_k)
+    (ref_o, ref_dq, ref_dk, ref_dv), ref_lse = _ground_truth(q, k, v, do, **mask)
+    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+    out, lse = flash_attention_reference(qr, kr, vr, block_size=(8, 4), **mask)
+    out.backward(do)
+    torch.testing.assert_close(out, ref_o, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-12, rtol=1e-10)  # -inf where no key
+    for got, ref in ((qr.grad, ref_dq), (kr.grad, ref_dk), (vr.grad, ref_dv)):
+        torch.testing.assert_close(got, ref, atol=1e-11, rtol=1e-9)
+    if mask.get("window") is None and not (n_q > n_k and mask.get("causal_alignment")):
+        # torch SDPA agrees where it can express the same thing (GQA: enable_gqa)
+        allowed = _visible(
+            n_q, n_k, mask.get("is_causal", False), mask.get("causal_alignment", "top_left")
+        )
+        sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=H != h_kv)
+        torch.testing.assert_close(out, sdpa, atol=1e-12, rtol=1e-10)
+
+
+def test_reference_gradient_through_the_lse():
+    """L is an output too (chapter 09 merges partial results by it): its gradient is P."""
+    q, k, v, _ = _inputs(1, 2, 9, 14, 8, torch.float64, h_kv=1)
+    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+    out, lse = flash_attention_reference(
+        qr, kr, vr, is_causal=True, causal_alignment="bottom_right", block_size=4
+    )
+    (out.sum() + (lse * torch.arange(9.0, dtype=torch.float64)).sum()).backward()
+    qn, kn, vn = (x.clone().requires_grad_() for x in (q, k, v))
+    o2, l2 = naive_attention(qn, kn, vn, is_causal=True, causal_alignment="bottom_right")
+    (o2.sum() + (l2 * torch.arange(9.0, dtype=torch.float64)).sum()).backward()
+    for a, b in ((qr, qn), (kr, kn), (vr, vn)):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-11, rtol=1e-9)
+
+
+def test_reference_layout_bnhd_is_flash_attn_layout():
+    q, k, v, _ = _inputs(2, 4, 12, 12, 8, torch.float64, h_kv=2)
+    out, lse = flash_attention_reference(q, k, v, is_causal=True, block_size=5)
+    out2, lse2 = flash_attention_reference(
+        *(x.transpose(1, 2).contiguous() for x in (q, k, v)),
+        is_causal=True,
+        block_size=5,
+        layout="bnhd",
+    )
+    assert out2.shape == (2, 12, 4, 8)  # [B, N, H, d] in, [B, N, H, d] out
+    torch.testing.assert_close(out2, out.transpose(1, 2))
+    torch.testing.assert_close(lse2, lse)  # the LSE stays [B, H, Nq], as flash-attn's
+
+
+class _LargestTensor(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the largest tensor any torch operation creates while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def test_reference_never_holds_more_than_one_tile_under_autograd():
+    """Autograd of the tiled loop kept every tile (N=8192 forward+backward: 1835 MiB, more
+    than naive attention's 808 MiB). With the custom backward, what is saved is q, k, v, O
+    and L (O(N d)), and no operation of the forward or the backward creates a tensor larger
+    than O(N d) or one tile: counted, not timed."""
+    B, H, N, d, block = 1, 2, 1024, 16, 64
+    q, k, v, do = _inputs(B, H, N, N, d, torch.float32)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _LargestTensor() as fwd:
+        out, lse = flash_attention_reference(q, k, v, is_causal=True, block_size=block)
+    inputs_and_outputs = 4 * B * H * N * d * 4 + B * H * N * 4  # q, k, v, O and L in float32
+    assert sum(saved) <= inputs_and_outputs, (sum(saved), inputs_and_outputs)
+    with _LargestTensor() as bwd:
+        out.backward(do)
+    one_tile, one_matrix = B * H * block * block, B * H * N * N
+    for mode in (fwd, bwd):
+        assert mode.largest <= max(one_tile, B * H * N * d), mode.largest
+        assert mode.largest < one_matrix // 16
+    # and the gradients are right
+    qn, kn, vn = (x.detach().double().requires_grad_() for x in (q, k, v))
+    o2, _ = naive_attention(qn, kn, vn, is_causal=True)
+    o2.backward(do.double())
+    torch.testing.assert_close(q.grad.double(), qn.grad, atol=2e-5, rtol=1e-4)
+
+
 def test_reference_errors():
     q = torch.randn(2, 5, 8)
     with pytest.raises(ValueError, match="share the last dimension"):
         flash_attention_reference(q, torch.randn(2, 5, 4), torch.randn(2, 5, 4))
-    with pytest.raises(ValueError, match="same number of keys"):
+    with pytest.raises(ValueError, match="number of keys"):
         flash_attention_reference(q, q, torch.randn(2, 6, 8))
     with pytest.raises(ValueError, match="block_size"):
         flash_attention_reference(q, q, q, block_size=0)
     with pytest.raises(TypeError, match="torch.Tensor"):
         flash_attention_reference(q.numpy(), q, q)
+    q4 = torch.randn(1, 6, 5, 8)
+    with pytest.raises(ValueError, match="multiple of H_kv"):
+        flash_attention_reference(q4, torch.randn(1, 4, 5, 8), torch.randn(1, 4, 5, 8))
+    with pytest.raises(ValueError, match="causal_alignment"):
+        flash_attention_reference(q4, q4, q4, is_causal=True, causal_alignment="bottom-right")
+    with pytest.raises(ValueError, match="pass is_causal=True"):
+        flash_attention_reference(q4, q4, q4, window=3)
+    with pytest.raises(ValueError, match="layout"):
+        flash_attention_reference(q4, q4, q4, layout="bshd")
+
+
+# --------------------------------------------------------------------------- tile classes
+
+
+def _ideal_tiles(n_q, n_k, bm, bn, is_causal, alignment, window):
+    """0 skipped / 1 partial / 2 full, from the mask itself (a ragged tile is partial)."""
+    ok = _visible(n_q, n_k, is_causal, alignment, window)
+    t_q, t_k = -(-n_q // bm), -(-n_k // bn)
+    tiles = torch.zeros(t_q, t_k, dtype=torch.long)
+    for i in range(t_q):
+        for j in range(t_k):
+            tile = ok[i * bm : (i + 1) * bm, j * bn : (j + 1) * bn]
+            if tile.any():
+                full_size = (j + 1) * bn <= n_k
+                tiles[i, j] = 2 if tile.all() and full_size else 1
+    return tiles
+
+
+@pytest.mark.parametrize("bm,bn", [(4, 4), (8, 4), (4, 8), (16, 4)])
+def test_kernel_tile_map_is_the_ideal_classification(bm, bn):
+    """The loop bounds of key_tile_range visit exactly the tiles that hold a visible key,
+    and skip the mask on exactly the tiles where every key is visible to every query."""
+    for n_q, n_k in ((16, 16), (13, 29), (29, 13), (1, 40), (17, 17)):
+        for is_causal, alignment, window in (
+            (False, "top_left", None),
+            (True, "top_left", None),
+            (True, "bottom_right", None),
+            (True, "top_left", 3),
+            (True, "bottom_right", 6),
+            (True, "bottom_right", 1),
+        ):
+            got = flash.kernel_tile_map(
+                n_q, n_k, bm, bn, is_causal=is_causal, causal_alignment=alignment, window=window
+            )
+            ideal = _ideal_tiles(n_q, n_k, bm, bn, is_causal, alignment, window)
+            assert torch.equal(got, ideal), (n_q, n_k, is_causal, alignment, window, got, ideal)
+
+
+kernels = flash._load_kernels()  # conftest.py has chosen Triton's mode already
+
+
+@triton.jit
+def _probe_ranges(OUT, A, B, N, DIAG, WINDOW, BLOCK: tl.constexpr, QUERY: tl.constexpr):
+    """Store the kernels' (lo, full_lo, full_hi, hi) for one call, causal with a window."""
+    if QUERY:
+        lo, flo, fhi, hi = kernels._query_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
+    else:
+        lo, flo, fhi, hi = kernels._key_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
+    tl.store(OUT + 0, lo)
+    tl.store(OUT + 1, flo)
+    tl.store(OUT + 2, fhi)
+    tl.store(OUT + 3, hi)
+
+
+def test_tile_ranges_in_the_kernel_equal_the_python_twin():
+    """kernels._key_range and _query_range, run through Triton, against the Python
+    key_tile_range and the brute-force classification of the query tiles seeing a key tile."""
+    probe = _probe_ranges
+    out = torch.zeros(4, dtype=torch.int32, device=DEVICE)
+    cases = [
+        (0, 7, 30, 0, 5),
+        (8, 15, 30, 9, 4),
+        (24, 29, 30, -5, 30),
+        (0, 3, 13, 16, 2),
+        (4, 11, 20, 3, 1),
+    ]
+    for first, last, n, diag, window in cases:
+        probe[(1,)](out, first, last, n, diag, window, BLOCK=4, QUERY=False)
+        want = flash.key_tile_range(first, last, n, 4, is_causal=True, diag=diag, window=window)
+        assert tuple(out.tolist()) == want, (first, last, n, diag, window)
+        # the transpose: queries 0..n_q-1 that see keys first..last, in tiles of 4
+        probe[(1,)](out, first, last, n, diag, window, BLOCK=4, QUERY=True)
+        lo, flo, fhi, hi = out.tolist()
+        rows = torch.arange(n)[:, None] + diag
+        cols = torch.arange(first, last + 1)[None, :]
+        ok = (cols <= rows) & (cols >= rows - window + 1)  # (n, keys)
+        sees = ok.any(1).nonzero().flatten().tolist()
+        if sees:
+            assert lo <= sees[0] and hi > sees[-1] and hi <= n
+        for t0 in range(0, n, 4):
+            rows_t = slice(t0, min(t0 + 4, n))
+            if flo <= t0 < fhi:
+                assert ok[rows_t].all() and t0 + 4 <= n  # claimed full: really full
+            elif ok[rows_t].any():
+                assert lo <= t0 < hi  # a tile with a visible key is visited
 
 
 # --------------------------------------------------------------------------- kernels on CPU
@@ -153,7 +423,7 @@ KERNEL_CASES = [
     (1, 1, 1, 1, 16, True, None),
     (2, 3, 17, 17, 32, True, None),
     (2, 2, 17, 17, 64, False, 0.3),  # custom scale
-    (1, 2, 64, 64, 64, False, None),
+    (1, 2, 64, 64, 64, False, None),  # even lengths: the fast path without bounds masks
     (1, 2, 64, 64, 48, True, None),  # d not a power of two: padded feature lanes
     (1, 1, 127, 127, 128, True, None),
     (1, 1, 127, 127, 16, False, None),
@@ -161,6 +431,7 @@ KERNEL_CASES = [
     (1, 1, 200, 200, 80, False, None),
     (1, 2, 30, 70, 32, True, None),  # Nq != Nk, causal aligned top-left
     (2, 1, 70, 30, 32, False, None),
+    (1, 2, 128, 128, 32, True, None),  # even and causal: full, diagonal and skipped tiles
 ]
 
 
@@ -174,9 +445,58 @@ def test_kernel_matches_sdpa_float16(n, is_causal):
     _check_kernel(1, 2, n, n, 64, is_causal, None, torch.float16)
 
 
+MASKED_CASES = [
+    # B, H, H_kv, Nq, Nk, d, mask
+    (1, 4, 2, 40, 40, 32, dict()),  # GQA, G = 2
+    (2, 4, 1, 33, 64, 16, dict(is_causal=True)),  # MQA, top-left, even keys
+    (1, 4, 2, 24, 96, 32, dict(is_causal=True, causal_alignment="bottom_right")),  # KV cache
+    (1, 2, 2, 96, 40, 16, dict(is_causal=True, causal_alignment="bottom_right")),  # empty rows
+    (1, 2, 2, 128, 128, 16, dict(is_causal=True, window=40)),  # window: tiles skipped on the left
+    (1, 6, 2, 50, 90, 32, dict(is_causal=True, causal_alignment="bottom_right", window=20)),
+    (1, 2, 1, 70, 70, 16, dict(is_causal=True, window=1)),  # only the query's own key
+]
+
+
+@pytest.mark.parametrize("B,H,h_kv,n_q,n_k,d,mask", MASKED_CASES)
+def test_kernel_gqa_alignment_window(B, H, h_kv, n_q, n_k, d, mask):
+    """Forward, LSE and backward (dK, dV summed over each group) against float64 naive
+    attention with the explicit mask; and the output against the tiled reference."""
+    q, k, v, out = _check_masked(B, H, h_kv, n_q, n_k, d, **mask)
+    ref, _ = flash_attention_reference(q.detach(), k.detach(), v.detach(), **mask)
+    torch.testing.assert_close(out.detach(), ref, atol=2e-5, rtol=1e-4)
+
+
+def test_kernel_gqa_matches_sdpa_enable_gqa():
+    """torch SDPA's own grouped-query attention (enable_gqa, torch >= 2.5), causal top-left."""
+    if "enable_gqa" not in (F.scaled_dot_product_attention.__doc__ or ""):
+        pytest.skip("this torch has no enable_gqa")
+    q, k, v, do = _inputs(2, 6, 37, 37, 32, torch.float32, DEVICE, h_kv=2)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    out = flash_attention(q, k, v, is_causal=True)
+    out.backward(do)
+    refs = _sdpa_grads(q, k, v, do, True, None)
+    for name, got, ref in zip(("output", "dQ", "dK", "dV"), (out, q.grad, k.grad, v.grad), refs):
+        _assert_close(got, ref, TOL[torch.float32]["out" if name == "output" else "grad"], name)
+
+
+def test_kernel_gqa_reads_kv_heads_without_copies(monkeypatch):
+    """No repeated K/V is materialised: the kernel receives k, v with H_kv heads."""
+    seen = []
+    real = flash._forward
+
+    def spy(q, k, v, mask):
+        seen.append((q.shape[1], k.shape[1], k.data_ptr()))
+        return real(q, k, v, mask)
+
+    monkeypatch.setattr(flash, "_forward", spy)
+    q, k, v, _ = _inputs(1, 8, 16, 16, 16, torch.float32, DEVICE, h_kv=2)
+    flash_attention(q, k, v)
+    assert seen == [(8, 2, k.data_ptr())]
+
+
 def test_kernel_lse_and_causality():
     q, k, v, _ = _inputs(1, 2, 100, 100, 32, torch.float32, DEVICE)
-    out, lse = flash.flash_attention_with_lse(q, k, v, is_causal=True)
+    out, lse = flash_attention_with_lse(q, k, v, is_causal=True)
     scores = q @ k.transpose(-2, -1) / math.sqrt(32)  # (B, H, N, N)
     future = ~torch.ones(100, 100, dtype=torch.bool, device=DEVICE).tril()  # (N, N)
     scores = scores.masked_fill(future, -math.inf)  # (B, H, N, N)
@@ -199,12 +519,113 @@ def test_kernel_non_contiguous_inputs():
     torch.testing.assert_close(flash_attention(q, k, v), ref, atol=2e-5, rtol=1e-4)
 
 
+def test_kernel_layout_bnhd_reads_flash_attn_tensors_without_copies(monkeypatch):
+    """flash-attn's [B, N, H, d] with layout='bnhd': same numbers as the course's layout,
+    output in the caller's layout, gradients too; the kernel reads through strides."""
+    q, k, v, do = _inputs(1, 4, 20, 20, 16, torch.float32, DEVICE, h_kv=2)
+    ref = flash_attention(q, k, v, is_causal=True, layout="bhnd")
+    qb, kb, vb = (
+        x.transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v)
+    )  # (B, N, H, d)
+    seen = []
+    real = flash._forward
+    monkeypatch.setattr(
+        flash, "_forward", lambda q_, k_, v_, m: seen.append(q_.data_ptr()) or real(q_, k_, v_, m)
+    )
+    out = flash_attention(qb, kb, vb, is_causal=True, layout="bnhd")
+    assert out.shape == (1, 20, 4, 16) and out.is_contiguous()
+    assert seen == [qb.data_ptr()]  # no copy of q
+    torch.testing.assert_close(out, ref.transpose(1, 2), atol=1e-6, rtol=1e-5)
+    out.backward(do.transpose(1, 2))
+    assert qb.grad.shape == qb.shape and kb.grad.shape == kb.shape
+
+
+def test_flash_attn_layout_is_caught_not_silently_wrong():
+    """[B, N, H, d] passed the course's way used to run and be wrong (max error 3.6):
+    self-attention shapes are now asked about, GQA shapes fail with the fix named."""
+    x = torch.randn(1, 64, 4, 16, device=DEVICE)  # (B, N, H, d) as flash-attn takes it
+    with pytest.raises(ValueError, match="layout='bnhd'"):
+        flash_attention(x, x, x)
+    kv = torch.randn(1, 64, 2, 16, device=DEVICE)  # (B, N, H_kv, d): 64 "heads" vs 64
+    with pytest.raises(ValueError, match="layout='bnhd'"):
+        flash_attention(x, kv, kv)
+    q1 = torch.randn(1, 1, 8, 16, device=DEVICE)  # decode-shaped [B, N=1, H, d]
+    kc = torch.randn(1, 50, 2, 16, device=DEVICE)  # cache [B, Nk, H_kv, d]
+    with pytest.raises(ValueError, match="multiple of H_kv.*layout='bnhd'"):
+        flash_attention(q1, kc, kc)
+    # saying which layout settles it either way
+    assert flash_attention(x, x, x, layout="bnhd").shape == (1, 64, 4, 16)
+    assert flash_attention(x[:, :, :1], x[:, :, :1], x[:, :, :1], layout="bhnd").shape == (
+        1,
+        64,
+        1,
+        16,
+    )
+
+
+# --------------------------------------------------------------------------- decoding
+
+DECODE_CASES = [
+    # B, H, H_kv, Nq, Nk, d, splits, mask
+    (2, 8, 2, 1, 200, 32, 3, dict()),
+    (1, 4, 4, 1, 64, 16, 1, dict(is_causal=True, causal_alignment="bottom_right")),
+    (1, 8, 2, 4, 150, 64, 5, dict(is_causal=True, causal_alignment="bottom_right")),
+    (1, 4, 1, 3, 97, 16, 4, dict(is_causal=True, causal_alignment="bottom_right", window=30)),
+    (1, 2, 2, 5, 40, 16, 7, dict(is_causal=True, causal_alignment="bottom_right", window=2)),
+    (1, 2, 1, 1, 33, 16, None, dict()),  # the default number of splits
+]
+
+
+@pytest.mark.parametrize("B,H,h_kv,n_q,n_k,d,splits,mask", DECODE_CASES)
+def test_decode_matches_naive_and_the_main_kernel(B, H, h_kv, n_q, n_k, d, splits, mask):
+    q, k, v, _ = _inputs(B, H, n_q, n_k, d, torch.float32, DEVICE, h_kv=h_kv, seed=n_k)
+    out, lse = flash_decode(q, k, v, num_splits=splits, return_lse=True, **mask)
+    (ref, *_), ref_lse = _ground_truth(q, k, v, torch.zeros_like(q), **mask)
+    _assert_close(out, ref, TOL[torch.float32]["out"], "decode output")
+    _assert_close(lse, ref_lse, (2e-5, 1e-5), "decode lse")
+    main = flash_attention(q, k, v, **mask)
+    torch.testing.assert_close(out, main, atol=2e-5, rtol=1e-4)
+
+
+def test_decode_float16_and_layout():
+    q, k, v, _ = _inputs(1, 4, 1, 100, 32, torch.float16, DEVICE, h_kv=2)
+    out = flash_decode(q, k, v, num_splits=3)
+    (ref, *_), _ = _ground_truth(q, k, v, torch.zeros_like(q))
+    assert out.dtype == torch.float16
+    _assert_close(out, ref, TOL[torch.float16]["out"], "decode fp16")
+    out2 = flash_decode(*(x.transpose(1, 2) for x in (q, k, v)), num_splits=3, layout="bnhd")
+    torch.testing.assert_close(out2, out.transpose(1, 2))
+
+
+def test_decode_is_forward_only_and_says_so():
+    q, k, v, _ = _inputs(1, 2, 1, 40, 16, torch.float32, DEVICE)
+    with pytest.raises(RuntimeError, match="forward-only"):
+        flash_decode(q.requires_grad_(), k, v)
+    with torch.no_grad():
+        assert flash_decode(q, k, v).shape == (1, 2, 1, 16)
+    big = torch.randn(1, 2, 65, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="at most 128"):
+        flash_decode(big, k[:, :1], v[:, :1])  # G * Nq = 2 * 65 rows
+    with pytest.raises(ValueError, match="num_splits"):
+        flash_decode(q.detach(), k, v, num_splits=0)
+
+
+def test_decode_splits_fill_the_gpu_not_more():
+    assert flash.decode_splits(8, 32768, 64, "cpu") == 4  # interpreter: a few
+    assert flash.decode_splits(8, 10, 64, "cpu") == 1
+
+
+# --------------------------------------------------------------------------- configs
+
+
 def test_kernel_config_is_gpu_sized_on_cuda():
-    cfg = flash.kernel_config(128, "cuda", interpreted=False)
-    assert cfg["fwd"][0] == dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
-    for kind in ("fwd", "dkdv", "dq"):
-        assert len(cfg[kind]) > 1  # several candidates: autotuned, too-big ones discarded
-        assert all(c["BLOCK_M"] >= 16 and c["BLOCK_N"] >= 16 for c in cfg[kind])  # tl.dot
+    for d in (64, 128):
+        cfg = flash.kernel_config(d, "cuda", interpreted=False)
+        assert set(cfg) == {"fwd", "dkdv", "dq", "decode"}
+        for kind in ("fwd", "dkdv", "dq"):
+            assert len(cfg[kind]) > 1  # several candidates: autotuned, too-big ones discarded
+            assert all(c["BLOCK_M"] >= 16 and c["BLOCK_N"] >= 16 for c in cfg[kind])  # tl.dot
+        assert cfg["fwd"][0]["BLOCK_M"] == 128  # a tall query tile that stays on chip
     small = flash.kernel_config(64, "cpu", interpreted=True)
     assert all(len(v) == 1 and v[0]["BLOCK_M"] <= 64 for v in small.values())
 
@@ -212,8 +633,9 @@ def test_kernel_config_is_gpu_sized_on_cuda():
 def test_autotuning_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("COURSE_FLASH_AUTOTUNE", "0")
     cfg = flash.kernel_config(128, "cuda", interpreted=False, dtype=torch.bfloat16)
-    assert all(len(v) == 1 for v in cfg.values())
-    assert cfg["fwd"][0] == dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    assert all(len(v) == 1 for k, v in cfg.items() if k != "decode")  # decode: a menu by size
+    assert [c["BLOCK_M"] for c in cfg["decode"]] == [16, 64, 128]
+    assert cfg["fwd"][0] == flash._gpu_candidates(128)["fwd"][0]
 
 
 def test_kernel_config_float32_on_cuda_is_one_small_config():
@@ -221,6 +643,42 @@ def test_kernel_config_float32_on_cuda_is_one_small_config():
     cfg = flash.kernel_config(128, "cuda", interpreted=False, dtype=torch.float32)
     assert all(len(v) == 1 and v[0]["BLOCK_M"] * v[0]["BLOCK_N"] <= 64 * 64 for v in cfg.values())
     assert len(flash.kernel_config(128, "cuda", interpreted=False, dtype=torch.bfloat16)["fwd"]) > 1
+
+
+def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
+    """The GPU path (several candidate configs, Triton's autotuner, EVEN_M/EVEN_N from
+    triton.heuristics) with a CPU timer; lengths in one power-of-two bucket tune once."""
+    import time
+
+    calls = []
+
+    def cpu_bench(fn, quantiles=None):
+        t0 = time.perf_counter()
+        fn()
+        ms = 1e3 * (time.perf_counter() - t0)
+        calls.append(ms)
+        return [ms, ms, ms]
+
+    two = {
+        "fwd": [flash._cfg(32, 16), flash._cfg(16, 32)],
+        "dkdv": [flash._cfg(16, 32), flash._cfg(32, 16)],
+        "dq": [flash._cfg(32, 16), flash._cfg(16, 16)],
+        "decode": [flash._cfg(16, 16)],
+    }
+    monkeypatch.setattr(flash, "kernel_config", lambda *a, **k: two)
+    monkeypatch.setattr(flash, "_DO_BENCH", cpu_bench)
+    _check_kernel(1, 2, 45, 45, 32, True, None, torch.float32)
+    assert any(key[2] is cpu_bench for key in flash._autotuned)
+    tuned = len(calls)
+    _check_kernel(1, 2, 50, 50, 32, True, None, torch.float32)  # same bucket (64): no re-tuning
+    assert len(calls) == tuned
+    _check_kernel(1, 2, 32, 32, 32, False, None, torch.float32)  # even lengths, new bucket
+    assert len(calls) > tuned
+    from course_lib.flash import bench
+
+    chosen = bench.autotuned_configs()  # recorded in the benchmark's JSON on a GPU
+    assert {"fwd_kernel", "bwd_dkdv_kernel", "bwd_dq_kernel"} <= set(chosen)
+    assert all("BLOCK_M" in c for c in chosen.values())
 
 
 # ------------------------------------------------ what only a compiled (GPU) kernel would show
@@ -239,20 +697,28 @@ def test_every_tl_dot_states_its_input_precision():
     import re
 
     src = _kernel_source()
-    dots = re.findall(r"tl\.dot\((.*?)\)\s*(?:\*|#|$)", src, flags=re.M | re.S)
-    assert len(dots) == 9  # 2 forward, 4 dK/dV, 3 dQ
+    dots = re.findall(r"tl\.dot\((.*?)\)\s*(?:#|$)", src, flags=re.M | re.S)
+    assert len(dots) == src.count("tl.dot(") == 9  # forward 2, dK/dV 4, dQ 3 (decode reuses)
     assert all("input_precision=DOT_PRECISION" in d for d in dots), dots
     assert flash._dot_precision(torch.float32) == "ieee"
     assert flash._dot_precision(torch.float16) != "ieee"  # ignored for 16-bit operands
 
 
 def test_batch_head_offsets_are_int64():
-    """``bh * stride_b`` overflows int32 once B*H*N*d passes 2^31 - 1 elements (B*H = 2048
+    """``b * stride_b`` overflows int32 once B*H*N*d passes 2^31 - 1 elements (B*H = 2048
     heads of N = 16k, d = 128 make 2^32): silent wrong addresses on a GPU. The interpreter
-    computes in numpy and would need a 16 GiB tensor to show it, so we check the source."""
+    computes in numpy and would need a 16 GiB tensor to show it, so we check the source:
+    every kernel turns its program ids into int64 before any offset."""
+    import re
+
     src = _kernel_source()
-    assert src.count("bh = tl.program_id(1).to(tl.int64)") == 4  # all four kernels
-    assert "bh = tl.program_id(1)\n" not in src
+    kernels = re.split(r"\n@triton\.jit\ndef ", src)
+    launched = [k for k in kernels if k.split("(")[0].endswith("_kernel")]
+    assert len(launched) == 6
+    for body in launched:
+        name = body.split("(")[0]
+        assert ".to(tl.int64)" in body, name
+        assert "b = (" in body or "row = tl.program_id(0).to(tl.int64)" in body, name
 
 
 def test_too_many_batch_heads_for_the_cuda_grid_is_a_clear_error(monkeypatch):
@@ -260,70 +726,119 @@ def test_too_many_batch_heads_for_the_cuda_grid_is_a_clear_error(monkeypatch):
     q = torch.empty(2, 2, 8, 16, device="meta")  # B*H = 4 > 3
     monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
     with pytest.raises(ValueError, match="B\\*H = 4"):
-        flash._check_kernel_inputs(q, q, q, None)
+        flash._kernel_views(q, q, q, None, "bhnd", "flash_attention")
 
 
-@pytest.mark.slow
-def test_kernels_compile_for_an_h100_without_a_gpu():
-    """Ahead-of-time compilation for sm_90 through Triton's real compiler (ptxas included):
-    catches what the interpreter accepts but the compiler rejects (dot shapes, constexpr
-    misuse, Python control flow on tensors, shared memory), and checks that the loads of
-    the main loops are software-pipelined (cp.async), which num_stages asks for."""
+def _aot(script: str, timeout: int = 1200):
+    """Run ``script`` in a fresh process without TRITON_INTERPRET (Triton's GPU compiler)."""
+    import json
     import os
     import subprocess
 
-    script = (
-        "import json\n"
-        "from course_lib.flash import aot\n"
-        "out = [aot.compile_kernel(k, 'bfloat16', 48, True) for k in "
-        "('fwd', 'dkdv', 'dq', 'preprocess')]\n"
-        "print(json.dumps(out))\n"
-    )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", script],
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
     if proc.returncode != 0 and ("ptxas" in proc.stderr and "not found" in proc.stderr):
         pytest.skip("this Triton wheel ships no ptxas")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    reports = json.loads(proc.stdout.strip().splitlines()[-1])
+
+@pytest.mark.slow
+def test_kernels_compile_for_an_h100_without_a_gpu():
+    """Ahead-of-time compilation for sm_90 through Triton's real compiler (ptxas included)
+    of the variants the default-config test does not cover (ragged lengths, d = 48, a
+    window, grouped heads, lengths of 1 that the runtime turns into constants): catches what the interpreter accepts but the compiler rejects
+    (dot shapes, constexpr misuse, Python control flow on tensors, shared memory), and
+    checks that the loads of the main loops are software-pipelined (cp.async)."""
+    reports = _aot(
+        "import json\n"
+        "from course_lib.flash import aot\n"
+        "out = [aot.compile_kernel(k, 'bfloat16', 48, True, ragged=True, window=True, groups=2)"
+        " for k in ('fwd', 'dkdv', 'dq', 'decode')]\n"
+        "out += [aot.compile_kernel(k, 'float16', 48) for k in ('preprocess', 'merge')]\n"
+        "out += [aot.compile_kernel('decode', 'bfloat16', 128, True, ones=('N_Q',))]\n"
+        "out += [aot.compile_kernel('fwd', 'float16', 64, ones=('N_Q', 'N_K'), ragged=True)]\n"
+        "print(json.dumps(out))\n"
+    )
     for r in reports:
         assert r["shared_bytes"] <= 227 * 1024, r  # an H100's shared memory per block
-        if r["kind"] != "preprocess":
+        assert r["spill_stores"] == r["spill_loads"] == 0, r
+        if r["kind"] not in ("preprocess", "merge"):
             assert r["tensor_cores"], r
-    assert all(r["pipelined"] for r in reports if r["kind"] == "fwd"), reports
+            # a loop of one key tile (N_K = 1, a constant) has nothing to pipeline
+            assert r["pipelined"] or "N_K" in r["ones"], r
 
 
-def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
-    """The GPU path (several candidate configs, Triton's autotuner) with a CPU timer."""
-    import time
+REGISTER_TABLE = Path(__file__).resolve().parents[1] / "benchmarks/results/flash_aot_registers.json"
+SHARED_LIMIT = {90: 227 * 1024, 80: 163 * 1024}  # shared memory one block may use, bytes
 
-    def cpu_bench(fn, quantiles=None):
-        t0 = time.perf_counter()
-        fn()
-        ms = 1e3 * (time.perf_counter() - t0)
-        return [ms, ms, ms]
 
-    two = {
-        "fwd": [flash._cfg(32, 16), flash._cfg(16, 32)],
-        "dkdv": [flash._cfg(16, 32), flash._cfg(32, 16)],
-        "dq": [flash._cfg(32, 16), flash._cfg(16, 16)],
-    }
-    monkeypatch.setattr(flash, "kernel_config", lambda *a, **k: two)
-    monkeypatch.setattr(flash, "_DO_BENCH", cpu_bench)
-    _check_kernel(1, 2, 45, 45, 32, True, None, torch.float32)
-    assert any(key[2] is cpu_bench for key in flash._autotuned)
-    from course_lib.flash import bench
+def _row_key(r):
+    return (r["arch"], r["kind"], r["head_dim"], r["BLOCK_M"], r["BLOCK_N"], r["num_warps"],
+            r["num_stages"], aot.variant_of(r))  # fmt: skip
 
-    chosen = bench.autotuned_configs()  # recorded in the benchmark's JSON on a GPU
-    assert {"fwd_kernel", "bwd_dkdv_kernel", "bwd_dq_kernel"} <= set(chosen)
-    assert all("BLOCK_M" in c for c in chosen.values())
+
+def test_recorded_register_table_covers_every_default_configuration():
+    """The table ``python -m course_lib.flash.aot --all --variants ...`` recorded (chapter 06
+    shows it) holds every current autotune candidate of every kernel, for sm_90 and sm_80,
+    d_h = 64 and 128, in all three variants, and none of them spills or overflows shared
+    memory. Changing a configuration without recompiling the table fails here."""
+    import json
+
+    table = json.loads(REGISTER_TABLE.read_text())
+    recorded = {_row_key(r): r for r in table["rows"]}
+    jobs = aot.default_jobs(every_config=True, variants=tuple(aot.VARIANTS))
+    missing = []
+    for job in jobs:
+        if job["kind"] in ("preprocess", "merge"):
+            continue
+        cfg = job["config"]
+        row = dict(arch=job["arch"], kind=job["kind"], head_dim=job["head_dim"],
+                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"],
+                   num_stages=cfg["num_stages"], causal=job["is_causal"],
+                   window=job.get("window", False), groups=job.get("groups", 1))  # fmt: skip
+        if _row_key(row) not in recorded:
+            missing.append(_row_key(row))
+    assert not missing, f"rerun course_lib.flash.aot (see its docstring): missing {missing[:5]}"
+    for r in table["rows"]:
+        assert r["spill_stores"] == r["spill_loads"] == 0, aot.format_row(r)
+        assert 0 < r["registers"] <= 255 and r["shared_bytes"] <= SHARED_LIMIT[r["arch"]], r
+        if r["kind"] not in ("preprocess", "merge"):
+            assert r["tensor_cores"] and r["pipelined"], r
+
+
+@pytest.mark.slow
+def test_no_default_configuration_spills_registers():
+    """The default configuration of each kernel (what runs without autotuning), compiled now
+    for sm_90 (H100/H200) and sm_80 (A100), causal and in the heaviest variant, d_h = 64 and
+    128: no register spills (ptxas -v), and, with the Triton that made the recorded table, the
+    same registers as recorded (so a stale table fails). A spill would turn the on-chip loop
+    into a memory-bound one: the CPU-side guard of speed."""
+    import json
+
+    rows = _aot(
+        "import json\n"
+        "from course_lib.flash import aot\n"
+        "jobs = aot.default_jobs(every_config=False, variants=('causal', 'gqa_window_ragged'))\n"
+        "print(json.dumps([aot.compile_kernel(**j) for j in jobs if j['kind'] not in "
+        "('preprocess', 'merge')]))\n",
+        timeout=1800,
+    )
+    assert {r["arch"] for r in rows} == {80, 90} and len(rows) == 32
+    spilled = [aot.format_row(r) for r in rows if r["spill_stores"] or r["spill_loads"]]
+    assert not spilled, "\n".join(spilled)
+    table = json.loads(REGISTER_TABLE.read_text())
+    if table["meta"]["triton"] == triton.__version__:
+        recorded = {_row_key(r): r["registers"] for r in table["rows"]}
+        stale = [(_row_key(r), r["registers"], recorded.get(_row_key(r))) for r in rows
+                 if recorded.get(_row_key(r)) != r["registers"]]  # fmt: skip
+        assert not stale, f"the recorded table is stale (rerun course_lib.flash.aot): {stale[:5]}"
 
 
 # --------------------------------------------------------------------------- errors
@@ -334,8 +849,9 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
     [
         (((2, 8, 16), (2, 8, 16), (2, 8, 16)), r"\[B, H, N, d_h\]"),
         (((1, 1, 8, 16), (1, 1, 8, 32), (1, 1, 8, 16)), "share the last dimension"),
-        (((1, 1, 8, 16), (1, 1, 9, 16), (1, 1, 8, 16)), "same number of keys"),
-        (((1, 2, 8, 16), (1, 1, 8, 16), (1, 1, 8, 16)), "same batch dimensions"),
+        (((1, 1, 8, 16), (1, 1, 9, 16), (1, 1, 8, 16)), "number of keys"),
+        (((2, 2, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16)), "same batch dimensions"),
+        (((1, 3, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16)), "multiple of H_kv"),
         (((1, 1, 8, 16), (1, 1, 8, 16), (1, 1, 8, 32)), "same head dimension"),
         (((1, 1, 8, 8), (1, 1, 8, 8), (1, 1, 8, 8)), "d_h = 8 is not supported"),
         (((1, 1, 8, 256), (1, 1, 8, 256), (1, 1, 8, 256)), "d_h = 256 is not supported"),
@@ -365,6 +881,12 @@ def test_kernel_dtype_device_scale_errors():
         flash_attention(x, x.to("meta"), x)
     with pytest.raises(ValueError, match="scale must be a finite number"):
         flash_attention(x, x, x, scale=float("nan"))
+    with pytest.raises(ValueError, match="positive scale"):
+        flash_attention(x, x, x, scale=-0.5)
+    with pytest.raises(TypeError, match="is_causal must be True or False"):
+        flash_attention(x, x, x, is_causal="bottom_right")
+    with pytest.raises(ValueError, match="window must be a positive int"):
+        flash_attention(x, x, x, is_causal=True, window=0)
 
 
 def test_missing_triton_says_how_to_get_it(monkeypatch):
@@ -394,6 +916,31 @@ def test_kernel_matches_sdpa_on_gpu(dtype, n, d, is_causal):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("B,H,h_kv,n_q,n_k,d,mask", MASKED_CASES)
+def test_kernel_gqa_alignment_window_on_gpu(B, H, h_kv, n_q, n_k, d, mask):
+    """The interpreter's masked cases, compiled (float32: true float32 dots)."""
+    _check_masked(B, H, h_kv, n_q, n_k, d, device="cuda", **mask)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,H,h_kv,n_q,n_k,d,splits,mask", DECODE_CASES)
+def test_decode_on_gpu(B, H, h_kv, n_q, n_k, d, splits, mask):
+    q, k, v, _ = _inputs(B, H, n_q, n_k, d, torch.float32, "cuda", h_kv=h_kv, seed=n_k)
+    out = flash_decode(q, k, v, num_splits=splits, **mask)
+    (ref, *_), _ = _ground_truth(q, k, v, torch.zeros_like(q), **mask)
+    _assert_close(out, ref, TOL[torch.float32]["out"], "decode output")
+
+
+@pytest.mark.gpu
+def test_decode_long_cache_bf16_on_gpu():
+    """Nq = 1 against a 32k cache with GQA (the benchmark's decode shape), default splits."""
+    q, k, v, _ = _inputs(2, 32, 1, 32768, 128, torch.bfloat16, "cuda", h_kv=8)
+    out = flash_decode(q, k, v)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+    assert (out.float() - ref).abs().max().item() < 2e-2
+
+
+@pytest.mark.gpu
 def test_kernel_float32_on_gpu_is_true_float32():
     """float32 dots use input_precision="ieee": the GPU meets the CPU's float32 tolerances
     (TF32, the default of a compiled tl.dot, would miss them by ~100x)."""
@@ -417,7 +964,7 @@ def test_kernel_offsets_past_int32_on_gpu():
     assert q.numel() > 2**31
     for t in (q, k, v):
         t.requires_grad_()
-    out = flash_attention(q, k, v, is_causal=True)  # (B, H, N, d)
+    out = flash_attention(q, k, v, is_causal=True, layout="bhnd")  # (B, H, N, d)
     out.backward(do)
     for h in (0, H - 1):
         sl = slice(h, h + 1)

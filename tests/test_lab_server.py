@@ -115,3 +115,30 @@ def test_settings_files_are_plain_json_with_comments():
         if path.is_file():
             assert path.suffix == ".jupyterlab-settings", f"stray file in settings: {path}"
             json.dumps(read_settings_file(path))  # parses
+
+
+def test_every_url_of_the_server_opens_chapter_00(lab):
+    """The URL `make lab` prints (or its bare address, typed by hand) opens chapter 00,
+    not the Launcher: learners on a headless machine, WSL or a container copy it."""
+    import urllib.request
+
+    with urllib.request.urlopen(lab.base + f"?token={lab.token}", timeout=10) as resp:
+        assert resp.url.split("?")[0].endswith("/lab/tree/notebooks/00_setup.ipynb"), resp.url
+    assert "/lab/tree/notebooks/00_setup.ipynb?token=" in lab.log(), "the printed URL"
+
+
+def test_the_log_has_no_alarming_lines(lab):
+    log = lab.log()
+    assert "Skipped non-installed server" not in log
+    assert "No web browser found" not in log
+
+
+def test_make_lab_needs_no_browser_to_start(monkeypatch):
+    from course_lab import bootstrap_module
+
+    bootstrap = bootstrap_module()
+    monkeypatch.setattr(bootstrap, "browser_available", lambda: False)
+    cmd = bootstrap.lab_command([])
+    assert "--no-browser" in cmd and all(opt in cmd for opt in bootstrap.LAB_OPTIONS)
+    monkeypatch.setattr(bootstrap, "browser_available", lambda: True)
+    assert "--no-browser" not in bootstrap.lab_command([])

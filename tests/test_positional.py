@@ -322,16 +322,56 @@ def test_rope_explorer_runs_headless_and_shows_the_relative_property():
     assert turn == pytest.approx(ex.state["theta"], abs=1e-9)
 
 
+def test_rope_explorer_labels_stay_inside_and_apart_and_the_key_stays_visible():
+    """Issue 18: no label cut at an edge, no two labels on top of each other (also when
+    arrows coincide, e.g. the query at m = 0 on its unrotated copy), and the key's arrow
+    visible at every angle (drawn under the query's, wider, and never shorter than 35%
+    of the radius)."""
+    pytest.importorskip("ipywidgets")
+    import re
+
+    from course_lib.widgets import rope as rope_widget
+
+    ex = rope_widget.RopeExplorer(d=16, max_position=64)
+    size = rope_widget._SIZE
+    checked = 0
+    for i in range(8):
+        for m in range(0, 65, 4):
+            for n in (0, 5, 33, 64):
+                ex.pair.value, ex.query_position.value, ex.key_position.value = i, m, n
+                boxes = ex.label_boxes()
+                for text, left, top, right, bottom in boxes:
+                    assert 0 <= left and right <= size and 0 <= top and bottom <= size, text
+                for a in range(3):
+                    for b in range(a + 1, 3):
+                        assert not rope_widget._overlap(boxes[a], boxes[b]), (i, m, n, boxes)
+                tips = ex._unit_tips()
+                assert min(math.hypot(*t) for t in tips) >= rope_widget._MIN_LENGTH - 1e-12
+                checked += 1
+    assert checked == 8 * 17 * 4
+    svg = ex.svg()
+    widths = [float(w) for w in re.findall(r'stroke-width="([0-9.]+)"', svg)]
+    key_at = svg.index(f'stroke="{rope_widget._K}"')
+    assert key_at < svg.index(f'stroke="{rope_widget._Q}"')  # the key first, the query on top
+    assert widths[1] > widths[2]  # ...and the key wider: both show when they coincide
+    assert svg.count('class="rope-label"') == 3 and 'viewBox="0 0 300 300"' in svg
+
+
 def test_per_sequence_positions_for_batched_heads():
-    """x [B, H, N, d] with one row of positions per sequence: positions [B, 1, N]."""
+    """x [B, H, N, d] with one row of positions per sequence: [B, N] (Hugging Face's
+    position_ids) or [B, 1, N]; never paired with the heads, even when B equals H."""
     g = _gen(15)
-    x = torch.randn(2, 3, 4, 8, dtype=torch.float64, generator=g)  # (B, H, N, d)
-    pos = torch.tensor([[0, 1, 2, 3], [10, 11, 12, 13]])  # (B, N): sequence 1 is cached
-    y = apply_rope(x, pos[:, None, :])  # (B, H, N, d)
-    for b in range(2):
-        np.testing.assert_allclose(y[b].numpy(), apply_rope(x[b], pos[b]).numpy(), atol=1e-12)
-    with pytest.raises(ValueError, match=r"\[B, 1, N\]"):
-        apply_rope(x, pos)  # (B, N) aligns B with H = 3: refused, with the fix named
+    for num_heads in (3, 2):  # B != H, then B == H (where numpy broadcasting would pair B with H)
+        x = torch.randn(2, num_heads, 4, 8, dtype=torch.float64, generator=g)  # (B, H, N, d)
+        pos = torch.tensor([[0, 1, 2, 3], [10, 11, 12, 13]])  # (B, N): sequence 1 is cached
+        y = apply_rope(x, pos[:, None, :])  # (B, H, N, d)
+        for b in range(2):
+            np.testing.assert_allclose(y[b].numpy(), apply_rope(x[b], pos[b]).numpy(), atol=1e-12)
+        torch.testing.assert_close(apply_rope(x, pos), y, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"read as \[B, N\].*batch size B=3"):
+        apply_rope(torch.randn(3, 2, 4, 8), pos)  # two rows of positions for three sequences
+    with pytest.raises(ValueError, match="ambiguous"):
+        apply_rope(torch.randn(2, 2, 3, 4, 8), torch.zeros(2, 3, 4))  # 3 of 4 token axes
 
 
 def test_float32_inputs_stay_accurate_at_long_positions():
@@ -352,3 +392,52 @@ def test_sinusoidal_takes_numpy_ints_and_refuses_floats():
         sinusoidal_encoding(5.0, 8)
     with pytest.raises(ValueError, match="d_model must be an int"):
         sinusoidal_encoding(5, 8.5)
+
+
+# --------------------------------------------------------------------------- long context
+
+
+def test_llama3_scaling_keeps_fast_pairs_interpolates_slow_ones_and_blends_between():
+    from course_lib.positional import llama3_scaled_frequencies
+
+    theta = rope_frequencies(128, 500_000.0)
+    scaled = llama3_scaled_frequencies(theta)
+    wavelength = 2 * math.pi / theta
+    fast, slow = wavelength < 8192 / 4, wavelength > 8192
+    assert fast.sum() == 29 and slow.sum() == 29  # 6 pairs in between
+    torch.testing.assert_close(scaled[fast], theta[fast], rtol=0, atol=0)
+    torch.testing.assert_close(scaled[slow], theta[slow] / 8, rtol=1e-15, atol=0)
+    mid = ~fast & ~slow
+    assert torch.all(scaled[mid] < theta[mid]) and torch.all(scaled[mid] > theta[mid] / 8)
+    assert torch.all(torch.diff(scaled) < 0)  # still a ladder from fast to slow
+    with pytest.raises(ValueError, match="low < high"):
+        llama3_scaled_frequencies(theta, low_freq_factor=4.0, high_freq_factor=1.0)
+    with pytest.raises(ValueError, match="factor must be a number >= 1"):
+        llama3_scaled_frequencies(theta, factor=0.5)
+
+
+def test_yarn_ramp_and_temperature():
+    from course_lib.positional import (
+        llama3_scaled_frequencies,
+        yarn_attention_factor,
+        yarn_scaled_frequencies,
+    )
+
+    theta = rope_frequencies(64, 10_000.0)
+    # the same ramp as Llama 3.1's, between alpha and beta turns over the original context
+    torch.testing.assert_close(
+        yarn_scaled_frequencies(theta, 16.0, 4096, alpha=1.0, beta=4.0),
+        llama3_scaled_frequencies(theta, 16.0, 1.0, 4.0, 4096),
+    )
+    assert yarn_attention_factor(16.0) == pytest.approx(1 + 0.1 * math.log(16.0))
+    assert yarn_attention_factor(1.0) == 1.0
+    with pytest.raises(ValueError, match="positive"):
+        yarn_attention_factor(0.0)
+
+
+def test_frequencies_replace_the_base_and_are_checked():
+    x = torch.randn(5, 8, dtype=torch.float64, generator=_gen(30))
+    theta = rope_frequencies(8, 500.0)
+    torch.testing.assert_close(apply_rope(x, frequencies=theta), apply_rope(x, base=500.0))
+    with pytest.raises(ValueError, match=r"frequencies of shape \[d/2\] = \[4\]"):
+        apply_rope(x, frequencies=torch.ones(3))

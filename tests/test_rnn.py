@@ -86,6 +86,17 @@ def test_rnn_forward_rejects_non_tensors():
         )
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_rnn_weights_from_torch_keep_the_rnns_device_and_dtype(bias):
+    """The zero bias of a bias-free RNN lives where the weights live (meta here, CUDA
+    elsewhere), not on the CPU."""
+    rnn = torch.nn.RNN(3, 4, bias=bias, device="meta", dtype=torch.float64)
+    W_xh, W_hh, b_h = R.rnn_weights_from_torch(rnn)
+    for t in (W_xh, W_hh, b_h):
+        assert t.device.type == "meta" and t.dtype == torch.float64
+    assert b_h.shape == (4,)
+
+
 def test_rnn_weights_from_torch_rejects_stacked_rnn():
     with pytest.raises(ValueError, match="one-layer"):
         R.rnn_weights_from_torch(torch.nn.RNN(2, 3, num_layers=2))
@@ -278,13 +289,38 @@ def test_short_training_separates_rnn_and_attention():
     att = R.RecallAttention(4, d_model=16)
     losses = R.train_recall(att, steps=120, batch_size=32, seq_len=16, vocab_size=4, lr=1e-2)
     assert losses[-1] < losses[0] / 5
-    _, acc = R.recall_accuracy_by_distance(att, seq_len=16, vocab_size=4, batch_size=64)
+    _, acc = R.recall_accuracy_by_distance(att, seq_len=16, vocab_size=4, batch_size=1024)
     assert acc.min() > 0.9
     torch.manual_seed(0)
     rnn = R.RecallRNN(4, d_hidden=32)
     R.train_recall(rnn, steps=120, batch_size=32, seq_len=16, vocab_size=4, lr=3e-3)
-    _, acc = R.recall_accuracy_by_distance(rnn, seq_len=16, vocab_size=4, batch_size=64)
-    assert acc[:2].mean() > acc[10:].mean() + 0.2  # recall fades with distance
+    _, acc = R.recall_accuracy_by_distance(rnn, seq_len=16, vocab_size=4, batch_size=1024)
+    assert acc[:2].mean() > acc[10:].mean() + 0.1  # recall fades with distance
+
+
+def test_recall_accuracy_counts_every_question_like_training():
+    """marker="random" scores the questions training asks; "start" asks each distance B times."""
+
+    class Oracle(torch.nn.Module):  # answers right exactly when the distance is odd
+        def forward(self, tokens, marker):
+            pos = marker.argmax(-1, keepdim=True)  # (B, 1)
+            target = tokens.gather(1, pos)  # (B, 1)
+            dist = torch.arange(tokens.shape[1])[None] - pos  # (B, N)
+            pred = torch.where(dist % 2 == 1, target, (target + 1) % 5)  # (B, N)
+            return torch.nn.functional.one_hot(pred, 5).float()  # (B, N, V)
+
+    d, acc, counts = R.recall_accuracy_by_distance(
+        Oracle(), seq_len=9, vocab_size=5, batch_size=800, return_counts=True
+    )
+    assert d.tolist() == list(range(1, 9))
+    assert acc.tolist() == [1.0, 0.0] * 4  # each distance scored on its own questions
+    assert (counts[:-1] >= counts[1:]).all() and counts[0] == 800  # every row asks k = 1
+    _, _, start = R.recall_accuracy_by_distance(
+        Oracle(), seq_len=9, vocab_size=5, batch_size=50, marker="start", return_counts=True
+    )
+    assert (start == 50).all()
+    with pytest.raises(ValueError, match="marker"):
+        R.recall_accuracy_by_distance(Oracle(), marker="end")
 
 
 def test_gradient_explorer_redraws_and_agrees_with_the_library():

@@ -107,6 +107,43 @@ def test_jacobian_abs_sum_closed_form_and_bound():
     assert torch.all(total <= 4 * (1 - p.amax(-1)) + 1e-12)
 
 
+def test_jacobian_entry_bounds_are_exact_and_the_sum_is_between_its_bounds():
+    """max |J_ij| = p_max(1 - p_max) and max row sum = 2 p_max(1 - p_max), exactly; the
+    total lies in [2(1 - m), 2(1 - m^2 - (1 - m)^2/(n - 1))], the upper bound attained."""
+    g = torch.Generator().manual_seed(3)
+    n = 10
+    rows = torch.randn(3000, n, dtype=torch.float64, generator=g)
+    rows = rows * torch.logspace(-1, 2, 3000, dtype=torch.float64)[:, None]
+    p = rows.softmax(-1)  # (3000, n) from flat to one-hot
+    J = scaling.softmax_jacobian(p).abs()  # (3000, n, n)
+    entry, row_sum = scaling.jacobian_entry_bounds(p)
+    torch.testing.assert_close(J.amax((-1, -2)), entry, rtol=0, atol=1e-15)
+    torch.testing.assert_close(J.sum(-1).amax(-1), row_sum, rtol=0, atol=1e-15)
+    m, total = p.amax(-1), scaling.jacobian_abs_sum(p)
+    upper = 2 * (1 - m**2 - (1 - m) ** 2 / (n - 1))
+    assert torch.all(total >= 2 * (1 - m) - 1e-12) and torch.all(total <= upper + 1e-12)
+    even = torch.full((n,), 0.4 / (n - 1), dtype=torch.float64)
+    even[3] = 0.6  # m = 0.6, the other weights equal: the upper bound is attained
+    assert scaling.jacobian_abs_sum(even).item() == pytest.approx(
+        2 * (1 - 0.36 - 0.16 / (n - 1)), abs=1e-14
+    )
+    assert torch.all(entry <= 1 - m) and torch.all(entry <= 0.25)  # the looser statements
+
+
+def test_softmax_backward_is_the_jacobian_product_and_autograd():
+    g = torch.Generator().manual_seed(4)
+    s = torch.randn(4, 3, 7, dtype=torch.float64, generator=g, requires_grad=True)
+    grad_p = torch.randn(4, 3, 7, dtype=torch.float64, generator=g)
+    p = s.softmax(-1)
+    (auto,) = torch.autograd.grad(p, s, grad_p)
+    ours = scaling.softmax_backward(p.detach(), grad_p)
+    torch.testing.assert_close(ours, auto, rtol=0, atol=1e-14)
+    via_j = (scaling.softmax_jacobian(p.detach()) @ grad_p[..., None])[..., 0]
+    torch.testing.assert_close(ours, via_j, rtol=0, atol=1e-14)
+    with pytest.raises(ValueError, match="same shape"):
+        scaling.softmax_backward(p.detach(), grad_p[..., :3])
+
+
 def test_jacobian_rejects_scalar():
     with pytest.raises(ValueError, match="shape"):
         scaling.softmax_jacobian(torch.tensor(1.0))
@@ -126,13 +163,13 @@ def test_saturation_unscaled_collapses_scaled_does_not():
 # --------------------------------------------------------------------------- multi-head
 
 
-def test_multihead_scores_equal_per_head_computation_and_bug_factor():
+def test_project_and_score_equal_per_head_computation_and_bug_factor():
     b, n, d_model, h = 2, 5, 24, 4
     x = torch.randn(b, n, d_model, dtype=torch.float64, generator=gen(7))
     W_Q = torch.randn(d_model, d_model, dtype=torch.float64, generator=gen(8))
     W_K = torch.randn(d_model, d_model, dtype=torch.float64, generator=gen(9))
-    good = scaling.multihead_scores(x, W_Q, W_K, h)
-    bad = scaling.multihead_scores(x, W_Q, W_K, h, scale_by="d_model")
+    good = scaling.project_and_score(x, W_Q, W_K, h)
+    bad = scaling.project_and_score(x, W_Q, W_K, h, scale_by="d_model")
     assert good.shape == (b, h, n, n)
     head_dim = d_model // h
     for i in range(h):
@@ -142,15 +179,15 @@ def test_multihead_scores_equal_per_head_computation_and_bug_factor():
     torch.testing.assert_close(bad * math.sqrt(h), good)
 
 
-def test_multihead_scores_errors():
+def test_project_and_score_errors():
     x = torch.zeros(1, 3, 6)
     w = torch.zeros(6, 6)
     with pytest.raises(ValueError, match="not divisible"):
-        scaling.multihead_scores(x, w, w, 4)
+        scaling.project_and_score(x, w, w, 4)
     with pytest.raises(ValueError, match=r"\[B, N, d_model\]"):
-        scaling.multihead_scores(torch.zeros(3, 6), w, w, 2)
+        scaling.project_and_score(torch.zeros(3, 6), w, w, 2)
     with pytest.raises(ValueError, match="scale_by"):
-        scaling.multihead_scores(x, w, w, 2, scale_by="d_k")
+        scaling.project_and_score(x, w, w, 2, scale_by="d_k")
 
 
 # --------------------------------------------------------------------------- training

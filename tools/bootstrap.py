@@ -1,5 +1,5 @@
 # Set up the course's .venv (once) and run a command in it. Used by `make lab` and
-# `make test`; also works without make: `python3 tools/bootstrap.py lab|test|exercises`.
+# `make test`; also works without make: `python3 tools/bootstrap.py lab|test|progress|update|...`.
 #
 # Written to run on old Pythons too (no f-strings, no annotations), so that a learner
 # with a too-old Python gets a clear message instead of a SyntaxError.
@@ -84,7 +84,7 @@ def ensure_venv():
         return
     print("Installing the course and its dependencies into .venv (a few minutes) ...")
     run([PY, "-m", "pip", "install", "--upgrade", "pip"])
-    run([PY, "-m", "pip", "install", "-e", ".[test]"])
+    run([PY, "-m", "pip", "install", "-e", ".[test,site]"])
     with open(STAMP, "w") as f:
         f.write(want + "\n")
 
@@ -133,22 +133,54 @@ def full_suite_args():
     ]
 
 
-def copy_exercises_to_work():
-    """Give the learner their own copies of the exercises in work/ (never overwritten).
+def learner_files():
+    """tools/learner_files.py: work/ copies and `make update` (Python 3.10+, so imported only
+    after check_python())."""
+    tools = os.path.join(ROOT, "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    import learner_files as lf
 
-    exercises/ stays pristine, so `git pull` brings course updates and `make test` keeps
-    checking the generated notebooks; the learner's answers live in work/ (git-ignored).
-    """
-    src_dir, dst_dir = os.path.join(ROOT, "exercises"), os.path.join(ROOT, "work")
-    if not os.path.isdir(src_dir):
-        return
-    if not os.path.isdir(dst_dir):
-        os.makedirs(dst_dir)
-    for name in sorted(os.listdir(src_dir)):
-        dst = os.path.join(dst_dir, name)
-        if name.endswith(".ipynb") and not os.path.exists(dst):
-            with open(os.path.join(src_dir, name), "rb") as f_in, open(dst, "wb") as f_out:
-                f_out.write(f_in.read())
+    return lf
+
+
+def copy_exercises_to_work():
+    """Give the learner their own copies of the exercises in work/ (never overwritten once
+    started): work/NN_topic_exercises.ipynb. exercises/ stays pristine, so `git pull` brings
+    course updates and `make test` keeps checking the generated notebooks."""
+    learner_files().sync_work(learner_files().Path(ROOT))
+
+
+def browser_available():
+    """Whether Python (and so JupyterLab) can open a web browser here."""
+    import webbrowser
+
+    try:
+        webbrowser.get()
+        return True
+    except webbrowser.Error:
+        return False
+
+
+FIRST_NOTEBOOK = "notebooks/00_setup.ipynb"
+# Every URL of the server opens chapter 00 (also one copied by hand from the terminal), and
+# no language-server scan ("Skipped non-installed server(s): ..." in the log).
+LAB_OPTIONS = [
+    "--LabApp.default_url=/lab/tree/" + FIRST_NOTEBOOK,
+    "--LanguageServerManager.autodetect=False",
+]
+
+
+def lab_command(rest):
+    """`jupyter lab` as `make lab` runs it: the course folder, chapter 00 as the page every
+    URL of the server opens (also one copied by hand from the terminal), and no alarming log
+    lines (no language-server scan, no "No web browser found")."""
+    cmd = [PY, "-m", "jupyter", "lab", "--notebook-dir=" + ROOT] + LAB_OPTIONS
+    if not browser_available():
+        cmd.append("--no-browser")
+    if os.name == "posix" and os.geteuid() == 0:
+        cmd.append("--allow-root")  # containers often run as root
+    return cmd + list(rest)
 
 
 def wait_quietly(proc):
@@ -161,9 +193,12 @@ def wait_quietly(proc):
             pass
 
 
+COMMANDS = ("setup", "lab", "test", "exercises", "progress", "update", "site")
+
+
 def main(argv):
-    if not argv or argv[0] not in ("setup", "lab", "test", "exercises"):
-        die("usage: python3 tools/bootstrap.py setup|lab|test|exercises [args...]")
+    if not argv or argv[0] not in COMMANDS:
+        die("usage: python3 tools/bootstrap.py {} [args...]".format("|".join(COMMANDS)))
     check_python()
     ensure_venv()
     what, rest = argv[0], argv[1:]
@@ -171,23 +206,25 @@ def main(argv):
         return 0
     if what == "lab":
         copy_exercises_to_work()
-        cmd = [
-            PY,
-            "-m",
-            "jupyter",
-            "lab",
-            "--notebook-dir=" + ROOT,
-            os.path.join("notebooks", "00_setup.ipynb"),
-        ] + rest
-        if os.name == "posix" and os.geteuid() == 0:
-            cmd.append("--allow-root")  # containers often run as root
+        cmd = lab_command(rest)
         print(
             "Opening JupyterLab on the course (Ctrl-C to stop). Your exercise notebooks "
-            "are in work/."
+            "are in work/ (work/NN_topic_exercises.ipynb)."
         )
+        if "--no-browser" in cmd:
+            print("No web browser found here: open the http://127.0.0.1:... URL printed below.")
         return wait_quietly(subprocess.Popen(cmd, cwd=ROOT, env=lab_env()))
     if what == "exercises":
         return subprocess.call([PY, "-m", "course_tools.exercises"] + rest, cwd=ROOT)
+    if what == "progress":  # reads work/, changes nothing there
+        return subprocess.call([PY, "-m", "course_lib.progress"] + rest, cwd=ROOT)
+    if what == "update":
+        code = learner_files().update(learner_files().Path(ROOT))
+        if code == 0:
+            ensure_venv()  # the update may have changed the dependencies
+        return code
+    if what == "site":
+        return subprocess.call([PY, "-m", "course_tools.site"] + rest, cwd=ROOT)
     env = lab_env()
     # Tests run notebooks in parallel, one kernel per core: one BLAS/OpenMP thread per
     # kernel avoids oversubscription, which makes small matmuls many times slower.

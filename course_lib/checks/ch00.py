@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import Case, Exercise, register
+from .core import Case, Exercise, Hint, register
 
 
 def softmax_reference(x: np.ndarray) -> np.ndarray:
@@ -30,6 +30,12 @@ def _softmax_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
+def _no_keepdims(x: np.ndarray) -> np.ndarray:
+    """The sum without keepdims: (B, n) / (B,) broadcasts along the wrong axis."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))  # (..., n)
+    return e / e.sum(axis=-1)  # (..., n) / (...,): only right when the shapes happen to align
+
+
 register(
     Exercise(
         id="00.1",
@@ -41,16 +47,30 @@ register(
         atol=1e-8,
         rtol=1e-6,
         mistakes={
-            "exp overflowed to inf (inf / inf = NaN): subtract each row's max before np.exp; "
-            "it cancels in the ratio.": lambda x: np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True),
-            "you normalised over the wrong axis (axis 0 instead of the last axis -1).": lambda x: (
-                np.exp(x) / np.exp(x).sum(axis=0, keepdims=True)
-            ),
-            "you normalised over every element at once: pass axis=-1, keepdims=True to sum.": lambda x: (
-                np.exp(x) / np.exp(x).sum()
-            ),
+            Hint(
+                "exp overflowed to inf, and inf / inf is NaN: large scores need care.",
+                "Subtract each row's max before np.exp: x - x.max(axis=-1, keepdims=True). "
+                "The factor e^(-max) cancels in the ratio, so the result is unchanged.",
+            ): lambda x: np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True),
+            Hint(
+                "you normalised over the wrong axis (axis 0, down the columns).",
+                "Each row (the last axis) must sum to 1: pass axis=-1 to max and sum.",
+            ): lambda x: np.exp(x) / np.exp(x).sum(axis=0, keepdims=True),
+            Hint(
+                "you normalised over every element at once: the whole array sums to 1, "
+                "not each row.",
+                "Pass axis=-1, keepdims=True to the sum (and to the max).",
+            ): lambda x: np.exp(x) / np.exp(x).sum(),
+            Hint(
+                "the row sums lost their axis: e.sum(axis=-1) has shape (...,), and dividing "
+                "an (..., n) array by it broadcasts along the wrong axis (or fails).",
+                "Keep the axis: e.sum(axis=-1, keepdims=True) has shape (..., 1).",
+            ): _no_keepdims,
         },
-        hint="softmax(x) = exp(x) / exp(x).sum(axis=-1, keepdims=True); subtract the row's max "
-        "first so that exp cannot overflow.",
+        hint=Hint(
+            "softmax(x) = exp(x) / (sum of exp(x) over the last axis).",
+            "z = x - x.max(axis=-1, keepdims=True); e = np.exp(z); "
+            "return e / e.sum(axis=-1, keepdims=True).",
+        ),
     )
 )

@@ -1,9 +1,14 @@
-"""Checks for chapter 01 (the RNN bottleneck): four graded exercises.
+"""Checks for chapter 01 (the RNN bottleneck): five graded exercises.
 
 * 01.1 ``rnn_forward``: the recurrence, step by step (3 points);
 * 01.2 ``scale_to_spectral_radius``: eigenvalues, not singular values (1 point);
 * 01.3 ``jacobian_norms_through_time``: how much ``h_N`` still feels ``x_t`` (3 points);
-* 01.4 ``critical_path``: sequential depth versus total work (2 points).
+* 01.4 ``critical_path``: sequential depth versus total work (2 points);
+* 01.5 ``clip_grad_norm``: gradient clipping by the global norm, which the lecture names
+  but does not show (2 points).
+
+Every hint has two tiers (:class:`~course_lib.checks.core.Hint`): a nudge first, the fix
+when the same exercise fails again.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import numpy as np
 import torch
 
 from .. import rnn as R
-from .core import Case, Exercise, register
+from .core import Case, Exercise, Hint, register
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
@@ -98,6 +103,15 @@ def _h0_included(x, W_xh, W_hh, b_h, h0=None):
     return torch.cat([first[:, None], H], dim=1)  # (B, N + 1, d_hidden): h_0 .. h_N
 
 
+def _float32_zeros(x, W_xh, W_hh, b_h, h0=None):
+    h = torch.zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0  # (B, d_hidden) float32!
+    out = []
+    for t in range(x.shape[1]):
+        h = torch.tanh(x[:, t] @ W_xh.T + h @ W_hh.T + b_h)  # raises: float32 @ float64
+        out.append(h)
+    return torch.stack(out, 1)  # (B, N, d_hidden)
+
+
 def _skipped_first_input(x, W_xh, W_hh, b_h, h0=None):
     return R.rnn_forward(x[:, 1:], W_xh, W_hh, b_h, h0)  # (B, N - 1, d_hidden): range(1, N)
 
@@ -113,26 +127,60 @@ register(
         atol=1e-8,
         rtol=1e-6,
         mistakes={
-            "you ignored h0: when an initial state is given, the loop must start from it "
-            "(zeros only when h0 is None).": _zero_h0,
-            "you forgot the tanh: h_t = tanh(x_t W_xhᵀ + h_{t-1} W_hhᵀ + b_h).": _no_tanh,
-            "you multiplied h_{t-1} by W_hh instead of W_hhᵀ. With row vectors (one row per "
-            "sequence) the product is h @ W_hh.T, as in torch.nn.RNN.": _untransposed_W_hh,
-            "you returned only the last hidden state h_N: return all of them, stacked along "
-            "dim 1, shape [B, N, d_hidden].": _last_state_only,
-            "your states are shifted by one step: you stored h_{t-1} at position t. Append the "
-            "new state after computing it, so position t holds h_t.": _shifted_states,
-            "your h_t does not depend on h_{t-1}: the recurrence term h_{t-1} W_hhᵀ is missing, "
-            "or h is never updated inside the loop.": _no_recurrence,
-            "you left out the bias: add b_h inside the tanh at every step.": _no_bias,
-            "you returned N + 1 states, starting with h0. h0 is the state before the first "
-            "input; return h_1 .. h_N only (append each new state after computing it).": _h0_included,
-            "you returned N - 1 states and skipped the first input: loop over every t in "
-            "range(N) (x[:, 0] is x_1, the first input).": _skipped_first_input,
+            Hint(
+                "your starting state has the wrong dtype: torch.zeros makes float32 zeros, "
+                "and these inputs are float64, so the matrix product refuses to mix them.",
+                "Create the zeros from x: h = x.new_zeros(B, d_hidden) (or torch.zeros(..., "
+                "dtype=x.dtype, device=x.device)).",
+            ): _float32_zeros,
+            Hint(
+                "you ignored h0: with an initial state given, your states are those of a "
+                "start from zeros.",
+                "Start the loop from h = h0, and use zeros only when h0 is None.",
+            ): _zero_h0,
+            Hint(
+                "your states grow without bound: the nonlinearity is missing.",
+                "h_t = tanh(x_t W_xhᵀ + h_{t-1} W_hhᵀ + b_h): wrap the sum in torch.tanh.",
+            ): _no_tanh,
+            Hint(
+                "the recurrent term uses W_hh the wrong way round.",
+                "With row vectors (one row per sequence) the product is h @ W_hh.T, as in "
+                "torch.nn.RNN; h @ W_hh applies the transpose of W_hh.",
+            ): _untransposed_W_hh,
+            Hint(
+                "you returned one state per sequence; the exercise asks for every state.",
+                "Collect h after each step in a list and return torch.stack(states, dim=1), "
+                "shape [B, N, d_hidden].",
+            ): _last_state_only,
+            Hint(
+                "your states are shifted by one step: position t holds h_{t-1}.",
+                "Append the new state after computing it, so that position t holds h_t.",
+            ): _shifted_states,
+            Hint(
+                "your h_t does not depend on h_{t-1}.",
+                "The recurrence term h_{t-1} W_hhᵀ is missing, or h is never updated inside "
+                "the loop (assign the new state to h).",
+            ): _no_recurrence,
+            Hint(
+                "every state is off by the same shift before the tanh: the bias is missing.",
+                "Add b_h inside the tanh at every step.",
+            ): _no_bias,
+            Hint(
+                "you returned N + 1 states, starting with h0.",
+                "h0 is the state before the first input: return h_1 .. h_N only (append each "
+                "new state after computing it).",
+            ): _h0_included,
+            Hint(
+                "you returned N - 1 states and skipped the first input.",
+                "Loop over every t in range(N): x[:, 0] is x_1, the first input.",
+            ): _skipped_first_input,
         },
-        hint="start from h = h0 (or x.new_zeros(B, d_hidden) if h0 is None); for each t in "
-        "range(N), compute the new h from x[:, t] and the previous h with the formula of "
-        "the statement, keep it, and stack all N states along dim 1.",
+        hint=Hint(
+            "compare your loop with the formula of the statement, one step at a time.",
+            "Start from h = h0 (or x.new_zeros(B, d_hidden) if h0 is None); for each t in "
+            "range(N), h = torch.tanh(x[:, t] @ W_xh.T + h @ W_hh.T + b_h), keep it, and "
+            "stack all N states along dim 1.",
+        ),
     )
 )
 
@@ -204,21 +252,40 @@ register(
         atol=1e-8,
         rtol=1e-6,
         mistakes={
-            "you divided by the largest singular value (the matrix 2-norm). The spectral radius "
-            "is the largest |eigenvalue|: torch.linalg.eigvals(W).abs().max(). The two agree "
-            "only for normal matrices.": _by_singular_value,
-            "you divided by the Frobenius norm; the spectral radius is the largest |eigenvalue|.": _by_frobenius,
-            "you took the largest real part of the eigenvalues; take the largest modulus "
-            ".abs() (eigenvalues can be negative or complex).": _by_real_part,
-            "you divided by the largest entry of W; the spectral radius is the largest "
-            "|eigenvalue|.": _by_max_entry,
-            "you used torch.linalg.eigvalsh, which assumes a symmetric matrix and reads only one "
-            "triangle of W. For a general W use torch.linalg.eigvals (complex eigenvalues).": _by_eigvalsh,
-            "your result has spectral radius 1, not rho: you divided by rho(W) but did not "
-            "multiply by rho.": _rho_forgotten,
+            Hint(
+                "you divided by the largest singular value (the matrix 2-norm), which equals "
+                "the spectral radius only for normal matrices.",
+                "The spectral radius is the largest |eigenvalue|: "
+                "torch.linalg.eigvals(W).abs().max().",
+            ): _by_singular_value,
+            Hint(
+                "you divided by the Frobenius norm.",
+                "The spectral radius is the largest |eigenvalue|: "
+                "torch.linalg.eigvals(W).abs().max().",
+            ): _by_frobenius,
+            Hint(
+                "you took the largest real part of the eigenvalues.",
+                "Eigenvalues can be negative or complex: take the largest modulus, .abs().max().",
+            ): _by_real_part,
+            Hint(
+                "you divided by the largest entry of W.",
+                "The spectral radius is the largest |eigenvalue|: "
+                "torch.linalg.eigvals(W).abs().max().",
+            ): _by_max_entry,
+            Hint(
+                "you used torch.linalg.eigvalsh, which assumes a symmetric matrix and reads "
+                "only one triangle of W.",
+                "For a general W use torch.linalg.eigvals (complex eigenvalues).",
+            ): _by_eigvalsh,
+            Hint(
+                "your result has spectral radius 1, not rho.",
+                "You divided by rho(W) but did not multiply by rho: return W * (rho / rho(W)).",
+            ): _rho_forgotten,
         },
-        hint="rho(W) = max_i |lambda_i(W)| = torch.linalg.eigvals(W).abs().max(); return "
-        "W * (rho / rho(W)).",
+        hint=Hint(
+            "the spectral radius is the largest modulus of an eigenvalue.",
+            "rho(W) = torch.linalg.eigvals(W).abs().max(); return W * (rho / rho(W)).",
+        ),
     )
 )
 
@@ -300,24 +367,43 @@ register(
         atol=1e-10,
         rtol=1e-6,
         mistakes={
-            "your norms are in reverse order: entry t must be ‖∂h_N/∂x_t‖ for t = 1..T "
-            "(position in the sequence), not ordered by the distance N − t.": _reversed,
-            "you differentiated h_N.sum(): that is one gradient (the sum of the Jacobian's rows), "
-            "not the whole d_hidden × d_in Jacobian. Differentiate every component of h_N, e.g. with "
-            "torch.autograd.functional.jacobian, and take the Frobenius norm.": _sum_gradient,
-            "you took the spectral norm (largest singular value) of each Jacobian; the exercise "
-            "asks for the Frobenius norm, sqrt of the sum of squared entries.": _spectral_norm,
-            "you measured ∂h_t/∂x_t (each state against its own input); the question is how much "
-            "the LAST state h_N depends on each x_t.": _local_jacobian,
-            "you differentiated h_{N-1}, the state one step before the last (an off-by-one, "
-            "e.g. H[0, -2]). The last state is H[0, -1]; only it depends on the last input "
-            "x_T, so your last entry is 0.": _previous_state,
-            "you returned the squared Frobenius norm: take the square root of the sum of "
-            "squares.": _squared_norm,
+            Hint(
+                "your norms are in reverse order.",
+                "Entry t must be ‖∂h_N/∂x_t‖ for t = 1..N (position in the sequence), not "
+                "ordered by the distance N − t.",
+            ): _reversed,
+            Hint(
+                "you differentiated h_N.sum(): that is one gradient (the sum of the "
+                "Jacobian's rows), not the whole Jacobian.",
+                "Differentiate every component of h_N, e.g. with "
+                "torch.autograd.functional.jacobian, and take the Frobenius norm.",
+            ): _sum_gradient,
+            Hint(
+                "you took the spectral norm (largest singular value) of each Jacobian.",
+                "The exercise asks for the Frobenius norm: the square root of the sum of "
+                "squared entries.",
+            ): _spectral_norm,
+            Hint(
+                "you measured ∂h_t/∂x_t, each state against its own input.",
+                "The question is how much the LAST state h_N depends on each x_t.",
+            ): _local_jacobian,
+            Hint(
+                "you differentiated h_{N-1}, the state one step before the last (an "
+                "off-by-one, e.g. H[0, -2]).",
+                "The last state is H[0, -1]; only it depends on the last input x_N, so your "
+                "last entry is 0.",
+            ): _previous_state,
+            Hint(
+                "your values are the squares of the expected ones.",
+                "Take the square root of the sum of squares (the Frobenius norm).",
+            ): _squared_norm,
         },
-        hint="the Jacobian of h_N (shape (d_hidden,)) with respect to x (shape (N, d_in)) has shape "
-        "(d_hidden, N, d_in); for each t, square its entries, sum over the d_hidden and d_in axes "
-        "and take the square root.",
+        hint=Hint(
+            "the Jacobian of h_N (shape (d_hidden,)) with respect to x (shape (N, d_in)) has "
+            "shape (d_hidden, N, d_in).",
+            "For each t, square its entries, sum over the d_hidden and d_in axes and take the "
+            "square root: J.pow(2).sum(dim=(0, 2)).sqrt().",
+        ),
     )
 )
 
@@ -364,6 +450,13 @@ def _path_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
+def _sum_parents(parents):
+    depth = []
+    for ps in parents:
+        depth.append(1 + sum(depth[p] for p in ps))
+    return max(depth, default=0)
+
+
 def _first_parent(parents):
     depth = []
     for ps in parents:
@@ -398,17 +491,199 @@ register(
         cases=_path_cases,
         reference=R.critical_path,
         mistakes={
-            "you counted every node: that is the total work, not the depth. Nodes that do not "
-            "wait for each other run in the same round.": len,
-            "you counted the edges of the longest path; count its nodes (the number of rounds).": _edges,
-            "you followed only the first parent of each node; a node waits for its SLOWEST "
-            "parent, so take the max over all parents.": _first_parent,
-            "you took the min over parents; a node can start only when ALL its parents are done, "
-            "so its depth is 1 + the max over parents.": _min_parent,
-            "you returned the depth of the last node; the longest chain may end anywhere, so "
-            "return the max over all nodes.": _last_node,
+            Hint(
+                "you added up the parents' depths; a node waits for its parents in parallel, "
+                "not one after another.",
+                "A node's depth is 1 + the MAX of its parents' depths (the slowest parent), "
+                "not 1 + their sum.",
+            ): _sum_parents,
+            Hint(
+                "you counted every node: that is the total work, not the depth.",
+                "Nodes that do not wait for each other run in the same round; count the "
+                "nodes of the longest chain.",
+            ): len,
+            Hint(
+                "you counted the edges of the longest path.",
+                "Count its nodes (the number of rounds): one more than its edges.",
+            ): _edges,
+            Hint(
+                "you followed only the first parent of each node.",
+                "A node waits for its SLOWEST parent, so take the max over all parents.",
+            ): _first_parent,
+            Hint(
+                "you took the min over parents.",
+                "A node can start only when ALL its parents are done, so its depth is 1 + the "
+                "max over parents.",
+            ): _min_parent,
+            Hint(
+                "you returned the depth of the last node.",
+                "The longest chain may end anywhere: return the max over all nodes.",
+            ): _last_node,
         },
-        hint="depth[i] = 1 + max(depth[p] for p in parents[i]) (1 without parents); the answer "
-        "is max(depth), and 0 for an empty graph.",
+        hint=Hint(
+            "compute every node's depth in order (parents come first), then the largest.",
+            "depth[i] = 1 + max(depth[p] for p in parents[i]) (1 without parents); the answer "
+            "is max(depth), and 0 for an empty graph.",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 01.5 clipping
+
+
+def clip_grad_norm_reference(grads: list[torch.Tensor], max_norm: float):
+    r"""``(clipped, total_norm)``: gradient clipping by the global norm.
+
+    .. math::
+
+        n = \sqrt{\textstyle\sum_i \lVert g_i \rVert_F^2}, \qquad
+        g_i \leftarrow g_i \cdot \min\!\left(1, \frac{c}{n}\right),
+
+    the rule of ``torch.nn.utils.clip_grad_norm_`` (which adds 1e-6 to ``n``): one factor
+    for all tensors, so the direction of the whole gradient is kept; ``total_norm`` is
+    :math:`n` before clipping.
+    """
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in grads)) if grads else torch.zeros(())
+    factor = min(1.0, max_norm / float(total)) if float(total) > 0 else 1.0
+    return [g * factor for g in grads], float(total)
+
+
+def _clip_args(rng: np.random.Generator, shapes, scale: float, max_norm: float) -> tuple:
+    return ([_t(rng.normal(size=s) * scale) for s in shapes], max_norm)
+
+
+def _clip_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case(
+                "two gradients [3.] and [4.] (global norm 5), max_norm = 1",
+                ([_t(np.array([3.0])), _t(np.array([4.0]))], 1.0),
+            ),
+            Case(
+                "a weight (4, 3), a bias (4,) and a (2, 2) matrix of unequal sizes, "
+                "global norm far above max_norm = 2",
+                (
+                    [_t(rng.normal(size=(4, 3)) * 5), _t(rng.normal(size=4) * 0.1)]
+                    + [_t(rng.normal(size=(2, 2)))],
+                    2.0,
+                ),
+            ),
+            Case(
+                "a small gradient (global norm below max_norm = 10): unchanged",
+                _clip_args(rng, [(3, 3), (3,)], 0.5, 10.0),
+            ),
+            Case(
+                "all-zero gradients (norm 0: nothing to divide)",
+                (
+                    [torch.zeros(3, 2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)],
+                    1.0,
+                ),
+            ),
+        ]
+    return [
+        Case(
+            "five tensors, max_norm = 0.5",
+            _clip_args(rng, [(8, 4), (4,), (4, 4), (1,), (2, 3, 2)], 2.0, 0.5),
+        ),
+        Case(
+            "an exploded gradient (entries ~1e6), max_norm = 1",
+            _clip_args(rng, [(6, 6), (6,)], 1e6, 1.0),
+        ),
+        Case("one tensor, exactly at the norm", ([_t(np.array([0.6, 0.8]))], 1.0)),
+    ]
+
+
+def _per_tensor(grads, max_norm):
+    total = clip_grad_norm_reference(grads, max_norm)[1]
+    return [clip_grad_norm_reference([g], max_norm)[0][0] for g in grads], total
+
+
+def _always_rescale(grads, max_norm):
+    clipped, total = clip_grad_norm_reference(grads, max_norm)
+    return [g * (max_norm / total) for g in grads], total
+
+
+def _value_clipping(grads, max_norm):
+    total = clip_grad_norm_reference(grads, max_norm)[1]
+    return [g.clamp(-max_norm, max_norm) for g in grads], total
+
+
+def _sum_of_norms(grads, max_norm):
+    total = float(sum(g.norm() for g in grads))
+    factor = min(1.0, max_norm / total)
+    return [g * factor for g in grads], total
+
+
+def _norm_after_clipping(grads, max_norm):
+    clipped, _ = clip_grad_norm_reference(grads, max_norm)
+    return clipped, clip_grad_norm_reference(clipped, max_norm)[1]
+
+
+def _squared_total(grads, max_norm):
+    clipped, total = clip_grad_norm_reference(grads, max_norm)
+    return clipped, total**2
+
+
+def _divides_by_zero(grads, max_norm):
+    total = float(torch.sqrt(sum((g**2).sum() for g in grads)))
+    factor = min(1.0, max_norm / total)  # ZeroDivisionError when every gradient is 0
+    return [g * factor for g in grads], total
+
+
+register(
+    Exercise(
+        id="01.5",
+        title="gradient clipping by the global norm",
+        points=2,
+        target="clip_grad_norm",
+        cases=_clip_cases,
+        reference=clip_grad_norm_reference,
+        atol=1e-9,
+        rtol=1e-5,  # torch's own clip_grad_norm_ adds 1e-6 to the norm: it passes too
+        outputs=("clipped", "total_norm"),
+        mistakes={
+            Hint(
+                "with all-zero gradients the norm is 0, and max_norm / 0 fails.",
+                "Only rescale when the norm exceeds max_norm (then it is > 0): "
+                "if norm > max_norm: factor = max_norm / norm.",
+            ): _divides_by_zero,
+            Hint(
+                "you clipped each tensor by its own norm, which changes the direction of the "
+                "whole gradient.",
+                "Compute ONE norm over all tensors, sqrt(sum of every g.pow(2).sum()), and "
+                "multiply every tensor by the same factor min(1, max_norm / norm).",
+            ): _per_tensor,
+            Hint(
+                "you rescaled a gradient that was already small enough: clipping only shrinks.",
+                "Multiply by min(1, max_norm / norm), not by max_norm / norm.",
+            ): _always_rescale,
+            Hint(
+                "you clamped each entry to [-max_norm, max_norm] (clipping by value, "
+                "torch's clip_grad_value_).",
+                "Clipping by norm rescales every entry by one factor, min(1, max_norm / norm), "
+                "so the gradient keeps its direction.",
+            ): _value_clipping,
+            Hint(
+                "your total norm adds up the tensors' norms.",
+                "The global norm is the norm of all entries together: the square root of the "
+                "SUM OF SQUARES, sqrt(sum of g.pow(2).sum()), which is smaller than the sum of "
+                "the norms.",
+            ): _sum_of_norms,
+            Hint(
+                "you returned the norm after clipping.",
+                "Return the norm of the gradients you were given (before clipping): it is "
+                "what a training loop logs to see explosions.",
+            ): _norm_after_clipping,
+            Hint(
+                "you returned the squared norm.",
+                "Take the square root of the sum of squares.",
+            ): _squared_total,
+        },
+        hint=Hint(
+            "one norm for all the tensors together, one factor for all of them.",
+            "norm = sqrt(sum(g.pow(2).sum() for g in grads)); factor = max_norm / norm if "
+            "norm > max_norm else 1; return [g * factor for g in grads], float(norm).",
+        ),
     )
 )

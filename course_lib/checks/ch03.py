@@ -1,10 +1,11 @@
-"""Checks for chapter 03 (why divide by √d_k): five exercises.
+"""Checks for chapter 03 (why divide by √d_k): six exercises.
 
 03.1 ``dot_product_variance``: Var(c · q·k) from given samples (deterministic);
 03.2 ``stable_softmax``: softmax(s / τ) that survives huge scores and −inf;
 03.3 ``softmax_jacobian``: diag(p) − p pᵀ, batched;
 03.4 ``attention_entropy``: entropy of attention rows with 0 log 0 = 0;
-03.5 ``multihead_scores``: per-head scores scaled by 1/√d_h (not 1/√d_model).
+03.5 ``multihead_scores``: per-head scores scaled by 1/√d_h (not 1/√d_model);
+03.6 ``softmax_backward``: ∂L/∂s = p ⊙ (g − ⟨p, g⟩) per row, without building J.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from .core import Case, Exercise, register
+from .core import Case, Exercise, Hint, register
 
 # --------------------------------------------------------------------------- 03.1
 
@@ -68,35 +69,40 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you used the unbiased estimator (divide by N − 1, torch.var's default); this "
-            "exercise asks for the 1/N variance, numpy's np.var default (ddof=0).": lambda q, k, scale=1.0: (
-                float(np.var(scale * (q * k).sum(-1), ddof=1))
-            ),
-            "you computed the variance of the products q_i·k_i themselves; sum them over d_k "
-            "first (axis=-1): the score is the dot product.": lambda q, k, scale=1.0: float(
-                np.var(scale * q * k)
-            ),
-            "you multiplied the variance by the scale; scaling a score by c multiplies its "
-            "variance by c², so scale the dot products before taking the variance.": lambda q, k, scale=1.0: (
-                float(scale * np.var((q * k).sum(-1)))
-            ),
-            "you ignored the `scale` argument.": lambda q, k, scale=1.0: float(
-                np.var((q * k).sum(-1))
-            ),
-            "you divided by √d_k yourself; multiply by the `scale` argument instead (the caller "
-            "chooses it: 1 means unscaled).": lambda q, k, scale=1.0: float(
-                np.var((q * k).sum(-1) / math.sqrt(q.shape[-1]))
-            ),
-            "you returned the mean of s² (the second moment), not the variance: subtract the mean "
-            "score first, (s - s.mean())², or use np.var.": lambda q, k, scale=1.0: float(
-                np.mean((scale * (q * k).sum(-1)) ** 2)
-            ),
-            "you took the variance over all N×N pairs q_n·k_m (q @ k.T); pair row n of q with "
-            "row n of k only: (q * k).sum(-1).": lambda q, k, scale=1.0: float(
-                np.var(scale * (q @ k.T))
-            ),
+            Hint(
+                "you used the unbiased estimator (divide by N − 1, torch.var's default).",
+                "This exercise asks for the 1/N variance, numpy's np.var default (ddof=0).",
+            ): lambda q, k, scale=1.0: float(np.var(scale * (q * k).sum(-1), ddof=1)),
+            Hint(
+                "you computed the variance of the products q_i·k_i themselves, not of the scores.",
+                "Sum them over d_k first (axis=-1): the score is the dot product.",
+            ): lambda q, k, scale=1.0: float(np.var(scale * q * k)),
+            Hint(
+                "you multiplied the variance by the scale.",
+                "Scaling a score by c multiplies its variance by c², so scale the dot products "
+                "before taking the variance.",
+            ): lambda q, k, scale=1.0: float(scale * np.var((q * k).sum(-1))),
+            Hint(
+                "you ignored the `scale` argument.", "Multiply every score by it."
+            ): lambda q, k, scale=1.0: float(np.var((q * k).sum(-1))),
+            Hint(
+                "you divided by √d_k yourself.",
+                "Multiply by the `scale` argument instead (the caller chooses it: 1 means "
+                "unscaled).",
+            ): lambda q, k, scale=1.0: float(np.var((q * k).sum(-1) / math.sqrt(q.shape[-1]))),
+            Hint(
+                "you returned the mean of s² (the second moment), not the variance.",
+                "Subtract the mean score first, (s - s.mean())², or use np.var.",
+            ): lambda q, k, scale=1.0: float(np.mean((scale * (q * k).sum(-1)) ** 2)),
+            Hint(
+                "you took the variance over all N×N pairs q_n·k_m (q @ k.T).",
+                "Pair row n of q with row n of k only: (q * k).sum(-1).",
+            ): lambda q, k, scale=1.0: float(np.var(scale * (q @ k.T))),
         },
-        hint="s = scale * (q * k).sum(axis=-1) gives the N scores; return float(np.var(s)).",
+        hint=Hint(
+            "one score per pair (row n of q with row n of k), then their 1/N variance.",
+            "s = scale * (q * k).sum(axis=-1) gives the N scores; return float(np.var(s)).",
+        ),
     )
 )
 
@@ -167,27 +173,42 @@ register(
         check_dtype=True,
         mistakes={
             # first: its values equal the reference's, so other twins would match them too
-            "the weights are right but your result has another dtype than the scores (float64 "
-            "from .double() or a float64 constant?); return the input's dtype, e.g. "
-            ".to(scores.dtype): attention multiplies the weights by V in that precision.": lambda s, temperature=1.0: (
-                torch.softmax(s.double() / temperature, -1)
-            ),
-            "exp overflowed: subtract each row's maximum (after dividing by τ) before torch.exp.": _naive_softmax,
-            "you subtracted one maximum for the whole tensor; use each row's own maximum "
-            "(z.amax(dim=-1, keepdim=True)), or rows far below the global max underflow to 0/0.": _global_max_softmax,
-            "you multiplied the scores by τ; the temperature divides: softmax(s / τ).": lambda s, temperature=1.0: (
-                torch.softmax(s * temperature, -1)
-            ),
-            "you normalised over the wrong axis: the weights of one query (the last axis) sum "
-            "to 1.": lambda s, temperature=1.0: torch.softmax(s / temperature, 0),
-            "you ignored the temperature.": lambda s, temperature=1.0: torch.softmax(s, -1),
-            "you divided by the sum of the whole tensor; each row (one query) sums to 1: "
-            "e / e.sum(dim=-1, keepdim=True).": lambda s, temperature=1.0: (lambda e: e / e.sum())(
+            Hint(
+                "the weights are right but your result has another dtype than the scores.",
+                "float64 from .double() or a float64 constant? Return the input's dtype, e.g. "
+                ".to(scores.dtype): attention multiplies the weights by V in that precision.",
+            ): lambda s, temperature=1.0: torch.softmax(s.double() / temperature, -1),
+            Hint(
+                "exp overflowed on large scores.",
+                "Subtract each row's maximum (after dividing by τ) before torch.exp.",
+            ): _naive_softmax,
+            Hint(
+                "you subtracted one maximum for the whole tensor.",
+                "Use each row's own maximum (z.amax(dim=-1, keepdim=True)), or rows far below "
+                "the global max underflow to 0/0.",
+            ): _global_max_softmax,
+            Hint(
+                "you multiplied the scores by τ.", "The temperature divides: softmax(s / τ)."
+            ): lambda s, temperature=1.0: torch.softmax(s * temperature, -1),
+            Hint(
+                "you normalised over the wrong axis.",
+                "The weights of one query (the last axis) sum to 1.",
+            ): lambda s, temperature=1.0: torch.softmax(s / temperature, 0),
+            Hint(
+                "you ignored the temperature.", "Divide the scores by it first."
+            ): lambda s, temperature=1.0: torch.softmax(s, -1),
+            Hint(
+                "you divided by the sum of the whole tensor.",
+                "Each row (one query) sums to 1: e / e.sum(dim=-1, keepdim=True).",
+            ): lambda s, temperature=1.0: (lambda e: e / e.sum())(
                 torch.exp(s / temperature - (s / temperature).amax(-1, keepdim=True))
             ),
         },
-        hint="z = scores / temperature; z = z - z.amax(dim=-1, keepdim=True); e = z.exp(); "
-        "return e / e.sum(dim=-1, keepdim=True).",
+        hint=Hint(
+            "divide by τ, subtract each row's maximum, exponentiate, normalise each row.",
+            "z = scores / temperature; z = z - z.amax(dim=-1, keepdim=True); e = z.exp(); "
+            "return e / e.sum(dim=-1, keepdim=True).",
+        ),
     )
 )
 
@@ -234,30 +255,39 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you left out the diagonal term: J = diag(p) − p pᵀ, not −p pᵀ.": lambda p: (
+            Hint("you left out the diagonal term.", "J = diag(p) − p pᵀ, not −p pᵀ."): lambda p: (
                 -(p[..., :, None] * p[..., None, :])
             ),
-            "your signs are flipped: ∂p_i/∂s_i = p_i(1 − p_i) is positive, so J = diag(p) − p pᵀ.": lambda p: (
-                p[..., :, None] * p[..., None, :] - torch.diag_embed(p)
-            ),
-            "you kept only the diagonal p_i(1 − p_i); the off-diagonal entries −p_i p_j matter "
-            "too (each score's change moves every weight).": lambda p: torch.diag_embed(
-                p * (1 - p)
-            ),
-            "you subtracted p_i² twice on the diagonal: diag(p) − p pᵀ already gives p_i − p_i² = "
-            "p_i(1 − p_i) there, so start from diag(p), not diag(p(1 − p)).": lambda p: (
-                torch.diag_embed(p * (1 - p)) - p[..., :, None] * p[..., None, :]
-            ),
-            "your p pᵀ is not one outer product per row: for a 1-D p, p @ p.T is the number "
-            "Σ p_i², and for a batch, p.T @ p sums over the rows. Use p[..., :, None] * "
-            "p[..., None, :], shape (..., n, n).": _dot_not_outer,
-            "your outer product is wrong: (p pᵀ)_ij = p_i p_j needs p[..., :, None] * "
-            "p[..., None, :] (a column times a row), not p² broadcast along a row.": lambda p: (
-                torch.diag_embed(p) - (p * p)[..., :, None]
-            ),
+            Hint(
+                "your signs are flipped.",
+                "∂p_i/∂s_i = p_i(1 − p_i) is positive, so J = diag(p) − p pᵀ.",
+            ): lambda p: p[..., :, None] * p[..., None, :] - torch.diag_embed(p),
+            Hint(
+                "you kept only the diagonal p_i(1 − p_i).",
+                "The off-diagonal entries −p_i p_j matter too (each score's change moves every "
+                "weight).",
+            ): lambda p: torch.diag_embed(p * (1 - p)),
+            Hint(
+                "you subtracted p_i² twice on the diagonal.",
+                "diag(p) − p pᵀ already gives p_i − p_i² = p_i(1 − p_i) there, so start from "
+                "diag(p), not diag(p(1 − p)).",
+            ): lambda p: torch.diag_embed(p * (1 - p)) - p[..., :, None] * p[..., None, :],
+            Hint(
+                "your p pᵀ is not one outer product per row.",
+                "For a 1-D p, p @ p.T is the number Σ p_i², and for a batch, p.T @ p sums over "
+                "the rows. Use p[..., :, None] * p[..., None, :], shape (..., n, n).",
+            ): _dot_not_outer,
+            Hint(
+                "your outer product is wrong: p² broadcast along a row.",
+                "(p pᵀ)_ij = p_i p_j needs p[..., :, None] * p[..., None, :] (a column times a "
+                "row).",
+            ): lambda p: torch.diag_embed(p) - (p * p)[..., :, None],
         },
-        hint="torch.diag_embed(p) builds diag(p) for every row; the outer product is "
-        "p[..., :, None] * p[..., None, :]. The result has shape (..., n, n).",
+        hint=Hint(
+            "two pieces: diag(p) for every row, minus the outer product p pᵀ of every row.",
+            "torch.diag_embed(p) builds diag(p) for every row; the outer product is "
+            "p[..., :, None] * p[..., None, :]. The result has shape (..., n, n).",
+        ),
     )
 )
 
@@ -302,22 +332,30 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you used log base 2 (bits); this exercise measures entropy in nats: torch.log.": lambda w: (
-                -(w * torch.log2(w.clamp_min(1e-300))).sum(-1)
-            ),
-            "you forgot the minus sign: entropy is −Σ w log w ≥ 0.": lambda w: (
+            Hint(
+                "you used log base 2 (bits).",
+                "This exercise measures entropy in nats: torch.log.",
+            ): lambda w: -(w * torch.log2(w.clamp_min(1e-300))).sum(-1),
+            Hint("you forgot the minus sign.", "Entropy is −Σ w log w ≥ 0."): lambda w: (
                 w * torch.log(w.clamp_min(1e-300))
             ).sum(-1),
-            "0 · log 0 gave NaN for the zero weights (masked keys): use torch.where(w > 0, "
-            "w.log(), 0) so that they contribute 0.": lambda w: -(w * torch.log(w)).sum(-1),
-            "you summed over the wrong axis: one entropy per row, summing over the last axis.": lambda w: (
-                -(w * torch.log(w.clamp_min(1e-300))).sum(0)
-            ),
-            "you averaged over the keys (mean) instead of summing: H = −Σ_j w_j log w_j.": lambda w: (
-                -(w * torch.log(w.clamp_min(1e-300))).mean(-1)
-            ),
+            Hint(
+                "0 · log 0 gave NaN for the zero weights (masked keys).",
+                "Use torch.where(w > 0, w.log(), 0) so that they contribute 0.",
+            ): lambda w: -(w * torch.log(w)).sum(-1),
+            Hint(
+                "you summed over the wrong axis.",
+                "One entropy per row, summing over the last axis.",
+            ): lambda w: -(w * torch.log(w.clamp_min(1e-300))).sum(0),
+            Hint(
+                "you averaged over the keys (mean) instead of summing.",
+                "H = −Σ_j w_j log w_j.",
+            ): lambda w: -(w * torch.log(w.clamp_min(1e-300))).mean(-1),
         },
-        hint="H = -(w * log w).sum(-1), with the terms where w == 0 set to 0.",
+        hint=Hint(
+            "one entropy per row, in nats, with 0 log 0 counted as 0.",
+            "H = -(w * log w).sum(-1), with the terms where w == 0 set to 0.",
+        ),
     )
 )
 
@@ -349,6 +387,14 @@ def _view_bug(q, k, num_heads):
     return qh @ kh.transpose(-2, -1) / math.sqrt(head_dim)
 
 
+def _interleaved_split(q, k, num_heads):
+    b, n, d_model = q.shape
+    head_dim = d_model // num_heads
+    qh = q.view(b, n, head_dim, num_heads).permute(0, 3, 1, 2)  # (B, H, N, d_h) strided heads
+    kh = k.view(b, n, head_dim, num_heads).permute(0, 3, 1, 2)  # (B, H, N, d_h)
+    return qh @ kh.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, N, N)
+
+
 def _mh_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     t = lambda shape: torch.tensor(rng.normal(size=shape))
     if not hidden:
@@ -374,23 +420,130 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you divided by √d_model: each head's dot product sums only d_h = d_model / H "
-            "terms, so divide by √d_h (your scores are √H times too small).": _dmodel_bug,
-            "you did not scale the scores at all: divide by √d_h.": lambda q, k, num_heads: (
+            Hint(
+                "you divided by √d_model (your scores are √H times too small).",
+                "Each head's dot product sums only d_h = d_model / H terms, so divide by √d_h.",
+            ): _dmodel_bug,
+            Hint(
+                "you did not scale the scores at all.", "Divide by √d_h."
+            ): lambda q, k, num_heads: (
                 multihead_reference(q, k, num_heads) * math.sqrt(q.shape[-1] // num_heads)
             ),
-            "you divided by d_h instead of √d_h: that shrinks the scores by another "
-            "√d_h (μP does this on purpose; the exercise asks for the standard 1/√d_h).": lambda q, k, num_heads: (
+            Hint(
+                "you divided by d_h instead of √d_h.",
+                "That shrinks the scores by another √d_h (μP does this on purpose; the "
+                "exercise asks for the standard 1/√d_h).",
+            ): lambda q, k, num_heads: (
                 multihead_reference(q, k, num_heads) / math.sqrt(q.shape[-1] // num_heads)
             ),
-            "your scores are transposed: row i is query i, so S = Q_h K_hᵀ (q_h @ k_h.transpose"
-            "(-2, -1)), not K_h Q_hᵀ.": lambda q, k, num_heads: multihead_reference(
-                q, k, num_heads
-            ).transpose(-2, -1),
-            "you reshaped straight to (B, H, N, d_h), which mixes tokens and features; "
-            "view as (B, N, H, d_h) first, then transpose(1, 2).": _view_bug,
+            Hint(
+                "your scores are transposed.",
+                "Row i is query i, so S = Q_h K_hᵀ (q_h @ k_h.transpose(-2, -1)), not K_h Q_hᵀ.",
+            ): lambda q, k, num_heads: multihead_reference(q, k, num_heads).transpose(-2, -1),
+            Hint(
+                "you reshaped straight to (B, H, N, d_h), which mixes tokens and features.",
+                "View as (B, N, H, d_h) first, then transpose(1, 2).",
+            ): _view_bug,
+            Hint(
+                "you split the features as (d_h, H): head h got features h, h+H, h+2H, ...",
+                "Head h owns the contiguous slice h·d_h ... (h+1)·d_h − 1: view as "
+                "(B, N, H, d_h), not (B, N, d_h, H).",
+            ): _interleaved_split,
         },
-        hint="d_h = d_model // H; q.view(B, N, H, d_h).transpose(1, 2) gives "
-        "(B, H, N, d_h); then q_h @ k_h.transpose(-2, -1) / sqrt(d_h).",
+        hint=Hint(
+            "split q and k into heads, then one score matrix per head, scaled by 1/√d_h.",
+            "d_h = d_model // H; q.view(B, N, H, d_h).transpose(1, 2) gives "
+            "(B, H, N, d_h); then q_h @ k_h.transpose(-2, -1) / sqrt(d_h).",
+        ),
+    )
+)
+
+# --------------------------------------------------------------------------- 03.6
+
+
+def softmax_backward_reference(p: torch.Tensor, grad_p: torch.Tensor) -> torch.Tensor:
+    r""":math:`\partial L/\partial s = J^\top g = p \odot (g - \langle p, g\rangle)` per row."""
+    return p * (grad_p - (p * grad_p).sum(-1, keepdim=True))  # (..., n)
+
+
+def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    t = lambda shape: torch.tensor(rng.normal(size=shape))
+    if not hidden:
+        masked = _softmax_rows(rng, (3, 6))
+        masked[:, 4:] = 0.0  # two masked keys per row: weight 0
+        masked = masked / masked.sum(-1, keepdim=True)
+        return [
+            Case("one row of 5 weights", (_softmax_rows(rng, (5,)), t((5,)))),
+            Case("a (4, 4) batch: 4 rows of 4 keys", (_softmax_rows(rng, (4, 4)), t((4, 4)))),
+            Case("a (2, 3, 6) batch", (_softmax_rows(rng, (2, 3, 6)), t((2, 3, 6)))),
+            Case("rows with masked keys (weight exactly 0)", (masked, t((3, 6)))),
+        ]
+    onehot = torch.zeros(3, 5, dtype=torch.float64)
+    onehot[0, 1] = onehot[1, 4] = onehot[2, 0] = 1.0
+    return [
+        Case("one-hot rows: no gradient reaches the scores", (onehot, t((3, 5)))),
+        Case("one key per row (n = 1)", (torch.ones(4, 1, dtype=torch.float64), t((4, 1)))),
+        Case(
+            "(2, 4, 8, 8) batch, nearly saturated",
+            (_softmax_rows(rng, (2, 4, 8, 8), 6.0), t((2, 4, 8, 8))),
+        ),
+        Case("a long row: 1000 keys", (_softmax_rows(rng, (2, 1000)), t((2, 1000)))),
+    ]
+
+
+register(
+    Exercise(
+        id="03.6",
+        title="the softmax backward pass without the Jacobian",
+        points=2,
+        target="softmax_backward",
+        cases=_backward_cases,
+        reference=softmax_backward_reference,
+        atol=1e-12,
+        rtol=1e-9,
+        mistakes={
+            Hint(
+                "your gradient's rows do not sum to 0 (shifting every score by the same "
+                "amount changes nothing, so they must).",
+                "You multiplied p by g and stopped: ∂L/∂s_j = p_j (g_j − Σ_i p_i g_i); "
+                "subtract the p-weighted average of g first.",
+            ): lambda p, g: p * g,
+            Hint(
+                "you subtracted the plain average of g (or its sum), not its p-weighted average.",
+                "The term is Σ_i p_i g_i (the weights p_i, from the −p pᵀ part of J), not "
+                "mean(g) or Σ_i g_i.",
+            ): lambda p, g: p * (g - g.mean(-1, keepdim=True)),
+            Hint(
+                "you left out the factor p_j in front.",
+                "∂L/∂s_j = p_j (g_j − Σ_i p_i g_i): the bracket is multiplied by p_j, which is "
+                "why a saturated softmax (p_j ≈ 0 or 1) passes almost nothing.",
+            ): lambda p, g: g - (p * g).sum(-1, keepdim=True),
+            Hint(
+                "your signs are flipped.",
+                "∂L/∂s_j = p_j (g_j − Σ_i p_i g_i), not p_j (Σ_i p_i g_i − g_j).",
+            ): lambda p, g: -softmax_backward_reference(p, g),
+            Hint(
+                "your sum Σ_i p_i g_i runs over the wrong axis (or over the whole tensor).",
+                "One sum per row, over the last axis, kept for broadcasting: "
+                "(p * g).sum(dim=-1, keepdim=True).",
+            ): lambda p, g: p * (g - (p * g).sum()),
+            Hint(
+                "your row sums were broadcast along the wrong axis (keepdim missing).",
+                "(p * g).sum(-1) has shape (...,) and lines up with the *last* axis of p: "
+                "keep the summed axis with keepdim=True, shape (..., 1).",
+            ): lambda p, g: p * (g - (p * g).sum(-1)),
+        },
+        errors={
+            r"size of tensor a \(\d+\) must match the size of tensor b \(\d+\)": Hint(
+                "your row sums could not be broadcast against p (keepdim missing?).",
+                "(p * g).sum(-1) drops the last axis; keep it with keepdim=True so that it "
+                "has shape (..., 1) and lines up with each row.",
+            ),
+        },
+        hint=Hint(
+            "∂L/∂s = Jᵀ g with J = diag(p) − p pᵀ: multiply it out instead of building J.",
+            "diag(p) g = p * g and p pᵀ g = p (pᵀ g): ∂L/∂s = p * (g - (p * g).sum(-1, "
+            "keepdim=True)).",
+        ),
     )
 )

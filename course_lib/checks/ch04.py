@@ -1,13 +1,17 @@
 """Checks for chapter 04 (multi-head attention, GQA/MQA and the KV cache).
 
-Six exercises, each a function the learner writes, on torch tensors in float64:
+Eight exercises, each a function the learner writes, on torch tensors in float64:
 
 * 04.1 ``split_heads(x, num_heads)``: ``[B, N, H*d_h] -> [B, H, N, d_h]``
 * 04.2 ``merge_heads(x)``: ``[B, H, N, d_h] -> [B, N, H*d_h]``
 * 04.3 ``mha_forward(x, W_Q, W_K, W_V, W_O, num_heads)``: multi-head self-attention
 * 04.4 ``repeat_kv(x, num_groups)``: GQA's key/value heads for every query head
 * 04.5 ``decode_step(q_new, k_new, v_new, k_cache, v_cache)``: one cached decoding step
-* 04.6 ``kv_cache_bytes_from_config(config, seq_len, batch_size, bytes_per_value)``
+* 04.6 ``kv_cache_bytes_from_config(config, seq_len, batch_size, bytes_per_value)``, an int
+* 04.7 ``mha_to_gqa_weights(W, num_heads, num_kv_heads)``: mean-pool a multi-head
+  checkpoint's key/value heads into grouped-query heads (not shown in the lecture)
+* 04.8 ``sliding_window_decode_step(q_new, k_new, v_new, k_cache, v_cache, window)``: a
+  rolling-buffer KV cache (not shown in the lecture)
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, repeat_kv, split_heads
-from .core import Case, Exercise, register
+from .core import Case, Exercise, Hint, register
 
 DT = torch.float64
 
@@ -72,14 +76,21 @@ register(
         atol=1e-12,
         rtol=1e-10,
         mistakes={
-            "you reshaped straight to (B, H, N, d_h). The shape is right but the numbers are "
-            "not: a reshape keeps the memory order, so it cuts the token axis, not the features. "
-            "Reshape to (B, N, H, d_h) first, then transpose axes 1 and 2.": _split_no_transpose,
-            "you split the features as (d_h, H): head i then gets features i, i+H, i+2H, ... "
-            "Head i must get the contiguous block i*d_h ... (i+1)*d_h-1, so reshape to "
-            "(B, N, H, d_h).": _split_wrong_order,
+            Hint(
+                "you reshaped straight to (B, H, N, d_h): the shape is right, the numbers are not.",
+                "A reshape keeps the memory order, so it cuts the token axis, not the features. "
+                "Reshape to (B, N, H, d_h) first, then transpose axes 1 and 2.",
+            ): _split_no_transpose,
+            Hint(
+                "you split the features as (d_h, H): head i then gets features i, i+H, i+2H, ...",
+                "Head i must get the contiguous block i*d_h ... (i+1)*d_h-1, so reshape to "
+                "(B, N, H, d_h).",
+            ): _split_wrong_order,
         },
-        hint="x.reshape(B, N, H, D // H) then .transpose(1, 2).",
+        hint=Hint(
+            "cut the last axis into (H, d_h), then move the head axis in front of the tokens.",
+            "x.reshape(B, N, H, D // H) then .transpose(1, 2).",
+        ),
     )
 )
 
@@ -128,14 +139,22 @@ register(
         atol=1e-12,
         rtol=1e-10,
         mistakes={
-            "you reshaped (B, H, N, d_h) straight to (B, N, H*d_h) without moving the head "
-            "axis: tokens and heads get mixed up. Transpose axes 1 and 2 first.": _merge_no_transpose,
-            "you interleaved the heads' features (feature c of every head, then c+1, ...). "
-            "Concat puts head 1's d_h features first, then head 2's: transpose(1, 2), then "
-            "reshape.": _merge_wrong_order,
+            Hint(
+                "you reshaped (B, H, N, d_h) straight to (B, N, H*d_h) without moving the head "
+                "axis: tokens and heads get mixed up.",
+                "Transpose axes 1 and 2 first.",
+            ): _merge_no_transpose,
+            Hint(
+                "you interleaved the heads' features (feature c of every head, then c+1, ...).",
+                "Concat puts head 1's d_h features first, then head 2's: transpose(1, 2), then "
+                "reshape.",
+            ): _merge_wrong_order,
         },
-        hint="x.transpose(1, 2).reshape(B, N, H * d_h) (reshape, not view: the transpose is "
-        "not contiguous).",
+        hint=Hint(
+            "undo the split: heads back behind the tokens, then join (H, d_h) into one axis.",
+            "x.transpose(1, 2).reshape(B, N, H * d_h) (reshape, not view: the transpose is "
+            "not contiguous).",
+        ),
     )
 )
 
@@ -206,38 +225,43 @@ register(
         atol=1e-9,
         rtol=1e-7,
         mistakes={
-            "you scaled the scores by 1/sqrt(d_model). Each head is an attention in d_h = "
-            "d_model / H dimensions: divide by sqrt(d_h).": lambda x, a, b, c, o, h: _mha(
-                x, a, b, c, o, h, scale_dim=x.shape[-1]
+            Hint(
+                "you scaled the scores by 1/sqrt(d_model).",
+                "Each head is an attention in d_h = d_model / H dimensions: divide by sqrt(d_h).",
+            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, scale_dim=x.shape[-1]),
+            Hint(
+                "you forgot the output projection.", "MultiHead = Concat(heads) @ W_O."
+            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, use_wo=False),
+            Hint(
+                "you applied the weights transposed (x @ W.T, as nn.Linear stores them).",
+                "Here the matrices are (d_in, d_out) and the projection is x @ W.",
+            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, transpose=True),
+            Hint(
+                "your softmax normalises over the queries (dim=-2).",
+                "Each query's weights over the keys must sum to 1: softmax over the last axis.",
+            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, softmax_dim=-2),
+            Hint(
+                "you computed one big head (no split): that is attention with d_k = d_model.",
+                "Split Q, K and V into heads before the scores.",
+            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, 1),
+            Hint(
+                "you split the heads by reshaping straight to (B, H, N, d_h), without the "
+                "transpose: each 'head' is then a slice of the tokens.",
+                "Reshape to (B, N, H, d_h), then transpose(1, 2) (exercise 04.1).",
+            ): lambda x, a, b, c, o, h: _mha(
+                x, a, b, c, o, h, split=_split_no_transpose, merge=_merge_no_transpose
             ),
-            "you forgot the output projection: MultiHead = Concat(heads) @ W_O.": lambda x, a, b, c, o, h: (
-                _mha(x, a, b, c, o, h, use_wo=False)
-            ),
-            "you applied the weights transposed (x @ W.T, as nn.Linear stores them). Here the "
-            "matrices are (d_in, d_out) and the projection is x @ W.": lambda x, a, b, c, o, h: (
-                _mha(x, a, b, c, o, h, transpose=True)
-            ),
-            "your softmax normalises over the queries (dim=-2). Each query's weights over the "
-            "keys must sum to 1: softmax over the last axis.": lambda x, a, b, c, o, h: _mha(
-                x, a, b, c, o, h, softmax_dim=-2
-            ),
-            "you computed one big head (no split): that is attention with d_k = d_model, not "
-            "multi-head attention. Split Q, K and V into heads before the scores.": lambda x, a, b, c, o, h: (
-                _mha(x, a, b, c, o, 1)
-            ),
-            "you split the heads by reshaping straight to (B, H, N, d_h), without the "
-            "transpose: the shape is right, but each 'head' is then a slice of the tokens. "
-            "Reshape to (B, N, H, d_h), then transpose(1, 2) (exercise 04.1).": lambda x, a, b, c, o, h: (
-                _mha(x, a, b, c, o, h, split=_split_no_transpose, merge=_merge_no_transpose)
-            ),
-            "the heads are split correctly but merged by a plain reshape of (B, H, N, d_h) to "
-            "(B, N, D): tokens and heads get mixed up. transpose(1, 2) before the reshape "
-            "(exercise 04.2).": lambda x, a, b, c, o, h: _mha(
-                x, a, b, c, o, h, merge=_merge_no_transpose
-            ),
+            Hint(
+                "the heads are split correctly but merged by a plain reshape of (B, H, N, d_h) "
+                "to (B, N, D): tokens and heads get mixed up.",
+                "transpose(1, 2) before the reshape (exercise 04.2).",
+            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, merge=_merge_no_transpose),
         },
-        hint="Q = x @ W_Q, split into heads; the same for K and V; softmax(Q K^T / sqrt(d_h)) "
-        "V per head; merge the heads; @ W_O.",
+        hint=Hint(
+            "project, split into heads, attend per head, merge, project out.",
+            "Q = x @ W_Q, split into heads; the same for K and V; softmax(Q K^T / sqrt(d_h)) "
+            "V per head; merge the heads; @ W_O.",
+        ),
     )
 )
 
@@ -274,15 +298,21 @@ register(
         atol=1e-12,
         rtol=1e-10,
         mistakes={
-            "you tiled the heads (0,1,0,1: x.repeat(1, num_groups, 1, 1)). Query heads 0..G-1 share KV "
-            "head 0, so each KV head must be repeated in place: 0,0,1,1 "
-            "(repeat_interleave on dim 1).": lambda x, n: x.repeat(1, n, 1, 1),
-            "you repeated along the token axis (dim 2) instead of the head axis (dim 1).": lambda x, n: (
-                x.repeat_interleave(n, dim=2)
-            ),
+            Hint(
+                "you tiled the heads (0,1,0,1: x.repeat(1, num_groups, 1, 1)).",
+                "Query heads 0..G-1 share KV head 0, so each KV head must be repeated in place: "
+                "0,0,1,1 (repeat_interleave on dim 1).",
+            ): lambda x, n: x.repeat(1, n, 1, 1),
+            Hint(
+                "you repeated along the token axis (dim 2) instead of the head axis (dim 1).",
+                "x.repeat_interleave(num_groups, dim=1).",
+            ): lambda x, n: x.repeat_interleave(n, dim=2),
         },
-        hint="x.repeat_interleave(num_groups, dim=1), or x[:, :, None].expand(B, Hkv, G, N, d_h) "
-        "reshaped to (B, Hkv * G, N, d_h).",
+        hint=Hint(
+            "every KV head appears num_groups times in a row, along the head axis.",
+            "x.repeat_interleave(num_groups, dim=1), or x[:, :, None].expand(B, Hkv, G, N, d_h) "
+            "reshaped to (B, Hkv * G, N, d_h).",
+        ),
     )
 )
 
@@ -312,6 +342,7 @@ def _decode_wrong(
     only_new=False,
     top_left_causal=False,
     prepend=False,
+    return_repeated=False,
 ):
     if prepend:
         k_all = torch.cat([k_new, k_cache], dim=-2)  # (B, Hkv, T+1, d) new token first
@@ -327,6 +358,8 @@ def _decode_wrong(
     out, _ = scaled_dot_product_attention(
         q_new, rep(k_att), rep(v_att), is_causal=top_left_causal
     )  # (B, H, 1, d)
+    if return_repeated:
+        return out, rep(k_all), rep(v_all)  # (B, H, T+1, d): the caches grew G times
     return out, k_all, v_all
 
 
@@ -366,27 +399,57 @@ register(
         reference=decode_step_reference,
         atol=1e-9,
         rtol=1e-7,
+        outputs=("output", "k_cache", "v_cache"),
         mistakes={
-            "the new token does not attend to itself: append k_new and v_new to the cache "
-            "*before* attending (key j <= i includes j = i).": lambda *a: _decode_wrong(
-                *a, append_first=False
-            ),
-            "the new token attends only to itself: it must attend to every cached token plus "
-            "itself.": lambda *a: _decode_wrong(*a, only_new=True),
-            "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1): query "
-            "head i reads KV head i // G.": lambda *a: _decode_wrong(*a, tile=True),
-            "you passed is_causal=True: its triangle is aligned top-left, so the single new query "
-            "(row 0) sees only key 0, the oldest cached token. The new token is the *last* "
-            "position, T: it may see all T+1 keys, so no mask is needed here (with several new "
-            "tokens the triangle must be shifted by the cache length T, bottom-right).": lambda *a: (
-                _decode_wrong(*a, top_left_causal=True)
-            ),
-            "your attention output is right but the returned caches put the new key/value "
-            "first: append at the end, cat([k_cache, k_new], dim=-2), so that position t stays "
-            "at index t.": lambda *a: _decode_wrong(*a, prepend=True),
+            Hint(
+                "the new token does not attend to itself.",
+                "Append k_new and v_new to the cache *before* attending (key j <= i includes "
+                "j = i).",
+            ): lambda *a: _decode_wrong(*a, append_first=False),
+            Hint(
+                "the new token attends only to itself.",
+                "It must attend to every cached token plus itself.",
+            ): lambda *a: _decode_wrong(*a, only_new=True),
+            Hint(
+                "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1).",
+                "Query head i reads KV head i // G.",
+            ): lambda *a: _decode_wrong(*a, tile=True),
+            Hint(
+                "you passed is_causal=True: its triangle is aligned top-left, so the single new "
+                "query (row 0) sees only key 0, the oldest cached token.",
+                "The new token is the *last* position, T: it may see all T+1 keys, so no mask is "
+                "needed here (with several new tokens the triangle must be shifted by the cache "
+                "length T, bottom-right).",
+            ): lambda *a: _decode_wrong(*a, top_left_causal=True),
+            Hint(
+                "your attention output is right but you returned the *repeated* caches, "
+                "[B, H, T+1, d]: G times the memory GQA is there to save.",
+                "Repeat the KV heads only for the attention; return the caches with their "
+                "H_kv heads, cat([k_cache, k_new], dim=-2) of shape [B, H_kv, T+1, d].",
+            ): lambda *a: _decode_wrong(*a, return_repeated=True),
+            Hint(
+                "your attention output is right but the returned caches put the new key/value "
+                "first.",
+                "Append at the end, cat([k_cache, k_new], dim=-2), so that position t stays at "
+                "index t.",
+            ): lambda *a: _decode_wrong(*a, prepend=True),
         },
-        hint="k_all = cat([k_cache, k_new], dim=-2) (the same for v); repeat the KV heads for the "
-        "query heads; attention of q_new over all of them; return (out, k_all, v_all).",
+        errors={
+            r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
+            r"non-singleton dimension 1": Hint(
+                "torch could not line up the H query heads with the H_kv key/value heads: "
+                "you did not repeat the KV heads.",
+                "With grouped-query attention q_new has H heads and the cache H_kv < H: repeat "
+                "each KV head G = H // H_kv times in place (repeat_kv, or "
+                "repeat_interleave(G, dim=1)) before q_new @ k.transpose(-2, -1).",
+            ),
+        },
+        hint=Hint(
+            "append, give every query head its KV head, attend over everything, return the "
+            "output and the grown caches.",
+            "k_all = cat([k_cache, k_new], dim=-2) (the same for v); repeat the KV heads for "
+            "the query heads; attention of q_new over all of them; return (out, k_all, v_all).",
+        ),
     )
 )
 
@@ -456,6 +519,31 @@ def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
+GiB = 2**30
+
+
+def _bytes_compare(got, expected, case) -> str | None:
+    """A byte count is an int; show both as integers with their size in GiB."""
+    if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
+        if isinstance(got, (float, np.floating)) or (
+            isinstance(got, torch.Tensor) and got.numel() == 1
+        ):
+            value = float(got)
+            shown = f"{value:,.0f}" if math.isfinite(value) and value == int(value) else f"{value}"
+            return (
+                f"expected an int (a number of bytes), got the {type(got).__name__} {shown}. "
+                "In Python 3, `/` always returns a float (hidden_size / num_attention_heads "
+                "is 128.0): use `//` for head_dim, or wrap the product in int()."
+            )
+        return f"expected an int (a number of bytes), got {type(got).__name__} {got!r:.80}."
+    if int(got) == int(expected):
+        return None
+    return (
+        f"expected {int(expected):,} bytes ({expected / GiB:.4g} GiB), got {int(got):,} bytes "
+        f"({int(got) / GiB:.4g} GiB): {int(got) / int(expected):.4g} times the right size."
+    )
+
+
 register(
     Exercise(
         id="04.6",
@@ -466,26 +554,256 @@ register(
         reference=kv_cache_bytes_from_config,
         atol=0.0,
         rtol=1e-12,
+        compare=_bytes_compare,
         mistakes={
-            "you counted only the keys (or only the values): the cache holds both K and V, "
-            "a factor 2.": lambda c, n, b, p: _bytes(c, n, b, p, kv_factor=1),
-            "your cache is as wide as hidden_size per layer and token, as in plain multi-head "
-            "attention: with GQA only num_key_value_heads heads are cached, each of size "
-            "head_dim = hidden_size // num_attention_heads (not hidden_size // num_kv_heads).": lambda c, n, b, p: (
-                _bytes(c, n, b, p, kv_key="num_attention_heads")
+            Hint(
+                "you counted only the keys (or only the values).",
+                "The cache holds both K and V, a factor 2.",
+            ): lambda c, n, b, p: _bytes(c, n, b, p, kv_factor=1),
+            Hint(
+                "your cache is as wide as hidden_size per layer and token, as in plain "
+                "multi-head attention.",
+                "With GQA only num_key_value_heads heads are cached, each of size head_dim = "
+                "hidden_size // num_attention_heads (not hidden_size // num_kv_heads).",
+            ): lambda c, n, b, p: _bytes(c, n, b, p, kv_key="num_attention_heads"),
+            Hint(
+                "you forgot the layers.", "Every layer caches its own keys and values."
+            ): lambda c, n, b, p: _bytes(c, n, b, p, layers=False),
+            Hint(
+                "you forgot the batch.", "Each of the batch_size sequences has its own cache."
+            ): lambda c, n, b, p: _bytes(c, n, b, p, batch=False),
+            Hint(
+                "your answer is 8 times too large: that is bits.",
+                "bytes_per_value already counts bytes (2 for bf16/fp16, 4 for fp32).",
+            ): lambda c, n, b, p: _bytes(c, n, b, p, bits=True),
+        },
+        hint=Hint(
+            "count what one layer caches for one token, then multiply by layers, tokens, "
+            "sequences and bytes per value.",
+            "bytes = 2 (K and V) x layers x KV heads x head_dim x tokens x batch x "
+            "bytes_per_value, with head_dim = hidden_size // num_attention_heads.",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 04.7 MHA -> GQA
+
+
+def mha_to_gqa_weights_reference(W: torch.Tensor, num_heads: int, num_kv_heads: int):
+    r"""Mean-pool the key (or value) heads of each group: ``[D, H d_h] -> [D, H_kv d_h]``.
+
+    Group :math:`j` holds the consecutive query heads :math:`jG, \dots, (j+1)G - 1`;
+    :math:`W^{(j)}_\text{new} = \frac1G \sum_{g<G} W^{(jG+g)}` (Ainslie et al., 2023).
+    """
+    d_model, width = W.shape
+    head_dim = width // num_heads
+    group = num_heads // num_kv_heads
+    w = W.reshape(d_model, num_kv_heads, group, head_dim)  # (D, Hkv, G, d_h)
+    return w.mean(dim=2).reshape(d_model, num_kv_heads * head_dim)  # (D, Hkv * d_h)
+
+
+def _pool_wrong(W, num_heads, num_kv_heads, *, how):
+    d_model, width = W.shape
+    head_dim = width // num_heads
+    group = num_heads // num_kv_heads
+    if how == "strided":  # groups j, j + Hkv, j + 2 Hkv, ...
+        w = W.reshape(d_model, group, num_kv_heads, head_dim).mean(dim=1)  # (D, Hkv, d_h)
+    elif how == "sum":
+        w = W.reshape(d_model, num_kv_heads, group, head_dim).sum(dim=2)  # (D, Hkv, d_h)
+    elif how == "first":
+        w = W.reshape(d_model, num_kv_heads, group, head_dim)[:, :, 0]  # (D, Hkv, d_h)
+    elif how == "feature_order":  # each group's columns cut as (d_h, G) instead of (G, d_h)
+        w = W.reshape(d_model, num_kv_heads, head_dim, group).mean(dim=-1)  # (D, Hkv, d_h)
+    else:  # pragma: no cover
+        raise ValueError(how)
+    return w.reshape(d_model, num_kv_heads * head_dim)  # (D, Hkv * d_h)
+
+
+def _pool_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        labelled = torch.arange(4, dtype=DT).repeat_interleave(2)[None, :].expand(3, 8).clone()
+        return [
+            Case(
+                "4 heads of d_h = 2 whose columns hold the head's index, into 2 KV heads: "
+                "[0.5, 0.5, 2.5, 2.5]",
+                (labelled, 4, 2),
             ),
-            "you forgot the layers: every layer caches its own keys and values.": lambda c, n, b, p: (
-                _bytes(c, n, b, p, layers=False)
+            Case("W (8, 24): 6 heads of d_h 4 into 2 KV heads", (_t(rng, 8, 24), 6, 2)),
+            Case("W (6, 12): 4 heads of d_h 3 into 1 KV head (MQA)", (_t(rng, 6, 12), 4, 1)),
+        ]
+    return [
+        Case("H_kv = H: nothing changes", (_t(rng, 5, 12), 4, 4)),
+        Case("Llama-3-8B-like grouping: 32 heads into 8, d_h 4", (_t(rng, 6, 128), 32, 8)),
+        Case("W (4, 36): 9 heads of d_h 4 into 3 KV heads", (_t(rng, 4, 36), 9, 3)),
+    ]
+
+
+register(
+    Exercise(
+        id="04.7",
+        title="turn a multi-head checkpoint into grouped-query attention",
+        points=2,
+        target="mha_to_gqa_weights",
+        cases=_pool_cases,
+        reference=mha_to_gqa_weights_reference,
+        atol=1e-12,
+        rtol=1e-10,
+        mistakes={
+            Hint(
+                "you grouped heads j, j + H_kv, j + 2 H_kv, ... together.",
+                "GQA's groups are *consecutive* query heads (query head i reads KV head i // G, "
+                "as repeat_kv's 0,0,1,1): reshape the columns as (H_kv, G, d_h) and average "
+                "over G.",
+            ): lambda W, h, hkv: _pool_wrong(W, h, hkv, how="strided"),
+            Hint(
+                "you added the heads of a group instead of averaging them.",
+                "Mean-pooling divides by G: the pooled head is the average of the group's heads.",
+            ): lambda W, h, hkv: _pool_wrong(W, h, hkv, how="sum"),
+            Hint(
+                "you kept the first head of each group.",
+                "That is one of the alternatives Ainslie et al. compare; this exercise asks for "
+                "the mean of the group's G heads, which worked best in their uptraining.",
+            ): lambda W, h, hkv: _pool_wrong(W, h, hkv, how="first"),
+            Hint(
+                "you cut each group's columns as (d_h, G), averaging features of one head.",
+                "A group's G·d_h columns are G heads one after the other, each d_h wide: "
+                "reshape to (D, H_kv, G, d_h), then mean over axis 2.",
+            ): lambda W, h, hkv: _pool_wrong(W, h, hkv, how="feature_order"),
+        },
+        hint=Hint(
+            "every group of G = H / H_kv consecutive heads becomes one head, their average.",
+            "W.reshape(D, H_kv, G, d_h).mean(dim=2).reshape(D, H_kv * d_h).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 04.8 sliding window
+
+
+def sliding_window_decode_step_reference(q_new, k_new, v_new, k_cache, v_cache, window):
+    r"""One decoding step with a sliding-window cache of at most ``window`` tokens.
+
+    Append the new key/value, keep the last ``window`` of them (the new one included), and
+    attend over what is kept: the new token sees itself and the ``window - 1`` tokens
+    before it, as in Mistral 7B's rolling buffer (Jiang et al., 2023).
+    """
+    k_all = torch.cat([k_cache, k_new], dim=-2)[..., -window:, :]  # (B, Hkv, <=W, d)
+    v_all = torch.cat([v_cache, v_new], dim=-2)[..., -window:, :]  # (B, Hkv, <=W, d)
+    g = q_new.shape[1] // k_all.shape[1]
+    out, _ = scaled_dot_product_attention(
+        q_new, repeat_kv(k_all, g), repeat_kv(v_all, g)
+    )  # (B, H, 1, d)
+    return out, k_all, v_all
+
+
+def _window_wrong(q_new, k_new, v_new, k_cache, v_cache, window, *, how):
+    k_full = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d)
+    v_full = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
+    keep = {
+        "first": slice(0, window),
+        "one_short": slice(k_full.shape[-2] - window + 1, None)
+        if window > 1
+        else slice(k_full.shape[-2], None),
+    }
+    if how == "truncate_first":  # window of the old cache, then append: window + 1 keys
+        k_att = torch.cat([k_cache[..., -window:, :], k_new], dim=-2)
+        v_att = torch.cat([v_cache[..., -window:, :], v_new], dim=-2)
+        k_ret, v_ret = k_att, v_att
+    elif how in keep:
+        sl = keep[how]
+        k_att, v_att = k_full[..., sl, :], v_full[..., sl, :]
+        k_ret, v_ret = k_att, v_att
+    elif how == "attend_all":  # the cache is trimmed, but the attention saw everything
+        k_att, v_att = k_full, v_full
+        k_ret, v_ret = k_full[..., -window:, :], v_full[..., -window:, :]
+    elif how == "keep_all":  # the attention is windowed, but the cache keeps growing
+        k_att, v_att = k_full[..., -window:, :], v_full[..., -window:, :]
+        k_ret, v_ret = k_full, v_full
+    else:  # pragma: no cover
+        raise ValueError(how)
+    g = q_new.shape[1] // k_att.shape[1]
+    out, _ = scaled_dot_product_attention(q_new, repeat_kv(k_att, g), repeat_kv(v_att, g))
+    return out, k_ret, v_ret
+
+
+def _window_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def case(name, b, h, h_kv, t, d, window):
+        return Case(
+            name,
+            (
+                _t(rng, b, h, 1, d),
+                _t(rng, b, h_kv, 1, d),
+                _t(rng, b, h_kv, 1, d),
+                _t(rng, b, h_kv, t, d),
+                _t(rng, b, h_kv, t, d),
+                window,
             ),
-            "you forgot the batch: each of the batch_size sequences has its own cache.": lambda c, n, b, p: (
-                _bytes(c, n, b, p, batch=False)
-            ),
-            "your answer is 8 times too large: that is bits. bytes_per_value already counts "
-            "bytes (2 for bf16/fp16, 4 for fp32).": lambda c, n, b, p: _bytes(
-                c, n, b, p, bits=True
+        )
+
+    if not hidden:
+        return [
+            case("window 4, 2 tokens cached: nothing dropped yet", 1, 2, 2, 2, 4, 4),
+            case("window 4, a full cache of 4: the oldest token drops out", 2, 4, 2, 4, 3, 4),
+            case("window 3, 7 tokens cached (GQA, 4 query heads, 2 KV heads)", 1, 4, 2, 7, 3, 3),
+        ]
+    return [
+        case("window 1: the token sees only itself", 2, 2, 1, 5, 4, 1),
+        case("the first token: an empty cache", 1, 4, 2, 0, 3, 4),
+        case("window 16, 40 cached, MQA", 1, 6, 1, 40, 4, 16),
+    ]
+
+
+register(
+    Exercise(
+        id="04.8",
+        title="one decoding step with a sliding-window cache",
+        points=2,
+        target="sliding_window_decode_step",
+        cases=_window_cases,
+        reference=sliding_window_decode_step_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        outputs=("output", "k_cache", "v_cache"),
+        mistakes={
+            Hint(
+                "you trimmed the cache before appending: the new token sees window + 1 keys.",
+                "Append first, then keep the last `window` keys, the new one included: "
+                "cat([k_cache, k_new], dim=-2)[..., -window:, :].",
+            ): lambda *a: _window_wrong(*a, how="truncate_first"),
+            Hint(
+                "you kept the *first* `window` tokens: the oldest ones, not the most recent.",
+                "A sliding window keeps the last `window` positions: [..., -window:, :].",
+            ): lambda *a: _window_wrong(*a, how="first"),
+            Hint(
+                "you kept window − 1 tokens: off by one.",
+                "The window counts the new token: it sees itself and the window − 1 tokens "
+                "before it, `window` keys in all.",
+            ): lambda *a: _window_wrong(*a, how="one_short"),
+            Hint(
+                "your returned caches are trimmed, but the attention still used every token.",
+                "Attend over the same `window` keys and values you keep.",
+            ): lambda *a: _window_wrong(*a, how="attend_all"),
+            Hint(
+                "your attention is windowed, but the returned caches keep growing.",
+                "Return the trimmed caches, so that the memory stops growing at `window` "
+                "tokens: that is the point of the rolling buffer.",
+            ): lambda *a: _window_wrong(*a, how="keep_all"),
+        },
+        errors={
+            r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
+            r"non-singleton dimension 1": Hint(
+                "torch could not line up the H query heads with the H_kv key/value heads: "
+                "you did not repeat the KV heads.",
+                "Repeat each KV head G = H // H_kv times in place (repeat_kv, or "
+                "repeat_interleave(G, dim=1)) for the attention, as in 04.5.",
             ),
         },
-        hint="bytes = 2 (K and V) x layers x KV heads x head_dim x tokens x batch x "
-        "bytes_per_value, with head_dim = hidden_size // num_attention_heads.",
+        hint=Hint(
+            "04.5's step, with the cache cut to its last `window` tokens after appending.",
+            "k = cat([k_cache, k_new], dim=-2)[..., -window:, :] (the same for v); repeat the "
+            "KV heads; attend; return (out, k, v).",
+        ),
     )
 )

@@ -1,12 +1,15 @@
 r"""Checks for chapter 05 (positional information: sinusoids and RoPE).
 
-Four exercises, each a function the learner writes:
+Five exercises, each a function the learner writes:
 
 * 05.1 ``sinusoidal_table(seq_len, d_model)``: the sinusoidal encoding, ``[N, D]``
 * 05.2 ``rope_interleaved(x, positions)``: RoPE with pairs :math:`(2i, 2i+1)`, torch
 * 05.3 ``relative_score(q, k, delta)``: the RoPE score from the offset :math:`m-n` alone
 * 05.4 ``interleaved_to_half_weights(W, num_heads)``: convert :math:`W_Q`/:math:`W_K`
   columns from the interleaved to the half-split convention, head by head
+* 05.5 ``llama3_scaled_frequencies(theta, factor, low_freq_factor, high_freq_factor,
+  original_context)``: Llama 3.1's frequency-dependent RoPE scaling (not shown in the
+  lecture)
 
 Inputs of the torch exercises are float64; the base is always 10 000.
 """
@@ -16,8 +19,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..positional import apply_rope, rope_permutation, sinusoidal_encoding
-from .core import Case, Exercise, compare_values, register
+from ..positional import (
+    apply_rope,
+    llama3_scaled_frequencies,
+    rope_frequencies,
+    rope_permutation,
+    sinusoidal_encoding,
+)
+from .core import Case, Exercise, Hint, NotThisMistake, compare_values, register
 
 DT = torch.float64
 BASE = 10000.0
@@ -92,17 +101,32 @@ register(
         atol=1e-4,
         rtol=1e-4,
         mistakes={
-            "sin and cos are swapped: even features (0, 2, 4, ...) hold sin, odd ones cos.": _sin_swapped,
-            "features 2i and 2i+1 must share ONE frequency 10000^(-2i/d); you used the feature "
-            "index j itself (10000^(-j/d)), so the cos of a pair turns at a different speed.": _sin_feature_index,
-            "the exponent is 2i/d, not i/d: with i the pair index, omega_i = 10000^(-2i/d).": _sin_no_two,
-            "you put all the sines first and all the cosines second ([sin | cos]); the table "
-            "interleaves them: sin at feature 2i, cos at feature 2i+1.": _sin_concat,
-            "the angle is p / 10000^(2i/d), i.e. p times a frequency <= 1; you multiplied by "
-            "10000^(2i/d) instead of dividing.": _sin_positive_exponent,
+            Hint(
+                "sin and cos are swapped.", "Even features (0, 2, 4, ...) hold sin, odd ones cos."
+            ): _sin_swapped,
+            Hint(
+                "the sin and the cos of a pair turn at different speeds.",
+                "Features 2i and 2i+1 must share ONE frequency 10000^(-2i/d); you used the "
+                "feature index j itself (10000^(-j/d)).",
+            ): _sin_feature_index,
+            Hint(
+                "your frequencies fall too slowly: the exponent is 2i/d, not i/d.",
+                "With i the pair index, omega_i = 10000^(-2i/d).",
+            ): _sin_no_two,
+            Hint(
+                "you put all the sines first and all the cosines second ([sin | cos]).",
+                "The table interleaves them: sin at feature 2i, cos at feature 2i+1.",
+            ): _sin_concat,
+            Hint(
+                "you multiplied by 10000^(2i/d) instead of dividing.",
+                "The angle is p / 10000^(2i/d), i.e. p times a frequency <= 1.",
+            ): _sin_positive_exponent,
         },
-        hint="build angles[p, i] = p / 10000**(2*i/d) with shape (n, d/2), then put "
-        "sin(angles) in the even columns and cos(angles) in the odd columns.",
+        hint=Hint(
+            "one angle per (position, pair); sin in the even columns, cos in the odd ones.",
+            "build angles[p, i] = p / 10000**(2*i/d) with shape (n, d/2), then put "
+            "sin(angles) in the even columns and cos(angles) in the odd columns.",
+        ),
     )
 )
 
@@ -190,35 +214,40 @@ register(
         rtol=_ROPE_RTOL,
         compare=_rope_compare,
         mistakes={
-            "your rotation turns the wrong way (clockwise): the new pair is "
-            "(x_a cos - x_b sin, x_a sin + x_b cos).": lambda x, pos: _rope_with(
-                x, pos, lambda i, d: 2 * i / d, sign=-1.0
+            Hint(
+                "your rotation turns the wrong way (clockwise).",
+                "The new pair is (x_a cos - x_b sin, x_a sin + x_b cos).",
+            ): lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, sign=-1.0),
+            Hint(
+                "you paired features (i, i + d/2) ('rotate half', Hugging Face's convention).",
+                "This exercise pairs neighbours (2i, 2i+1): x[..., 0::2] and x[..., 1::2].",
+            ): lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, half=True),
+            Hint(
+                "your exponent is i/d.", "theta_i = 10000^(-2i/d) with i the pair index."
+            ): lambda x, pos: _rope_with(x, pos, lambda i, d: i / d),
+            Hint(
+                "you ignored `positions` and rotated token t by t * theta (positions 0..N-1).",
+                "Use the positions you are given (they may start after a KV cache).",
+            ): lambda x, pos: _rope_with(
+                x, pos, lambda i, d: 2 * i / d, pos=lambda x, p: torch.arange(x.shape[-2])
             ),
-            "you paired features (i, i + d/2) ('rotate half'); this exercise pairs neighbours "
-            "(2i, 2i+1).": lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, half=True),
-            "theta_i = 10000^(-2i/d) with i the pair index: your exponent is i/d.": lambda x, pos: (
-                _rope_with(x, pos, lambda i, d: i / d)
-            ),
-            "you ignored `positions` and rotated token t by t * theta (positions 0..N-1): "
-            "use the positions you are given (they may start after a KV cache).": lambda x, pos: (
-                _rope_with(
-                    x, pos, lambda i, d: 2 * i / d, pos=lambda x, p: torch.arange(x.shape[-2])
-                )
-            ),
-            "your rotated pairs are right but written back in the wrong layout: "
-            "torch.cat((a', b'), -1) puts all first coordinates before all second ones. "
-            "Interleave them back: torch.stack((a', b'), dim=-1).flatten(-2).": lambda x, pos: (
-                _rope_with(x, pos, lambda i, d: 2 * i / d, layout="cat")
-            ),
-            "your second coordinate used the already-rotated first one (did you overwrite "
-            "x[..., 0::2] in place before computing x[..., 1::2]?). Compute both new values "
-            "from the original a and b, into a new tensor.": lambda x, pos: _rope_with(
-                x, pos, lambda i, d: 2 * i / d, inplace=True
-            ),
+            Hint(
+                "your rotated pairs are right but written back in the wrong layout.",
+                "torch.cat((a', b'), -1) puts all first coordinates before all second ones. "
+                "Interleave them back: torch.stack((a', b'), dim=-1).flatten(-2).",
+            ): lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, layout="cat"),
+            Hint(
+                "your second coordinate used the already-rotated first one.",
+                "Did you overwrite x[..., 0::2] in place before computing x[..., 1::2]? "
+                "Compute both new values from the original a and b, into a new tensor.",
+            ): lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, inplace=True),
         },
-        hint="angles = positions[:, None] * theta[None, :] has shape (N, d/2); rotate "
-        "a = x[..., 0::2], b = x[..., 1::2] and interleave the results back with "
-        "torch.stack((a', b'), dim=-1).flatten(-2).",
+        hint=Hint(
+            "one angle per (token, pair); rotate the even/odd feature pairs; interleave back.",
+            "angles = positions[:, None] * theta[None, :] has shape (N, d/2); rotate "
+            "a = x[..., 0::2], b = x[..., 1::2] and interleave the results back with "
+            "torch.stack((a', b'), dim=-1).flatten(-2).",
+        ),
     )
 )
 
@@ -268,7 +297,9 @@ def _rel_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _rel(q, k, delta, sign=1.0, conj=True, theta_exp=lambda i, d: 2 * i / d, half=False):
+def _rel(
+    q, k, delta, sign=1.0, conj=True, theta_exp=lambda i, d: 2 * i / d, half=False, part="real"
+):
     d = q.shape[-1]
     theta = BASE ** (-theta_exp(torch.arange(d // 2, dtype=DT), d))  # (d/2,)
     if half:  # pairs (i, i + d/2)
@@ -279,7 +310,8 @@ def _rel(q, k, delta, sign=1.0, conj=True, theta_exp=lambda i, d: 2 * i / d, hal
         zk = torch.complex(k[:, 0::2], k[:, 1::2])  # (B, d/2)
     zk = zk.conj() if conj else zk
     rot = torch.polar(torch.ones(1, dtype=DT), sign * delta.to(DT)[:, None] * theta)  # (B, d/2)
-    return (zq * zk * rot).real.sum(-1)  # (B,)
+    total = (zq * zk * rot).sum(-1)  # (B,) complex
+    return total.abs() if part == "abs" else total.real  # (B,)
 
 
 def _unless_same(wrong):
@@ -292,7 +324,7 @@ def _unless_same(wrong):
     def twin(q, k, delta):
         out = wrong(q, k, delta)  # (B,)
         if torch.allclose(out, relative_score_reference(q, k, delta), atol=1e-9, rtol=0):
-            raise ValueError("this mistake makes no difference on this input")
+            raise NotThisMistake("this mistake makes no difference on this input")
         return out
 
     return twin
@@ -320,27 +352,40 @@ register(
         rtol=1e-5,
         compare=_rel_compare,
         mistakes={
-            "the sign of the offset is flipped: with delta = m - n the factor is "
-            "e^{+i delta theta} (equivalently, the score is q^T R_{n-m} k, rotating k by -delta).": _unless_same(
-                lambda q, k, d: _rel(q, k, d, sign=-1.0)
-            ),
-            "you forgot the complex conjugate of k: the real dot product of two pairs is "
-            "Re(z_q * conj(z_k)), not Re(z_q * z_k).": _unless_same(
-                lambda q, k, d: _rel(q, k, d, conj=False)
-            ),
-            "theta_i = 10000^(-2i/d) with i the pair index: your exponent is i/d.": _unless_same(
-                lambda q, k, d: _rel(q, k, d, theta_exp=lambda i, dd: i / dd)
-            ),
-            "you returned the plain dot product q.k: the rotation by delta * theta_i is missing.": _unless_same(
-                lambda q, k, d: (q * k).sum(-1)
-            ),
-            "you paired features (i, i + d/2); this chapter's RoPE pairs neighbours: "
-            "z_i = x[..., 2i] + 1j * x[..., 2i+1].": _unless_same(
-                lambda q, k, d: _rel(q, k, d, half=True)
-            ),
+            Hint(
+                "the sign of the offset is flipped.",
+                "With delta = m - n the factor is e^{+i delta theta} (equivalently, the score "
+                "is q^T R_{n-m} k, rotating k by -delta).",
+            ): _unless_same(lambda q, k, d: _rel(q, k, d, sign=-1.0)),
+            Hint(
+                "you forgot the complex conjugate of k.",
+                "The real dot product of two pairs is Re(z_q * conj(z_k)), not Re(z_q * z_k).",
+            ): _unless_same(lambda q, k, d: _rel(q, k, d, conj=False)),
+            Hint(
+                "your exponent is i/d (the angles turn too slowly).",
+                "theta_i = 10000^(-2i/d) with i the pair index.",
+            ): _unless_same(lambda q, k, d: _rel(q, k, d, theta_exp=lambda i, dd: i / dd)),
+            Hint(
+                "you returned the plain dot product q.k.",
+                "The rotation by delta * theta_i is missing: multiply each pair by "
+                "e^{i delta theta_i}.",
+            ): _unless_same(lambda q, k, d: (q * k).sum(-1)),
+            Hint(
+                "you took the modulus |…| of the complex sum instead of its real part.",
+                "The score is Re(sum_i z_q,i conj(z_k,i) e^{i delta theta_i}): .real, not "
+                ".abs(). The modulus is never negative and ignores the rotation's direction.",
+            ): _unless_same(lambda q, k, d: _rel(q, k, d, part="abs")),
+            Hint(
+                "you paired features (i, i + d/2).",
+                "This chapter's RoPE pairs neighbours: z_i = x[..., 2i] + 1j * x[..., 2i+1].",
+            ): _unless_same(lambda q, k, d: _rel(q, k, d, half=True)),
         },
-        hint="read pairs as complex numbers z = x[..., 0::2] + 1j * x[..., 1::2]; the score is "
-        "the real part of sum_i z_q,i * conj(z_k,i) * exp(1j * delta * theta_i).",
+        hint=Hint(
+            "read each pair as a complex number; the score is the real part of a sum of "
+            "products with one rotation factor per pair.",
+            "z = x[..., 0::2] + 1j * x[..., 1::2]; the score is the real part of "
+            "sum_i z_q,i * conj(z_k,i) * exp(1j * delta * theta_i).",
+        ),
     )
 )
 
@@ -366,6 +411,7 @@ def _conv_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 (torch.arange(8, dtype=DT)[None, :], 1),
             ),
             Case("W (12, 16), 2 heads of d_h 8", (_t(rng, 12, 16), 2)),
+            Case("a square W (16, 16), 2 heads of d_h 8", (_t(rng, 16, 16), 2)),
         ]
     return [
         Case("W (6, 24), 4 heads of d_h 6", (_t(rng, 6, 24), 4)),
@@ -379,6 +425,16 @@ def _conv_inverse(W, num_heads):
     head_dim = width // num_heads
     inv = torch.argsort(rope_permutation(head_dim))
     return W.reshape(d_model, num_heads, head_dim)[..., inv].reshape(d_model, width)
+
+
+def _conv_rows(W, num_heads):
+    """The per-head permutation applied to the rows (needs a square W)."""
+    d_model, width = W.shape
+    if d_model != width:
+        raise ValueError("this mistake needs a square W")
+    head_dim = width // num_heads
+    perm = rope_permutation(head_dim)
+    return W.reshape(num_heads, head_dim, width)[:, perm].reshape(d_model, width)
 
 
 def _conv_global(W, num_heads):
@@ -396,12 +452,140 @@ register(
         atol=1e-12,
         rtol=0.0,
         mistakes={
-            "you applied the inverse permutation: new column j must be old column perm[j] with "
-            "perm = [0, 2, 4, ..., 1, 3, 5, ...] (W_new = W[:, perm]), not W_new[:, perm] = W.": _conv_inverse,
-            "you permuted all H*d_h columns at once; RoPE pairs features within each head, so "
-            "permute each head's d_h columns separately (reshape to (d_model, H, d_h)).": _conv_global,
+            Hint(
+                "you applied the inverse permutation.",
+                "New column j must be old column perm[j] with perm = [0, 2, 4, ..., 1, 3, 5, "
+                "...] (W_new = W[:, perm]), not W_new[:, perm] = W.",
+            ): _conv_inverse,
+            Hint(
+                "you permuted all H*d_h columns at once.",
+                "RoPE pairs features within each head, so permute each head's d_h columns "
+                "separately (reshape to (d_model, H, d_h)).",
+            ): _conv_global,
+            Hint(
+                "you permuted the rows of W (its d_model input features), not its columns.",
+                "Here q = x @ W, so column j of W makes feature j of q, the feature RoPE "
+                "pairs. (In torch's nn.Linear, which stores W^T, the same change permutes "
+                "rows: that is why conversion scripts talk about rows.)",
+            ): _conv_rows,
         },
-        hint="reshape W to (d_model, H, d_h), index the last axis with "
-        "perm = [0, 2, ..., d_h-2, 1, 3, ..., d_h-1], reshape back.",
+        errors={
+            r"IndexError: index \d+ is out of bounds for dimension 0": Hint(
+                "you indexed the rows of W (its d_model input features), not its columns.",
+                "Here q = x @ W, so the features RoPE pairs are W's columns: index the last "
+                "axis, W.reshape(d_model, H, d_h)[..., perm].",
+            ),
+        },
+        hint=Hint(
+            "reorder the columns of each head's block so that the even features come first.",
+            "reshape W to (d_model, H, d_h), index the last axis with "
+            "perm = [0, 2, ..., d_h-2, 1, 3, ..., d_h-1], reshape back.",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 05.5 Llama 3.1
+
+
+def llama3_reference(theta, factor, low_freq_factor, high_freq_factor, original_context):
+    r"""Llama 3.1's scaled frequencies (:func:`course_lib.positional.llama3_scaled_frequencies`)."""
+    return llama3_scaled_frequencies(
+        theta, factor, low_freq_factor, high_freq_factor, original_context
+    )  # (d/2,)
+
+
+def _llama3_wrong(theta, factor, low, high, context, *, how):
+    theta = torch.as_tensor(theta, dtype=DT)  # (d/2,)
+    wavelength = 2 * torch.pi / theta  # (d/2,)
+    if how == "pi":  # position interpolation: every pair slowed down
+        return theta / factor
+    if how == "no_two_pi":
+        wavelength = 1 / theta
+    turns = context / wavelength  # (d/2,) r_i = L / lambda_i
+    if how == "new_context":
+        turns = context * factor / wavelength
+    gamma = (turns - low) / (high - low)  # (d/2,) the ramp, before clipping
+    if how != "no_clip":
+        gamma = gamma.clamp(0.0, 1.0)
+    if how == "swapped":  # the blend weight applied the other way round
+        return gamma * theta / factor + (1 - gamma) * theta
+    return (1 - gamma) * theta / factor + gamma * theta
+
+
+def _llama3_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case(
+                "Llama 3.1 8B: d_h 128, base 500000, factor 8, low 1, high 4, context 8192",
+                (rope_frequencies(128, 500_000.0), 8.0, 1.0, 4.0, 8192),
+            ),
+            Case(
+                "four pairs of wavelengths 1000 (kept), 3000 and 6000 (blended) and 20000 "
+                "positions (slowed down 8 times)",
+                (
+                    2 * torch.pi / torch.tensor([1000.0, 3000.0, 6000.0, 20000.0], dtype=DT),
+                    8.0,
+                    1.0,
+                    4.0,
+                    8192,
+                ),
+            ),
+        ]
+    return [
+        Case("Llama 3.2 1B: factor 32", (rope_frequencies(64, 500_000.0), 32.0, 1.0, 4.0, 8192)),
+        Case(
+            "base 10000, d_h 64, factor 4, low 2, high 16, context 4096",
+            (rope_frequencies(64, 10_000.0), 4.0, 2.0, 16.0, 4096),
+        ),
+        Case("factor 1: nothing changes", (rope_frequencies(32, 10_000.0), 1.0, 1.0, 4.0, 2048)),
+    ]
+
+
+register(
+    Exercise(
+        id="05.5",
+        title="Llama 3.1's RoPE scaling",
+        points=2,
+        target="llama3_scaled_frequencies",
+        cases=_llama3_cases,
+        reference=llama3_reference,
+        atol=1e-15,
+        rtol=1e-12,
+        mistakes={
+            Hint(
+                "you slowed every pair down by `factor`: that is plain position interpolation.",
+                "Only pairs with a wavelength longer than original_context / low_freq_factor "
+                "are divided by factor; pairs shorter than original_context / "
+                "high_freq_factor keep their speed; the ones in between are blended.",
+            ): lambda *a: _llama3_wrong(*a, how="pi"),
+            Hint(
+                "your blend runs the wrong way: fast pairs end up slowed, slow pairs kept.",
+                "With gamma = (L / lambda - low) / (high - low) clipped to [0, 1], the new "
+                "theta is (1 - gamma) * theta / factor + gamma * theta: gamma = 1 (many turns "
+                "in the original context) keeps theta.",
+            ): lambda *a: _llama3_wrong(*a, how="swapped"),
+            Hint(
+                "your wavelengths are 1 / theta, without the 2 pi.",
+                "A pair turning theta radians per position comes back after "
+                "lambda = 2 pi / theta positions.",
+            ): lambda *a: _llama3_wrong(*a, how="no_two_pi"),
+            Hint(
+                "you measured the turns over the *new* context (original_context x factor).",
+                "The thresholds are about what the model saw in training: "
+                "r = original_context / lambda.",
+            ): lambda *a: _llama3_wrong(*a, how="new_context"),
+            Hint(
+                "you applied the blend to every pair without clipping gamma to [0, 1].",
+                "Outside the ramp gamma is 0 (slow pairs: theta / factor) or 1 (fast pairs: "
+                "theta): clamp it, or use the three cases.",
+            ): lambda *a: _llama3_wrong(*a, how="no_clip"),
+        },
+        hint=Hint(
+            "three regimes by wavelength: keep the fast pairs, divide the slow ones by the "
+            "factor, blend linearly in between.",
+            "lambda = 2 pi / theta; gamma = clamp((original_context / lambda - low) / (high - "
+            "low), 0, 1); return (1 - gamma) * theta / factor + gamma * theta.",
+        ),
     )
 )

@@ -1,6 +1,6 @@
 r"""Checks for chapter 06 (FlashAttention).
 
-Five exercises, each a function the learner writes:
+Six exercises, each a function the learner writes:
 
 * 06.1 ``online_softmax_update(m, l, x_block)`` (numpy): one step of the online softmax,
   :math:`m' = \max(m, \max_j x_j)`, :math:`\ell' = e^{m - m'}\ell + \sum_j e^{x_j - m'}`;
@@ -11,7 +11,12 @@ Five exercises, each a function the learner writes:
   interpreter on the CPU;
 * 06.4 ``attention_backward(q, k, v, o, lse, do, scale)`` (torch, float64): dQ, dK, dV from
   the saved output and log-sum-exp, with :math:`D = \mathrm{rowsum}(dO \circ O)`;
-* 06.5 ``causal_tiles(n, block_m, block_n)``: how many tiles a causal kernel computes.
+* 06.5 ``causal_tiles(n, block_m, block_n)``: how many tiles a causal kernel computes;
+* 06.6 ``gqa_attention(q, k, v, is_causal)`` (torch): grouped-query attention without
+  repeating K and V, causal aligned bottom-right (a KV cache), returning ``(output, lse)``.
+
+Hints come in two tiers (:class:`~course_lib.checks.core.Hint`): a nudge on the first
+failure, the formula when the same exercise fails again.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import math
 import numpy as np
 import torch
 
-from .core import Case, Exercise, compare_values, get_exercise, register
+from .core import Case, Exercise, Hint, compare_values, get_exercise, register
 
 # --------------------------------------------------------------------------- 06.1 online softmax
 
@@ -117,25 +122,52 @@ register(
         atol=1e-10,
         rtol=1e-8,
         mistakes={
-            "you added the new block's sum without rescaling the old one: l was computed relative "
-            "to the old max m, so multiply it by exp(m - m_new) before adding.": _online_no_rescale,
-            "you rescaled the old sum by exp(m_new - m): the factor must be exp(m - m_new) <= 1, "
-            "because every old term exp(x - m) must become exp(x - m_new).": _online_inverted_rescale,
-            "your new max uses only the block: m_new = max(m, max of the block), otherwise the "
-            "running max can go down.": _online_block_max_only,
-            "you exponentiated raw scores: e^1000 overflows to inf (and inf/inf is nan), e^-1000 "
-            "underflows to 0. Only exponentiate differences, x - m_new and m - m_new, which are "
-            "<= 0.": _online_raw_exp,
+            Hint(
+                "you added the new block's sum without rescaling the old one.",
+                "l was computed relative to the old max m, so multiply it by exp(m - m_new) "
+                "before adding.",
+            ): _online_no_rescale,
+            Hint(
+                "you rescaled the old sum by exp(m_new - m), which is >= 1.",
+                "The factor must be exp(m - m_new) <= 1, because every old term exp(x - m) "
+                "must become exp(x - m_new).",
+            ): _online_inverted_rescale,
+            Hint(
+                "your new max uses only the block, so the running max can go down.",
+                "m_new = np.maximum(m, x_block.max(axis=-1)): the max of the old max and the "
+                "block's.",
+            ): _online_block_max_only,
+            Hint(
+                "you exponentiated raw scores: e^1000 overflows to inf (and inf/inf is nan), "
+                "e^-1000 underflows to 0.",
+                "Only exponentiate differences, x - m_new and m - m_new, which are <= 0.",
+            ): _online_raw_exp,
         },
-        hint="m_new = np.maximum(m, x_block.max(axis=-1)); "
-        "l_new = np.exp(m - m_new) * l + np.exp(x_block - m_new[:, None]).sum(axis=-1).",
+        hint=Hint(
+            "update the max first, then rescale the old sum to the new max and add the block's.",
+            "m_new = np.maximum(m, x_block.max(axis=-1)); "
+            "l_new = np.exp(m - m_new) * l + np.exp(x_block - m_new[:, None]).sum(axis=-1).",
+        ),
+        outputs=("m_new", "l_new"),
     )
 )
 
 # --------------------------------------------------------------------------- 06.2 tiled forward
 
 
-def _tiled(Q, K, V, block_size, *, rescale=True, scaled=True, lse_log=True, rescale_l=True):
+def _tiled(
+    Q,
+    K,
+    V,
+    block_size,
+    *,
+    rescale=True,
+    scaled=True,
+    lse_log=True,
+    rescale_l=True,
+    tile_max_only=False,
+    lse_plus_m=True,
+):
     N, head_dim = Q.shape
     O = np.empty((N, V.shape[1]))  # (N, d_v)
     L = np.empty(N)  # (N,)
@@ -147,14 +179,17 @@ def _tiled(Q, K, V, block_size, *, rescale=True, scaled=True, lse_log=True, resc
         A = np.zeros((len(Qi), V.shape[1]))  # (Br, d_v)
         for j in range(0, K.shape[0], block_size):
             S = Qi @ K[j : j + block_size].T * s  # (Br, Bc)
-            m_new = np.maximum(m, S.max(axis=1))  # (Br,)
+            m_new = S.max(axis=1) if tile_max_only else np.maximum(m, S.max(axis=1))  # (Br,)
             alpha = np.exp(m - m_new)  # (Br,)
             P = np.exp(S - m_new[:, None])  # (Br, Bc)
             l = (alpha * l if rescale_l else l) + P.sum(axis=1)  # (Br,)
             A = (alpha[:, None] * A if rescale else A) + P @ V[j : j + block_size]  # (Br, d_v)
             m = m_new
         O[i : i + block_size] = A / l[:, None]  # (Br, d_v)
-        L[i : i + block_size] = m + np.log(l) if lse_log else m  # (Br,)
+        if not lse_log:
+            L[i : i + block_size] = m  # (Br,)
+        else:
+            L[i : i + block_size] = (m if lse_plus_m else 0.0) + np.log(l)  # (Br,)
     return O, L
 
 
@@ -165,21 +200,38 @@ def tiled_attention_reference(
     return _tiled(Q, K, V, block_size)
 
 
+def _plus_minus_750(rng: np.random.Generator) -> tuple:
+    """2 queries, 8 keys, tiles of 4: the first key tile scores about +750, the next -750.
+
+    With the running max the second block's weights are exp(-1500) = 0 and nothing breaks.
+    A max taken from the current tile alone drops to -750, and exp(m - m_new) = exp(1500)
+    overflows to inf: inf / inf = nan.
+    """
+    Q = np.ones((2, 4))  # (Nq, d_h): scores = sum of a key's entries / sqrt(4)
+    K = np.concatenate([np.full((4, 4), 375.0), np.full((4, 4), -375.0)])  # (Nk, d_h)
+    K = K + rng.normal(size=K.shape) * 0.01
+    return (Q, K, rng.normal(size=(8, 3)), 4)
+
+
 def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
             Case(
-                "N = 8 queries and keys, d_h = 4, blocks of 4",
+                "N = 8 queries and keys, d_h = 4, tiles of 4",
                 (rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), 4),
             ),
             Case(
-                "N = 10, d_h = 6, blocks of 3 (the last block has 1 row)",
+                "N = 10, d_h = 6, tiles of 3 (the last tile has 1 row)",
                 (rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), 3),
+            ),
+            Case(
+                "one key tile scores about +750, the next about -750 (tiles of 4)",
+                _plus_minus_750(rng),
             ),
         ]
     return [
         Case(
-            "7 queries, 13 keys, d_v = 5 != d_h = 3, blocks of 4",
+            "7 queries, 13 keys, d_v = 5 != d_h = 3, tiles of 4",
             (rng.normal(size=(7, 3)), rng.normal(size=(13, 3)), rng.normal(size=(13, 5)), 4),
         ),
         Case(
@@ -196,7 +248,7 @@ def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             ),
         ),
         Case(
-            "one block holds everything",
+            "one tile holds everything",
             (rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), 16),
         ),
     ]
@@ -213,20 +265,40 @@ register(
         atol=1e-10,
         rtol=1e-8,
         mistakes={
-            "your accumulator A is not rescaled: when the running max grows, multiply A by "
-            "alpha = exp(m - m_new) (row by row) before adding P_tile @ V_j.": lambda Q, K, V, b: (
-                _tiled(Q, K, V, b, rescale=False)
-            ),
-            "you forgot the 1/sqrt(d_h) scale of the scores.": lambda Q, K, V, b: _tiled(
-                Q, K, V, b, scaled=False
-            ),
-            "your L is the running max m only: the log-sum-exp is L = m + log(l).": lambda Q, K, V, b: (
-                _tiled(Q, K, V, b, lse_log=False)
-            ),
+            Hint(
+                "your accumulator A is not rescaled when the running max grows.",
+                "Multiply A by alpha = exp(m - m_new), row by row (alpha[:, None] * A), before "
+                "adding P_tile @ V_j.",
+            ): lambda Q, K, V, b: _tiled(Q, K, V, b, rescale=False),
+            Hint(
+                "your scores are not scaled.",
+                "S = Qi @ Kj.T / sqrt(d_h), with d_h = Q.shape[1].",
+            ): lambda Q, K, V, b: _tiled(Q, K, V, b, scaled=False),
+            Hint(
+                "your L is the running max m only.",
+                "The log-sum-exp is L = m + log(l): m alone ignores how many keys share the max.",
+            ): lambda Q, K, V, b: _tiled(Q, K, V, b, lse_log=False),
+            Hint(
+                "your L is log(l) without the max: l was summed relative to m.",
+                "l = sum_j exp(S_j - m), so log(sum_j exp(S_j)) = m + log(l).",
+            ): lambda Q, K, V, b: _tiled(Q, K, V, b, lse_plus_m=False),
+            Hint(
+                "your new max comes from the current tile alone (m_new = rowmax(S)), so it can "
+                "go down: then alpha = exp(m - m_new) > 1, and exp(750 - (-750)) overflows to "
+                "inf.",
+                "The running max is m_new = np.maximum(m, S.max(axis=1)). (With exact "
+                "arithmetic any reference point would do, which is why the other cases pass; "
+                "floating point needs the largest score seen so far.)",
+            ): lambda Q, K, V, b: _tiled(Q, K, V, b, tile_max_only=True),
         },
-        hint="for each query block keep m (-inf), l (0) and A (zeros); for each key block: "
-        "S = Qi @ Kj.T / sqrt(d_h), m_new = max(m, rowmax S), alpha = exp(m - m_new), "
-        "P = exp(S - m_new), l = alpha*l + rowsum P, A = alpha*A + P @ Vj; then O = A / l.",
+        hint=Hint(
+            "for each query tile keep m, l and A; for each key tile update them with the "
+            "online-softmax rules; finish with O = A / l and L = m + log(l).",
+            "m = -inf, l = 0, A = 0; then S = Qi @ Kj.T / sqrt(d_h), m_new = max(m, rowmax S), "
+            "alpha = exp(m - m_new), P = exp(S - m_new), l = alpha*l + rowsum P, "
+            "A = alpha*A + P @ Vj.",
+        ),
+        outputs=("O", "L"),
     )
 )
 
@@ -303,7 +375,7 @@ def _flash_compare(got, expected, case: Case) -> str | None:
     bad_rows = (~torch.isclose(g, e, rtol=ex.rtol, atol=ex.atol)).any(dim=1).nonzero()
     if n % TRITON_BLOCK and bad_rows.numel() and int(bad_rows.min()) >= full:
         msg += (
-            f"\n    Likely cause: only rows {full}..{n - 1}, the last partial block of "
+            f"\n    Likely cause: only rows {full}..{n - 1}, the last partial tile of "
             f"queries, are wrong: no program computed them. Launch "
             f"triton.cdiv(n, {TRITON_BLOCK}) programs, not n // {TRITON_BLOCK}."
         )
@@ -318,8 +390,8 @@ def _flash_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
     if not hidden:
         return [
-            Case("N = 16 (one block), d_h = 16", (t(16, 16), t(16, 16), t(16, 16))),
-            Case("N = 37 (ragged last block), d_h = 32", (t(37, 32), t(37, 32), t(37, 32))),
+            Case("N = 16 (one tile), d_h = 16", (t(16, 16), t(16, 16), t(16, 16))),
+            Case("N = 37 (ragged last tile), d_h = 32", (t(37, 32), t(37, 32), t(37, 32))),
         ]
     return [
         Case("N = 1, d_h = 16", (t(1, 16), t(1, 16), t(1, 16))),
@@ -341,23 +413,41 @@ register(
         atol=1e-5,
         rtol=1e-4,  # float32 accumulation over <= 50 keys: errors ~1e-6
         mistakes={
-            "keys past the end of the sequence take part in the softmax: tl.load(..., other=0.0) "
-            "gives them a score of 0, not -inf. Set s = tl.where(cols[None, :] < n, s, "
-            "float('-inf')) before the max.": _flash_unmasked,
-            "your accumulator is not rescaled by alpha = exp(m - m_new) when the running max "
-            "grows (it only shows once a row spans several key blocks).": _flash_no_rescale,
-            "you forgot the 1/sqrt(d_h) scale of the scores (pass it to the kernel as a float).": _flash_unscaled,
-            "your mask lets in key number n, one past the end (cols <= n): the keys are "
-            "0 .. n-1, so mask with cols < n.": _flash_mask_off_by_one,
-            "your running sum l is not rescaled: like acc, it was computed relative to the old "
-            "max, so l = alpha * l + tl.sum(p, 1).": _flash_l_not_rescaled,
-            "tl.exp2(x) is 2**x, not e**x: either use tl.exp, or multiply the scores by "
-            "log2(e) = 1.4427 first (and then alpha = tl.exp2(m - m_new) too).": _flash_exp2,
+            Hint(
+                "keys past the end of the sequence take part in the softmax: tl.load(..., "
+                "other=0.0) gives them a score of 0, not -inf.",
+                "Set s = tl.where(cols[None, :] < n, s, float('-inf')) before the max.",
+            ): _flash_unmasked,
+            Hint(
+                "your accumulator is not rescaled when the running max grows (it only shows "
+                "once a row spans several key tiles).",
+                "acc = alpha[:, None] * acc + tl.dot(p, v), with alpha = tl.exp(m - m_new).",
+            ): _flash_no_rescale,
+            Hint(
+                "your scores are not scaled.",
+                "Pass scale = 1 / sqrt(d_h) to the kernel as a float and use "
+                "s = tl.dot(q, kt) * scale.",
+            ): _flash_unscaled,
+            Hint(
+                "your mask lets in key number n, one past the end.",
+                "The keys are 0 .. n-1: mask with cols < n, not cols <= n.",
+            ): _flash_mask_off_by_one,
+            Hint(
+                "your running sum l is not rescaled when the running max grows.",
+                "Like acc, it was computed relative to the old max: l = alpha * l + tl.sum(p, 1).",
+            ): _flash_l_not_rescaled,
+            Hint(
+                "tl.exp2(x) is 2**x, not e**x.",
+                "Either use tl.exp, or multiply the scores by log2(e) = 1.4427 first (and then "
+                "alpha = tl.exp2(m - m_new) too).",
+            ): _flash_exp2,
         },
         compare=_flash_compare,
-        hint="one program per block of 16 queries: load q once, loop over key blocks with "
-        "the online softmax, mask keys >= n with -inf, divide by l at the end; launch "
-        "with grid (triton.cdiv(n, 16),).",
+        hint=Hint(
+            "one program per tile of 16 queries: load q once, loop over key tiles with the "
+            "online softmax, mask the keys past the end, divide by l at the end.",
+            "Mask keys >= n with -inf; launch with grid (triton.cdiv(n, 16),).",
+        ),
     )
 )
 
@@ -376,12 +466,31 @@ def attention_backward_reference(q, k, v, o, lse, do, scale):
     return _backward(q, k, v, o, lse, do, scale)
 
 
-def _backward(q, k, v, o, lse, do, scale, *, use_delta=True, scaled=True, transpose_p=True):
+def _backward(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    do,
+    scale,
+    *,
+    use_delta=True,
+    scaled=True,
+    transpose_p=True,
+    delta_without_o=False,
+    ds_precedence=False,
+):
     P = torch.exp(scale * q @ k.transpose(-2, -1) - lse[..., None])  # (..., Nq, Nk)
     dV = (P.transpose(-2, -1) if transpose_p else P) @ do  # (..., Nk, d_v)
     dP = do @ v.transpose(-2, -1)  # (..., Nq, Nk)
     D = (do * o).sum(dim=-1) if use_delta else torch.zeros_like(lse)  # (..., Nq)
-    dS = P * (dP - D[..., None])  # (..., Nq, Nk)
+    if delta_without_o:
+        D = do.sum(dim=-1)  # (..., Nq)
+    if ds_precedence:
+        dS = P * dP - D[..., None]  # (..., Nq, Nk)
+    else:
+        dS = P * (dP - D[..., None])  # (..., Nq, Nk)
     s = scale if scaled else 1.0
     return (
         s * dS @ k,
@@ -429,19 +538,38 @@ register(
         atol=1e-10,
         rtol=1e-8,
         mistakes={
-            "you left out D: dS = P * (dP - D) with D = (dO * O).sum(-1), the softmax Jacobian's "
-            "second term. Without it the gradients of q and k are wrong.": lambda *a: _backward(
-                *a, use_delta=False
-            ),
-            "dQ and dK miss the factor scale: S = scale * Q K^T, so dQ = scale * dS K and "
-            "dK = scale * dS^T Q.": lambda *a: _backward(*a, scaled=False),
-            "dV = P^T dO (keys on the rows), not P dO.": lambda *a: _backward(
-                *a, transpose_p=False
-            ),
+            Hint(
+                "you left out D, the second term of the softmax Jacobian: without it the "
+                "gradients of q and k are wrong.",
+                "dS = P * (dP - D[..., None]) with D = (dO * O).sum(-1).",
+            ): lambda *a: _backward(*a, use_delta=False),
+            Hint(
+                "your D is rowsum(dO), without O.",
+                "D_i = sum_j P_ij dP_ij = dO_i . O_i: D = (do * o).sum(-1), an elementwise "
+                "product before the sum.",
+            ): lambda *a: _backward(*a, delta_without_o=True),
+            Hint(
+                "your dS is P * dP - D: D must be subtracted inside, before multiplying by P.",
+                "dS = P * (dP - D[..., None]): every entry of the row is P_ij (dP_ij - D_i), so "
+                "masked or tiny P_ij give tiny dS_ij.",
+            ): lambda *a: _backward(*a, ds_precedence=True),
+            Hint(
+                "dQ and dK miss the factor scale.",
+                "S = scale * Q K^T, so dQ = scale * dS K and dK = scale * dS^T Q.",
+            ): lambda *a: _backward(*a, scaled=False),
+            Hint(
+                "your dV multiplies P, not its transpose.",
+                "dV = P^T dO (keys on the rows): P.transpose(-2, -1) @ do.",
+            ): lambda *a: _backward(*a, transpose_p=False),
         },
-        hint="P = exp(scale * q @ k^T - lse[..., None]); dV = P^T dO; dP = dO V^T; "
-        "D = (dO * O).sum(-1); dS = P * (dP - D[..., None]); dQ = scale dS K; dK = scale dS^T Q. "
-        "Use .transpose(-2, -1) so batch dimensions work.",
+        hint=Hint(
+            "recompute P from the LSE, then follow the chain rule back through O = P V, the "
+            "softmax and S = scale * Q K^T.",
+            "P = exp(scale * q @ k^T - lse[..., None]); dV = P^T dO; dP = dO V^T; "
+            "D = (dO * O).sum(-1); dS = P * (dP - D[..., None]); dQ = scale dS K; "
+            "dK = scale dS^T Q. Use .transpose(-2, -1) so batch dimensions work.",
+        ),
+        outputs=("dq", "dk", "dv"),
     )
 )
 
@@ -449,7 +577,7 @@ register(
 
 
 def causal_tiles_reference(n: int, block_m: int, block_n: int) -> int:
-    """Tiles (query block, key block) a causal forward computes: key blocks up to min(n, end)."""
+    """Tiles (query tile, key tile) a causal forward computes: key tiles up to min(n, end)."""
     return sum(math.ceil(min(n, start + block_m) / block_n) for start in range(0, n, block_m))
 
 
@@ -458,7 +586,9 @@ def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         return [
             Case("n = 256, block_m = 64, block_n = 64", (256, 64, 64)),
             Case("n = 1000, block_m = 128, block_n = 64", (1000, 128, 64)),
-            Case("n = 300, block_m = 128, block_n = 32: a ragged last query block", (300, 128, 32)),
+            Case(
+                "n = 1000, block_m = 128, block_n = 48: a ragged last query tile", (1000, 128, 48)
+            ),
         ]
     return [
         Case("n = 1", (1, 128, 64)),
@@ -478,18 +608,132 @@ register(
         atol=1e-9,
         rtol=0.0,
         mistakes={
-            "you counted every tile: a causal kernel stops each query block's loop at its last "
-            "query, min(n, start + block_m).": lambda n, bm, bn: (
-                math.ceil(n / bm) * math.ceil(n / bn)
-            ),
-            "you used the triangle number T(T+1)/2 of square blocks: that is right only when "
-            "block_m == block_n and n is a multiple of them.": lambda n, bm, bn: (
-                math.ceil(n / bm) * (math.ceil(n / bm) + 1) // 2
-            ),
-            "the last query block ends at n, not at start + block_m: take min(n, start + block_m).": lambda n, bm, bn: (
-                sum(math.ceil((s + bm) / bn) for s in range(0, n, bm))
-            ),
+            Hint(
+                "you counted every tile: a causal kernel stops each query tile's loop at its "
+                "last query.",
+                "For the tile starting at row start, the keys end at min(n, start + block_m).",
+            ): lambda n, bm, bn: math.ceil(n / bm) * math.ceil(n / bn),
+            Hint(
+                "you used the triangle number T(T+1)/2 of square tiles: right only when "
+                "block_m == block_n and n is a multiple of them.",
+                "Count per query tile: ceil(min(n, start + block_m) / block_n) key tiles.",
+            ): lambda n, bm, bn: math.ceil(n / bm) * (math.ceil(n / bm) + 1) // 2,
+            Hint(
+                "you counted the key tiles as floor(x / block_n) + 1: one too many whenever x is "
+                "a multiple of block_n (x = 128 keys in tiles of 64 are 2 tiles, not 3).",
+                "The number of tiles covering x keys is ceil(x / block_n) = -(-x // block_n), "
+                "or math.ceil(x / block_n).",
+            ): lambda n, bm, bn: sum(min(n, s + bm) // bn + 1 for s in range(0, n, bm)),
+            Hint(
+                "the last query tile ends at n, not at start + block_m: its rows past n do not "
+                "exist.",
+                "Take min(n, start + block_m) as the end of the keys a tile's queries see.",
+            ): lambda n, bm, bn: sum(math.ceil((s + bm) / bn) for s in range(0, n, bm)),
         },
-        hint="sum over query blocks start = 0, block_m, ...: ceil(min(n, start + block_m) / block_n).",
+        hint=Hint(
+            "sum over the query tiles the number of key tiles each one's loop visits.",
+            "sum over start = 0, block_m, ...: ceil(min(n, start + block_m) / block_n).",
+        ),
+    )
+)
+
+# --------------------------------------------------------------------------- 06.6 GQA
+
+
+def _gqa(q, k, v, is_causal, *, interleaved=False, top_left=False, scaled=True, masked=True):
+    """Grouped-query attention by a view of q, with the twins' mistakes as switches."""
+    B, H, n_q, head_dim = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    g = H // h_kv
+    if interleaved:  # head h paired with key/value head h % H_kv, as .repeat() would do
+        qg = q.view(B, g, h_kv, n_q, head_dim).transpose(1, 2)  # (B, H_kv, G, Nq, d)
+    else:
+        qg = q.view(B, h_kv, g, n_q, head_dim)  # (B, H_kv, G, Nq, d): heads h*G .. h*G+G-1
+    s = qg @ k[:, :, None].transpose(-2, -1)  # (B, H_kv, G, Nq, Nk)
+    if scaled:
+        s = s / math.sqrt(head_dim)
+    if is_causal and masked:
+        allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device)
+        allowed = allowed.tril(0 if top_left else n_k - n_q)  # (Nq, Nk) j <= i + Nk - Nq
+        s = s.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # (B, H_kv, G, Nq)
+    out = torch.exp(s - lse[..., None]) @ v[:, :, None]  # (B, H_kv, G, Nq, d_v)
+    if interleaved:
+        out, lse = out.transpose(1, 2), lse.transpose(1, 2)  # back to (B, G, H_kv, ...)
+    return out.reshape(B, H, n_q, v.shape[-1]), lse.reshape(B, H, n_q)
+
+
+def gqa_attention_reference(q, k, v, is_causal):
+    r"""Grouped-query attention, causal aligned bottom-right: ``(output, lse)``.
+
+    Query head :math:`h` reads key/value head :math:`\lfloor h/G \rfloor`,
+    :math:`G = H/H_{kv}`; query :math:`i` sees keys :math:`j \le i + N_k - N_q` when causal.
+    """
+    return _gqa(q, k, v, is_causal)
+
+
+def _gqa_case(rng, name, B, H, h_kv, n_q, n_k, head_dim, is_causal):
+    def t(*shape):
+        return torch.from_numpy(rng.normal(size=shape))  # float64
+
+    q = t(B, H, n_q, head_dim)  # (B, H, Nq, d)
+    k, v = t(B, h_kv, n_k, head_dim), t(B, h_kv, n_k, head_dim)  # (B, H_kv, Nk, d)
+    return Case(name, (q, k, v, is_causal))
+
+
+def _gqa_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            _gqa_case(rng, "H = 4, H_kv = 2, 3 new queries, 7 keys in the cache, causal", 1, 4, 2, 3, 7, 8, True),
+            _gqa_case(rng, "B = 2, H = 6, H_kv = 3, Nq = Nk = 5, not causal", 2, 6, 3, 5, 5, 4, False),
+        ]  # fmt: skip
+    return [
+        _gqa_case(rng, "multi-query: H_kv = 1, one new query against 9 keys, causal", 1, 4, 1, 1, 9, 8, True),
+        _gqa_case(rng, "H = 8, H_kv = 2, Nq = Nk = 6, causal", 2, 8, 2, 6, 6, 4, True),
+        _gqa_case(rng, "H = H_kv = 3 (plain multi-head), 4 queries, 10 keys, causal", 1, 3, 3, 4, 10, 4, True),
+    ]  # fmt: skip
+
+
+register(
+    Exercise(
+        id="06.6",
+        title="grouped-query attention over a KV cache, without repeating K and V",
+        points=2,
+        target="gqa_attention",
+        cases=_gqa_cases,
+        reference=gqa_attention_reference,
+        atol=1e-10,
+        rtol=1e-8,
+        mistakes={
+            Hint(
+                "your query heads read the wrong key/value heads: query head h belongs to "
+                "key/value head h // G (consecutive query heads share one, as "
+                "repeat_interleave would give), not h % H_kv (what k.repeat(1, G, 1, 1) gives).",
+                "q.view(B, H_kv, G, Nq, d) puts heads h*G .. h*G + G - 1 next to key/value head "
+                "h; then k[:, :, None] broadcasts over G.",
+            ): lambda q, k, v, c: _gqa(q, k, v, c, interleaved=True),
+            Hint(
+                "your causal mask is aligned top-left (query i sees keys j <= i): with a cache the "
+                "new queries come last, so query i sees keys j <= i + Nk - Nq.",
+                "torch.ones(Nq, Nk, dtype=torch.bool).tril(Nk - Nq) is the bottom-right mask.",
+            ): lambda q, k, v, c: _gqa(q, k, v, c, top_left=True),
+            Hint(
+                "you did not apply the causal mask when is_causal is True.",
+                "Set the scores of keys j > i + Nk - Nq to -inf before the softmax and the "
+                "log-sum-exp.",
+            ): lambda q, k, v, c: _gqa(q, k, v, c, masked=False),
+            Hint(
+                "your scores are not scaled.",
+                "Divide q k^T by sqrt(d_h), d_h = q.shape[-1].",
+            ): lambda q, k, v, c: _gqa(q, k, v, c, scaled=False),
+        },
+        hint=Hint(
+            "group the query heads (a view, no copy), let k and v broadcast over the group, "
+            "mask bottom-right, and return the output and the log-sum-exp.",
+            "qg = q.view(B, H_kv, G, Nq, d); s = qg @ k[:, :, None].transpose(-2, -1) / "
+            "sqrt(d); mask with tril(Nk - Nq); lse = torch.logsumexp(s, -1); "
+            "out = torch.softmax(s, -1) @ v[:, :, None]; reshape both back to H heads.",
+        ),
+        outputs=("output", "lse"),
     )
 )

@@ -41,6 +41,11 @@ import numpy as np
 # --------------------------------------------------------------------------- declarations
 
 
+class NotThisMistake(Exception):
+    """Raised by a wrong twin on an input where its mistake makes no difference: there it
+    can explain nothing, so it is never named (neither by output nor by exception)."""
+
+
 class Hint(str):
     """A hint in two tiers: a *nudge* (the string itself) and a *detail* (often the formula).
 
@@ -94,7 +99,16 @@ class Exercise:
     ``(got, expected, case)`` and returns None when fine or a message when not.
     ``outputs`` names the items of a function that returns a tuple (``("output",
     "weights")``), so feedback says "weights: ..." instead of "item 1: ...".
+    ``errors`` maps a regular expression to a hint for mistakes that *raise* instead of
+    returning a wrong value (a wrong twin cannot name those): when the learner's
+    exception, written ``"TypeName: message"``, matches the pattern (``re.search``), the
+    hint is shown as the likely cause instead of the generic ``hint``.
     Hints (``hint`` and the keys of ``mistakes``) may be :class:`Hint`\ s with two tiers.
+    A mistake twin may also *raise*: when the learner's function raises the same exception
+    (type and message), that mistake's hint is shown. ``no_warnings``: when true, a
+    ``RuntimeWarning`` emitted during the learner's call (numpy's "invalid value encountered
+    in divide", say: an inf - inf or a 0 / 0 happened) fails the case; a string (or
+    :class:`Hint`) says why it happened. Other warnings (deprecations) never fail a case.
     """
 
     id: str
@@ -110,6 +124,8 @@ class Exercise:
     compare: Callable[[Any, Any, Case], str | None] | None = None
     check_dtype: bool = False
     outputs: tuple[str, ...] = ()
+    errors: dict[str, str] = field(default_factory=dict)
+    no_warnings: bool | str = False
 
     @property
     def chapter(self) -> str:
@@ -283,7 +299,7 @@ def compare_values(
             )
         close = np.isclose(got_f, exp_f, atol=atol, rtol=rtol, equal_nan=True)
         if not close.all():
-            err = np.abs(got_f - exp_f)
+            err = np.asarray(np.abs(got_f - exp_f))  # an array also for 0-d inputs
             err[np.isnan(err)] = 0.0
             idx = np.unravel_index(int(np.argmax(err)), err.shape)
             idx = tuple(int(i) for i in idx)
@@ -423,22 +439,93 @@ def evaluate_case(ex: Exercise, case: Case, got: Any, full: bool = True) -> Case
     return CaseResult(case.name, False, msg + _diagnose(ex, case, got, expected, full))
 
 
+def _diagnose_error(ex: Exercise, case: Case, err: BaseException, full: bool) -> str:
+    """Name the declared mistake whose twin raises the same exception as the learner's code."""
+    for hint, wrong in ex.mistakes.items():
+        c = _copy_args(case)
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                wrong(*c.args, **c.kwargs)
+        except NotThisMistake:
+            continue
+        except Exception as twin_err:
+            if type(twin_err) is type(err) and str(twin_err) == str(err):
+                return f"\n    Likely cause: {render_hint(hint, full)}"
+    return f"\n    Hint: {render_hint(ex.hint, full)}" if ex.hint else ""
+
+
+def _warning_failure(
+    ex: Exercise, case: Case, caught: warnings.WarningMessage, got: Any, full: bool
+) -> CaseResult:
+    """A failure for a forbidden warning; names a mistake whose output ``got`` matches."""
+    import linecache
+
+    line = linecache.getline(caught.filename, caught.lineno).strip()
+    where = f" (line {caught.lineno}: {line})" if line else ""
+    msg = (
+        f"your function emitted a warning, which this exercise does not allow: "
+        f"{caught.category.__name__}: {caught.message}{where}"
+    )
+    try:  # a wrong output that matches a known mistake: name that mistake
+        c = _copy_args(case)
+        expected = ex.reference(*c.args, **c.kwargs)
+        if compare_values(got, expected, ex.atol, ex.rtol, ex.check_dtype) is not None:
+            named = _diagnose(ex, case, got, expected, full)
+            if "Likely cause" in named:
+                return CaseResult(case.name, False, msg + named)
+    except Exception:  # the feedback must never crash on odd outputs
+        pass
+    hint = ex.no_warnings if isinstance(ex.no_warnings, str) else ex.hint
+    if hint:
+        msg += f"\n    Likely cause: {render_hint(hint, full)}"
+    return CaseResult(case.name, False, msg)
+
+
 def run_case(
     ex: Exercise, fn: Callable, case: Case, full: bool = True
 ) -> tuple[Any, CaseResult | None]:
     """Call the learner's function on a copy of the case; (output, None) or (None, failure)."""
     c = _copy_args(case)
     try:
-        return fn(*c.args, **c.kwargs), None
+        if not ex.no_warnings:
+            return fn(*c.args, **c.kwargs), None
+        # under="ignore": exp of a very negative number is 0, correctly and silently
+        with (
+            warnings.catch_warnings(record=True) as caught,
+            np.errstate(all="warn", under="ignore"),
+        ):
+            warnings.simplefilter("always")
+            out = fn(*c.args, **c.kwargs)
+        runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+        for w in caught:  # other warnings pass through, as they would without the check
+            if not issubclass(w.category, RuntimeWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if runtime:
+            return None, _warning_failure(ex, case, runtime[0], out, full)
+        return out, None
     except SystemExit as err:  # sys.exit() inside the function fails this case only
         return None, CaseResult(case.name, False, f"your function called sys.exit({err.code!r})")
     except Exception as err:  # learner code may raise anything
         if _is_not_implemented(err):
             return None, CaseResult(case.name, False, "not implemented yet", not_implemented=True)
         msg = "your function raised " + _student_traceback(err)
-        if ex.hint:
-            msg += f"\n    Hint: {render_hint(ex.hint, full)}"
-        return None, CaseResult(case.name, False, msg)
+        cause = _error_hint(ex, err)  # a declared pattern of the exception first,
+        if cause:  # then a wrong twin that raises the same exception
+            msg += f"\n    Likely cause: {render_hint(cause, full)}"
+            return None, CaseResult(case.name, False, msg)
+        return None, CaseResult(case.name, False, msg + _diagnose_error(ex, case, err, full))
+
+
+def _error_hint(ex: Exercise, err: BaseException) -> str | None:
+    """The declared hint whose pattern matches ``"TypeName: message"`` of ``err``, if any."""
+    import re
+
+    text = f"{type(err).__name__}: {err}"
+    for pattern, hint in ex.errors.items():
+        if re.search(pattern, text):
+            return hint
+    return None
 
 
 def _cases(ex: Exercise, hidden: bool, seed: int) -> list[Case]:
@@ -486,6 +573,8 @@ VISIBLE_SEED = 1234
 HINT_TIERS = ("auto", "nudge", "full")
 # Failed checks per exercise in this kernel: the second failure in a row shows fuller hints.
 _FAILED_BEFORE: dict[str, int] = {}
+# The last visible check of each exercise in this kernel (course_lib.progress shows them).
+LAST_REPORTS: dict[str, CheckReport] = {}
 
 
 def check(
@@ -510,10 +599,13 @@ def check(
     full = hints == "full" or (hints == "auto" and _FAILED_BEFORE.get(ex.id, 0) > 0)
     head = f"Exercise {ex.id} ({ex.title})"
     if fn is None or not callable(fn):
-        raise CheckFailed(
-            f"{head}: expected a function named `{ex.target}`, got "
-            f"{_describe(fn)}. Run the cell that defines it first."
+        message = (
+            f"expected a function named `{ex.target}`, got {_describe(fn)}. Run the cell "
+            "that defines it first."
         )
+        if not hidden:
+            LAST_REPORTS[ex.id] = CheckReport(ex, [CaseResult("function", False, message)])
+        raise CheckFailed(f"{head}: {message}")
     results = []
     for case in _cases(ex, hidden, VISIBLE_SEED if seed is None else seed):
         got, failure = run_case(ex, fn, case, full)
@@ -523,6 +615,8 @@ def check(
         if failure.not_implemented:
             break
     report = CheckReport(ex, results)
+    if not hidden:
+        LAST_REPORTS[ex.id] = report
     if not report.not_implemented:
         _FAILED_BEFORE[ex.id] = 0 if report.passed else _FAILED_BEFORE.get(ex.id, 0) + 1
     if report.not_implemented and (hidden or _under_a_grader()):

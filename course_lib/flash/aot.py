@@ -1,41 +1,66 @@
-r"""Compile the FlashAttention kernels for a GPU on a machine without one.
+r"""Compile the FlashAttention kernels for a GPU on a machine without one; report registers.
 
 Triton's CPU interpreter runs the kernels as numpy code: it accepts things the real compiler
 rejects (a ``tl.dot`` narrower than 16, a Python ``if`` on a tensor) and ignores what only
 compiled code does (TF32 rounding of float32 ``tl.dot``, int32 offset overflow, shared-memory
-limits). This module sends the same kernels through Triton's GPU compiler ahead of time,
-for a chosen target (``sm_90`` = H100/H200 by default): source → Triton IR → TritonGPU IR →
-LLVM IR → PTX → cubin (``ptxas`` ships with the Triton wheel). No GPU, no CUDA driver.
+limits, registers). This module sends the same kernels through Triton's GPU compiler ahead of
+time, for a chosen target (``sm_90`` = H100/H200, ``sm_80`` = A100): source → Triton IR →
+TritonGPU IR → LLVM IR → PTX → cubin (``ptxas`` ships with the Triton wheel). No GPU, no
+CUDA driver.
 
-It reports, per kernel and configuration, the shared memory the compiled kernel needs and
-whether its loads were software-pipelined (``cp.async`` copies in the TritonGPU IR), which
-is what ``num_stages`` asks for on Ampere/Hopper.
+It reports, per kernel and configuration, the **registers** per thread and the bytes
+**spilled** to local memory (from ``ptxas -v``), the shared memory the kernel needs, whether
+its loads were software-pipelined (``cp.async`` copies in the TritonGPU IR, what
+``num_stages`` asks for) and whether its ``tl.dot``\ s use tensor cores. A spill means a tile
+that does not fit the 255 registers a thread may hold is kept in local memory (cached
+DRAM) instead: every step of the loop then pays memory traffic the algorithm was designed
+to avoid. ``tests/test_flash.py`` fails if any default configuration spills.
 
-Run it *without* ``TRITON_INTERPRET`` (Triton reads the variable when first imported)::
+Run it *without* ``TRITON_INTERPRET`` (Triton reads the variable when the kernels are
+first decorated)::
 
-    env -u TRITON_INTERPRET python -m course_lib.flash.aot            # a quick set
-    env -u TRITON_INTERPRET python -m course_lib.flash.aot --all      # every autotune config
+    env -u TRITON_INTERPRET python -m course_lib.flash.aot              # defaults, sm_90 + sm_80
+    env -u TRITON_INTERPRET python -m course_lib.flash.aot --all        # every autotune config
+    env -u TRITON_INTERPRET python -m course_lib.flash.aot --all \
+        --variants plain,causal,gqa_window_ragged --json benchmarks/results/flash_aot_registers.json
 
-Specialisation: the runtime compiles separate variants for pointers and integers divisible
-by 16; we compile the common one (all pointers, strides and sequence lengths divisible by
-16), and with ``--ragged`` the variant for sequence lengths that are not.
+The last command writes the table that chapter 06 shows and a test checks against the
+current configurations (rerun it when they change).
+
+Specialisation: the runtime compiles separate variants for integers equal to 1 and for
+pointers and integers divisible by 16; we compile the common one (all strides and sequence
+lengths divisible by 16, one key/value head per query head), and, as the variant
+``gqa_window_ragged``, the heaviest: grouped heads, a window, lengths not divisible by 16.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 TYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-KINDS = ("fwd", "dkdv", "dq", "preprocess")
+KINDS = ("fwd", "dkdv", "dq", "decode", "preprocess", "merge")
 _KERNEL = {
     "fwd": "_fwd_kernel",
     "dkdv": "_bwd_dkdv_kernel",
     "dq": "_bwd_dq_kernel",
+    "decode": "_decode_kernel",
     "preprocess": "_bwd_preprocess_kernel",
+    "merge": "_decode_merge_kernel",
 }
+_ELEM_PTRS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
+_FP32_PTRS = {"LSE", "DELTA", "O_PART", "LSE_PART"}
+_FLOATS = {"qk_scale", "sm_scale"}
+_NOT_DIVISIBLE = {"H", "NUM_SPLITS"}  # counts that are rarely multiples of 16
+ARCHS = (90, 80)
 
 
 def _kernels():
@@ -55,6 +80,92 @@ def _kernels():
     return kernels
 
 
+def _ptxas(arch: int) -> str:
+    """The ptxas Triton itself uses for ``arch`` (newer Tritons pick one per architecture)."""
+    import triton
+
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        try:
+            tool = get_ptxas(arch)
+        except TypeError:  # older Tritons: one ptxas for every target
+            tool = get_ptxas()
+        path = getattr(tool, "path", None) or (tool[0] if isinstance(tool, tuple) else None)
+        if path:
+            return str(path)
+    except Exception:  # pragma: no cover - layout of other Triton versions
+        pass
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if bundled.exists():
+        return str(bundled)
+    found = shutil.which("ptxas")
+    if found is None:
+        raise FileNotFoundError("ptxas not found: this Triton wheel ships none")
+    return found
+
+
+def ptxas_usage(ptx: str, arch: int) -> dict:
+    """Registers, spill stores/loads and stack frame of a PTX kernel, from ``ptxas -v``.
+
+    The same flags as Triton's own call of ptxas (``-lineinfo --regAllocOptLevel=2``), for
+    ``sm_90a`` (Hopper's tensor-core instructions) or ``sm_<arch>``.
+    """
+    gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kernel.ptx"
+        src.write_text(ptx)
+        proc = subprocess.run(
+            [_ptxas(arch), "-lineinfo", "-v", "--regAllocOptLevel=2", f"--gpu-name={gpu}", str(src)]
+            + ["-o", str(Path(tmp) / "kernel.cubin")],
+            capture_output=True,
+            text=True,
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {proc.stderr[-2000:]}")
+    log = proc.stderr + proc.stdout
+
+    def grab(pattern: str) -> int:
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else 0
+
+    return dict(
+        registers=grab(r"Used (\d+) registers"),
+        spill_stores=grab(r"(\d+) bytes spill stores"),
+        spill_loads=grab(r"(\d+) bytes spill loads"),
+        stack_bytes=grab(r"(\d+) bytes stack frame"),
+    )
+
+
+def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged):
+    import torch
+    import triton
+
+    from . import _dot_precision
+
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    const = dict(HEAD_DIM=head_dim, BLOCK_D=block_d)
+    if kind == "preprocess":
+        const["BLOCK_M"] = 64
+        return const, 4, 2
+    if kind == "merge":
+        const["BLOCK_S"] = 64
+        return const, 4, 2
+    const.update(
+        BLOCK_N=config["BLOCK_N"],
+        IS_CAUSAL=bool(is_causal),
+        HAS_WINDOW=bool(window),
+        EVEN_N=not ragged,
+        EVEN_D=block_d == head_dim,
+        DOT_PRECISION=_dot_precision(getattr(torch, dtype)),
+    )
+    if kind == "decode":
+        const["BLOCK_R"] = config["BLOCK_M"]
+    else:
+        const.update(BLOCK_M=config["BLOCK_M"], EVEN_M=not ragged)
+    return const, config["num_warps"], config["num_stages"]
+
+
 def compile_kernel(
     kind: str,
     dtype: str = "bfloat16",
@@ -64,11 +175,17 @@ def compile_kernel(
     *,
     arch: int = 90,
     ragged: bool = False,
+    window: bool = False,
+    groups: int = 1,
+    registers: bool = True,
+    ones: tuple[str, ...] = (),
 ) -> dict:
-    """Compile one kernel for ``sm_<arch>``; returns shared memory, pipelining and timing.
+    """Compile one kernel for ``sm_<arch>``; returns registers, spills, shared memory, timing.
 
     ``config`` is one of :func:`course_lib.flash.kernel_config`'s entries (the first GPU
-    candidate by default). Raises whatever Triton's compiler raises on an error.
+    candidate by default). ``groups`` > 1 compiles the grouped-query variant (the runtime
+    specialises ``NUM_GROUPS == 1`` as a constant, and any other integer argument named in
+    ``ones``). Raises whatever Triton's compiler raises on an error.
     """
     kernels = _kernels()  # before anything else imports triton
     import torch
@@ -76,40 +193,38 @@ def compile_kernel(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import _dot_precision, kernel_config
+    from . import kernel_config
 
     fn = getattr(kernels, _KERNEL[kind])
-    if config is None:
+    if config is None and kind not in ("preprocess", "merge"):
         config = kernel_config(head_dim, "cuda", interpreted=False, dtype=getattr(torch, dtype))[
-            "fwd" if kind == "preprocess" else kind
+            kind
         ][0]
-    const = dict(HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)))
-    if kind == "preprocess":
-        const["BLOCK_M"] = 64
-        warps, stages = 4, 2
-    else:
-        const.update(
-            BLOCK_M=config["BLOCK_M"],
-            BLOCK_N=config["BLOCK_N"],
-            IS_CAUSAL=bool(is_causal),
-            DOT_PRECISION=_dot_precision(getattr(torch, dtype)),
-        )
-        warps, stages = config["num_warps"], config["num_stages"]
+    const, warps, stages = _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged)
+    if groups == 1 and "NUM_GROUPS" in fn.arg_names:
+        const["NUM_GROUPS"] = 1  # what the runtime does with an int argument equal to 1
+    for name in ones:  # other int arguments equal to 1 (N_Q = 1 when decoding one token)
+        const[name] = 1
     elem = TYPES[dtype]
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in const:
             signature[name] = "constexpr"
             continue
-        if name in ("LSE", "DELTA"):
+        if name in _FP32_PTRS:
             signature[name] = "*fp32"
-        elif name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV"):  # tensor pointers
+        elif name in _ELEM_PTRS:
             signature[name] = "*" + elem
-        elif name in ("qk_scale", "sm_scale"):
+        elif name in _FLOATS:
             signature[name] = "fp32"
-        else:  # strides and sequence lengths
+        else:  # strides, lengths, counts
             signature[name] = "i32"
-        divisible = not (ragged and name in ("N_Q", "N_K")) and signature[name] != "fp32"
+        divisible = (
+            signature[name] != "fp32"
+            and name not in _NOT_DIVISIBLE
+            and not (name == "NUM_GROUPS")
+            and not (ragged and name in ("N_Q", "N_K"))
+        )
         if divisible:
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(
@@ -122,76 +237,174 @@ def compile_kernel(
     compiled = triton.compile(
         src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=warps, num_stages=stages)
     )
+    seconds = time.perf_counter() - t0
     ttgir = compiled.asm["ttgir"]
-    return dict(
+    report = dict(
         kind=kind,
         dtype=dtype,
         head_dim=head_dim,
         causal=bool(is_causal),
+        window=bool(window),
+        groups=groups,
+        ragged=bool(ragged),
+        ones=list(ones),
         arch=arch,
         num_warps=warps,
         num_stages=stages,
-        BLOCK_M=const["BLOCK_M"],
+        BLOCK_M=const.get("BLOCK_M", const.get("BLOCK_R")),
         BLOCK_N=const.get("BLOCK_N"),
         shared_bytes=int(compiled.metadata.shared),
         pipelined="async_copy_global_to_local" in ttgir or "async_tma" in ttgir,
         tensor_cores=("warp_group_dot" in ttgir or "nvidia_mma" in ttgir),
-        seconds=time.perf_counter() - t0,
+        seconds=seconds,
+    )
+    if registers:
+        report.update(ptxas_usage(compiled.asm["ptx"], arch))
+    return report
+
+
+# The variants the runtime compiles for one configuration: the flags a launch sets from
+# its shapes. "gqa_window_ragged" is the heaviest: grouped heads, a window and lengths that
+# are not multiples of 16 all at once.
+VARIANTS = {
+    "plain": dict(is_causal=False),
+    "causal": dict(is_causal=True),
+    "gqa_window_ragged": dict(is_causal=True, window=True, ragged=True, groups=2),
+}
+
+
+def default_jobs(
+    *,
+    archs=ARCHS,
+    dtypes=("bfloat16",),
+    head_dims=(64, 128),
+    every_config: bool = True,
+    variants=("plain", "causal"),
+    kinds=("fwd", "dkdv", "dq", "decode"),
+) -> list[dict]:
+    """The compilations that cover every default configuration (arguments of :func:`compile_kernel`).
+
+    Every autotune candidate of each kernel in ``kinds`` (only the first with
+    ``every_config=False``), in each of ``variants`` (:data:`VARIANTS`), for each
+    architecture, dtype and head dimension; the two small kernels once per (arch, dtype,
+    head dimension). float16 uses the same registers as bfloat16 (same tile shapes, same
+    instructions), so the default is bfloat16 only.
+    """
+    import torch
+
+    from . import kernel_config
+
+    jobs = []
+    for arch in archs:
+        for dtype in dtypes:
+            for d in head_dims:
+                cands = kernel_config(d, "cuda", interpreted=False, dtype=getattr(torch, dtype))
+                for kind in kinds:
+                    for cfg in cands[kind] if every_config else cands[kind][:1]:
+                        for variant in variants:
+                            jobs.append(
+                                dict(kind=kind, dtype=dtype, head_dim=d, config=cfg, arch=arch,
+                                     **VARIANTS[variant])
+                            )  # fmt: skip
+                for kind in ("preprocess", "merge"):
+                    jobs.append(
+                        dict(kind=kind, dtype=dtype, head_dim=d, is_causal=False, config=None,
+                             arch=arch)
+                    )  # fmt: skip
+    return jobs
+
+
+def variant_of(row: dict) -> str:
+    """The name in :data:`VARIANTS` of a report row (or job)."""
+    if row.get("window") and row.get("groups", 1) > 1:
+        return "gqa_window_ragged"
+    return "causal" if row.get("causal", row.get("is_causal")) else "plain"
+
+
+def format_row(r: dict) -> str:
+    spill = r.get("spill_stores", 0) + r.get("spill_loads", 0)
+    return (
+        f"sm_{r['arch']} {r['kind']:10s} {r['dtype']:8s} d={r['head_dim']:3d} "
+        f"{variant_of(r):17s} M={r['BLOCK_M']!s:>3} N={r['BLOCK_N']!s:>4} "
+        f"warps={r['num_warps']} stages={r['num_stages']}: {r.get('registers', '?'):>3} regs, "
+        f"spills {spill:4d} B, shared {r['shared_bytes'] / 1024:6.1f} KiB, "
+        f"pipelined={r['pipelined']!s:5}, tensor cores={r['tensor_cores']!s:5} "
+        f"({r['seconds']:.1f} s)"
+    )
+
+
+def _meta(argv) -> dict:
+    import datetime
+    import platform
+
+    import triton
+
+    return dict(
+        what="registers, spills and shared memory per kernel and configuration (ptxas -v)",
+        command="python -m course_lib.flash.aot "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        triton=triton.__version__,
+        python=platform.python_version(),
+        date=datetime.date.today().isoformat(),
+        note="compiled ahead of time without a GPU; float16 uses the registers of bfloat16",
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arch", type=int, default=90, help="compute capability x10 (90: H100)")
+    parser.add_argument(
+        "--arch",
+        default=",".join(str(a) for a in ARCHS),
+        help="compute capabilities x10, comma-separated (90: H100/H200, 80: A100)",
+    )
     parser.add_argument("--all", action="store_true", help="every autotune candidate config")
     parser.add_argument(
-        "--ragged", action="store_true", help="sequence lengths not divisible by 16"
+        "--variants",
+        default="plain,causal",
+        help=f"comma-separated, of {', '.join(VARIANTS)} (the recorded table has all three)",
     )
-    parser.add_argument("--dtypes", default="bfloat16,float16,float32")
+    parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--head-dims", default="64,128")
+    parser.add_argument("--kinds", default="fwd,dkdv,dq,decode", help="kernels (comma-separated)")
+    parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
 
     _kernels()  # before anything else imports triton
-    import torch
-
-    from . import kernel_config
-
-    failures = 0
-    for dtype in args.dtypes.split(","):
-        for d in (int(x) for x in args.head_dims.split(",")):
-            cands = kernel_config(d, "cuda", interpreted=False, dtype=getattr(torch, dtype))
-            for causal in (False, True):
-                for kind in KINDS:
-                    if kind == "preprocess" and causal:
-                        continue
-                    configs = (
-                        [None]
-                        if kind == "preprocess"
-                        else (cands[kind] if args.all else cands[kind][:1])
-                    )
-                    for cfg in configs:
-                        try:
-                            r = compile_kernel(
-                                kind, dtype, d, causal, cfg, arch=args.arch, ragged=args.ragged
-                            )
-                        except Exception as err:  # report and continue
-                            failures += 1
-                            print(
-                                f"FAIL {kind:10s} {dtype:8s} d={d:3d} causal={causal:d} "
-                                f"{cfg}: {type(err).__name__}: {str(err)[:2000]}",
-                                flush=True,
-                            )
-                            continue
-                        print(
-                            f"ok   {kind:10s} {dtype:8s} d={d:3d} causal={causal:d} "
-                            f"M={r['BLOCK_M']} N={r['BLOCK_N']} warps={r['num_warps']} "
-                            f"stages={r['num_stages']}: shared {r['shared_bytes'] / 1024:6.1f}"
-                            f" KiB, pipelined={r['pipelined']}, tensor cores="
-                            f"{r['tensor_cores']} ({r['seconds']:.1f} s)",
-                            flush=True,
-                        )
-    print("all compiled" if failures == 0 else f"{failures} failed")
-    return 1 if failures else 0
+    jobs = default_jobs(
+        archs=tuple(int(a) for a in args.arch.split(",")),
+        dtypes=tuple(args.dtypes.split(",")),
+        head_dims=tuple(int(x) for x in args.head_dims.split(",")),
+        every_config=args.all,
+        variants=tuple(args.variants.split(",")),
+        kinds=tuple(args.kinds.split(",")),
+    )
+    failures, spilled, rows = 0, 0, []
+    for job in jobs:
+        try:
+            r = compile_kernel(**job)
+        except Exception as err:  # report and continue
+            failures += 1
+            print(
+                f"FAIL sm_{job['arch']} {job['kind']:10s} {job['dtype']:8s} d={job['head_dim']:3d} "
+                f"{variant_of(job)} {job['config']}: {type(err).__name__}: "
+                f"{str(err)[:2000]}",
+                flush=True,
+            )
+            continue
+        rows.append(r)
+        spilled += bool(r["spill_stores"] or r["spill_loads"])
+        print(
+            ("SPILL " if r["spill_stores"] or r["spill_loads"] else "ok    ") + format_row(r),
+            flush=True,
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"meta": _meta(argv), "rows": rows}, indent=1) + "\n")
+    print(
+        "all compiled, none spills"
+        if not failures and not spilled
+        else f"{failures} failed to compile, {spilled} spill registers"
+    )
+    return 1 if failures or spilled else 0
 
 
 if __name__ == "__main__":

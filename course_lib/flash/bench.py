@@ -39,9 +39,14 @@ def default_results_dir() -> Path:
     return here / "benchmarks" / "results"
 
 
-def attention_flops(B: int, H: int, N: int, d: int, is_causal: bool, mode: str = "fwd") -> float:
-    r"""FLOPs of attention: :math:`4BHN^2d` forward (halved when causal), 2.5x that backward."""
-    fwd = 4.0 * B * H * N * N * d * (0.5 if is_causal else 1.0)
+def attention_flops(
+    B: int, H: int, N: int, d: int, is_causal: bool, mode: str = "fwd", *, n_q: int | None = None
+) -> float:
+    r"""FLOPs of attention: :math:`4BHN_qN_kd` forward (halved when causal with
+    :math:`N_q = N_k`), 2.5x that backward. ``N`` keys; ``n_q`` queries (default ``N``)."""
+    n_q = N if n_q is None else n_q
+    half = is_causal and n_q == N
+    fwd = 4.0 * B * H * n_q * N * d * (0.5 if half else 1.0)
     return {"fwd": fwd, "bwd": 2.5 * fwd, "fwd_bwd": 3.5 * fwd}[mode]
 
 
@@ -60,19 +65,39 @@ def sdpa_backends() -> dict[str, object]:
     return {k: getattr(SDPBackend, v) for k, v in names.items() if hasattr(SDPBackend, v)}
 
 
-def make_impl(name: str) -> Callable:
-    """``fn(q, k, v, is_causal)`` for ``"flash_attention"`` (ours) or an ``"sdpa_*"`` backend."""
-    if name == "flash_attention":
-        from . import flash_attention
+def make_impl(name: str, *, decode: bool = False) -> Callable:
+    """``fn(q, k, v, is_causal)`` for ``"flash_attention"`` (ours), an ``"sdpa_*"`` backend
+    pinned, or ``"sdpa_auto"`` (torch's own choice of backend).
 
-        return lambda q, k, v, c: flash_attention(q, k, v, is_causal=c)
-    backend = sdpa_backends()[name]
+    k and v may have fewer heads than q (grouped-query attention: ours reads them directly,
+    SDPA gets ``enable_gqa=True``). ``decode=True``: ours is :func:`~course_lib.flash.flash_decode`
+    (the split-key kernel for a few queries against a long cache), forward only; causal
+    masks are then aligned bottom-right (the new queries are the last ones).
+    """
+    if name == "flash_attention":
+        from . import flash_attention, flash_decode
+
+        if decode:
+            return lambda q, k, v, c: flash_decode(
+                q, k, v, is_causal=c, causal_alignment="bottom_right", layout="bhnd"
+            )
+        return lambda q, k, v, c: flash_attention(q, k, v, is_causal=c, layout="bhnd")
+    import contextlib
+
+    backend = None if name == "sdpa_auto" else sdpa_backends()[name]
 
     def run(q, k, v, c):
         from torch.nn.attention import sdpa_kernel
 
-        with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=c)
+        gqa = dict(enable_gqa=True) if q.shape[1] != k.shape[1] else {}
+        pinned = contextlib.nullcontext() if backend is None else sdpa_kernel([backend])
+        with pinned:
+            if c and q.shape[2] != k.shape[2]:  # bottom-right causal, as a KV cache needs
+                from torch.nn.attention.bias import causal_lower_right
+
+                bias = causal_lower_right(q.shape[2], k.shape[2])
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **gqa)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=c, **gqa)
 
     return run
 
@@ -93,53 +118,77 @@ def bench_one(
     device: str = "cuda",
     repeats: int = 10,
     warmup: int = 3,
+    *,
+    h_kv: int | None = None,
+    n_q: int | None = None,
+    backward: bool = True,
+    kind: str = "train",
 ) -> dict:
-    """Time forward and backward of one implementation at one size; never raises.
+    """Time forward (and backward) of one implementation at one size; never raises.
 
-    Returns a record with ``fwd_ms``, ``bwd_ms``, ``fwd_tflops``, ``bwd_tflops``,
-    ``peak_mem_mib`` (CUDA only: peak allocated during forward+backward, beyond the
-    inputs) and ``max_abs_err`` against the math backend in float32; or ``error``.
+    ``N`` keys (and queries, unless ``n_q`` is given: a decode step, forward only, through
+    :func:`~course_lib.flash.flash_decode` for ours); ``h_kv`` key/value heads (grouped-query
+    attention when fewer than ``H``). Returns a record with ``fwd_ms``, ``fwd_tflops``,
+    ``bwd_ms``, ``bwd_tflops`` (training shapes), ``kv_gb_per_s`` (decode: bytes of K and V
+    read per second), ``peak_mem_mib`` (CUDA only: peak allocated during the timed call(s),
+    beyond the inputs) and ``max_abs_err`` against the math backend in float32; or ``error``.
     """
+    h_kv = H if h_kv is None else h_kv
+    decode = n_q is not None
+    n_q = N if n_q is None else n_q
+    backward = backward and not decode
     rec = dict(
         impl=impl,
+        kind=kind,
         B=B,
         H=H,
+        H_kv=h_kv,
         N=N,
+        N_q=n_q,
         d=d,
         dtype=str(dtype).replace("torch.", ""),
         causal=bool(is_causal),
     )
     try:
-        fn = make_impl(impl)
+        fn = make_impl(impl, decode=decode)
         g = torch.Generator(device="cpu").manual_seed(0)
-        q, k, v, do = (
-            torch.randn(B, H, N, d, generator=g).to(device, dtype) for _ in range(4)
-        )  # (B, H, N, d)
-        for x in (q, k, v):
-            x.requires_grad_()
-        out = fn(q, k, v, is_causal)  # (B, H, N, d)
+        q = torch.randn(B, H, n_q, d, generator=g).to(device, dtype)  # (B, H, Nq, d)
+        k, v = (torch.randn(B, h_kv, N, d, generator=g).to(device, dtype) for _ in range(2))
+        do = torch.randn(B, H, n_q, d, generator=g).to(device, dtype)  # (B, H, Nq, d)
+        if backward:
+            for x in (q, k, v):
+                x.requires_grad_()
+        with torch.set_grad_enabled(backward):
+            out = fn(q, k, v, is_causal)  # (B, H, Nq, d)
         rec["max_abs_err"] = None  # checked only where the float32 reference fits easily
-        if math_is_feasible(B, H, N, 4, budget_bytes=2**32):
-            ref = F.scaled_dot_product_attention(
-                q.detach().float(), k.detach().float(), v.detach().float(), is_causal=is_causal
-            )
+        if math_is_feasible(B, H, N, 4, budget_bytes=2**32, n_q=n_q):
+            kr, vr = (x.detach().float().repeat_interleave(H // h_kv, dim=1) for x in (k, v))
+            allowed = None  # causal aligned bottom-right (the same as top-left when Nq = Nk)
+            if is_causal:
+                allowed = torch.ones(n_q, N, dtype=torch.bool, device=device).tril(N - n_q)
+            ref = F.scaled_dot_product_attention(q.detach().float(), kr, vr, attn_mask=allowed)
             rec["max_abs_err"] = float((out.detach().float() - ref).abs().max())
-            del ref
+            del ref, kr, vr
         del out
-        fwd_ms = _time_ms(lambda: fn(q, k, v, is_causal), device, repeats, warmup)
+        with torch.set_grad_enabled(backward):  # a training forward saves what backward needs
+            fwd_ms = _time_ms(lambda: fn(q, k, v, is_causal), device, repeats, warmup)
+        flops = attention_flops(B, H, N, d, is_causal, "fwd", n_q=n_q)
+        rec.update(fwd_ms=fwd_ms, fwd_tflops=flops / fwd_ms * 1e-9)
+        if decode:
+            kv_bytes = 2 * B * h_kv * N * d * torch.finfo(dtype).bits // 8
+            rec["kv_gb_per_s"] = kv_bytes / fwd_ms * 1e-6
+        if backward:
 
-        def fwd_bwd():
-            q.grad = k.grad = v.grad = None
-            fn(q, k, v, is_causal).backward(do)
+            def fwd_bwd():
+                q.grad = k.grad = v.grad = None
+                fn(q, k, v, is_causal).backward(do)
 
-        total_ms = _time_ms(fwd_bwd, device, repeats, warmup)
-        bwd_ms = max(total_ms - fwd_ms, 1e-6)
-        rec.update(
-            fwd_ms=fwd_ms,
-            bwd_ms=bwd_ms,
-            fwd_tflops=attention_flops(B, H, N, d, is_causal, "fwd") / fwd_ms * 1e-9,
-            bwd_tflops=attention_flops(B, H, N, d, is_causal, "bwd") / bwd_ms * 1e-9,
-        )
+            total_ms = _time_ms(fwd_bwd, device, repeats, warmup)
+            bwd_ms = max(total_ms - fwd_ms, 1e-6)
+            rec.update(
+                bwd_ms=bwd_ms,
+                bwd_tflops=attention_flops(B, H, N, d, is_causal, "bwd", n_q=n_q) / bwd_ms * 1e-9,
+            )
         if impl == "flash_attention":
             rec["configs"] = autotuned_configs()  # what the autotuner chose at this size
         if device == "cuda":
@@ -147,7 +196,11 @@ def bench_one(
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
-            fn(q, k, v, is_causal).backward(do)
+            with torch.set_grad_enabled(backward):
+                out = fn(q, k, v, is_causal)
+                if backward:
+                    out.backward(do)
+            del out
             torch.cuda.synchronize()
             rec["peak_mem_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
         else:
@@ -233,7 +286,12 @@ def plot_results(
     rows = [
         r
         for r in data["results"]
-        if r["d"] == d and r["dtype"] == dtype and r["causal"] == causal and "error" not in r
+        if r["d"] == d
+        and r["dtype"] == dtype
+        and r["causal"] == causal
+        and r.get("kind", "train") == "train"
+        and "error" not in r
+        and "bwd_tflops" in r
     ]
     for impl in sorted({r["impl"] for r in rows}):
         pts = sorted((r["N"], r["fwd_tflops"], r["bwd_tflops"]) for r in rows if r["impl"] == impl)
@@ -264,6 +322,8 @@ def speedups(
 
     def find(impl):
         for r in data["results"]:
+            if r.get("kind", "train") != "train":
+                continue
             if (r["impl"], r["N"], r["d"], r["dtype"], r["causal"]) == (impl, N, d, dtype, causal):
                 return None if "error" in r else r
         return None
@@ -299,25 +359,142 @@ def gpu_grid(full: bool = True) -> list[dict]:
     return out
 
 
+def gpu_check_grid() -> list[dict]:
+    """The training shapes of ``benchmarks/gpu_check.py``: N in {1k, 4k, 16k}, d in {64, 128},
+    bfloat16 and float16, causal or not; 16k tokens x 2048 features per point as in the
+    FlashAttention papers (B*N = 16384, H*d = 2048)."""
+    out = []
+    for dtype in (torch.bfloat16, torch.float16):
+        for d in (64, 128):
+            for causal in (False, True):
+                for n in (1024, 4096, 16384):
+                    out.append(
+                        dict(B=16384 // n, H=2048 // d, N=n, d=d, dtype=dtype, is_causal=causal)
+                    )
+    return out
+
+
+def gqa_shapes() -> list[dict]:
+    """Grouped-query attention as Llama 3 8B has it (32 query heads, 8 key/value heads, d = 128),
+    causal, bfloat16, forward and backward."""
+    return [
+        dict(B=4, H=32, h_kv=8, N=4096, d=128, dtype=torch.bfloat16, is_causal=True, kind="gqa"),
+        dict(B=1, H=32, h_kv=8, N=16384, d=128, dtype=torch.bfloat16, is_causal=True, kind="gqa"),
+    ]
+
+
+def decode_shapes() -> list[dict]:
+    """One new query against a KV cache (Llama-3-8B-like heads, bfloat16), forward only."""
+    return [
+        dict(
+            B=1,
+            H=32,
+            h_kv=8,
+            N=32768,
+            n_q=1,
+            d=128,
+            dtype=torch.bfloat16,
+            is_causal=False,
+            kind="decode",
+        ),
+        dict(
+            B=8,
+            H=32,
+            h_kv=8,
+            N=32768,
+            n_q=1,
+            d=128,
+            dtype=torch.bfloat16,
+            is_causal=False,
+            kind="decode",
+        ),
+        dict(
+            B=8,
+            H=32,
+            h_kv=8,
+            N=4096,
+            n_q=1,
+            d=128,
+            dtype=torch.bfloat16,
+            is_causal=False,
+            kind="decode",
+        ),
+    ]
+
+
+# What chapter 06's kernel aims for on an H100/H200 (issue 19), as ratios of speed.
+TARGETS = {
+    "forward vs SDPA flash (N=4096, d=128, bf16, non-causal)": ("fwd", 0.9),
+    "backward vs SDPA flash (N=4096, d=128, bf16, non-causal)": ("bwd", 0.6),
+    "decode vs fastest SDPA backend (Nq=1, Nk=32k, B=1, GQA 32/8, d=128, bf16)": ("decode", 1.0),
+}
+
+
+def decode_speedup(data: dict, *, N: int = 32768, B: int = 1) -> dict | None:
+    """Decode time of the fastest SDPA backend (and of torch's own choice) over ours."""
+    rows = [
+        r
+        for r in data["results"]
+        if r.get("kind") == "decode" and r["N"] == N and r["B"] == B and "error" not in r
+    ]
+    ours = [r for r in rows if r["impl"] == "flash_attention"]
+    theirs = [r for r in rows if r["impl"].startswith("sdpa")]
+    if not ours or not theirs:
+        return None
+    best = min(theirs, key=lambda r: r["fwd_ms"])
+    out = {"vs_fastest": best["fwd_ms"] / ours[0]["fwd_ms"], "fastest": best["impl"]}
+    auto = [r for r in theirs if r["impl"] == "sdpa_auto"]
+    if auto:
+        out["vs_sdpa_auto"] = auto[0]["fwd_ms"] / ours[0]["fwd_ms"]
+    return out
+
+
+def check_targets(data: dict) -> list[dict]:
+    """Each target of :data:`TARGETS` with the measured ratio (None if not measured) and met."""
+    train = speedups(data, N=4096, d=128, dtype="bfloat16", causal=False) or {}
+    dec = decode_speedup(data) or {}
+    out = []
+    for name, (what, goal) in TARGETS.items():
+        value = dec.get("vs_fastest") if what == "decode" else train.get(what)
+        out.append(
+            dict(
+                target=name, goal=goal, measured=value, met=None if value is None else value >= goal
+            )
+        )
+    return out
+
+
 def math_is_feasible(
-    B: int, H: int, N: int, dtype_bytes: int = 2, budget_bytes: float | None = None
+    B: int,
+    H: int,
+    N: int,
+    dtype_bytes: int = 2,
+    budget_bytes: float | None = None,
+    *,
+    n_q: int | None = None,
 ) -> bool:
-    """Whether the math backend's N x N matrices (scores, weights, their gradients) fit."""
+    """Whether the math backend's Nq x N matrices (scores, weights, their gradients) fit."""
     if budget_bytes is None:
         budget_bytes = (
             0.5 * torch.cuda.get_device_properties(0).total_memory
             if torch.cuda.is_available()
             else 2**30
         )
-    return 4 * B * H * N * N * max(dtype_bytes, 4) <= budget_bytes
+    return 4 * B * H * (N if n_q is None else n_q) * N * max(dtype_bytes, 4) <= budget_bytes
 
 
 __all__ = [
+    "TARGETS",
     "attention_flops",
     "autotuned_configs",
     "bench_one",
+    "check_targets",
+    "decode_shapes",
+    "decode_speedup",
     "default_results_dir",
+    "gpu_check_grid",
     "gpu_grid",
+    "gqa_shapes",
     "load_recorded",
     "make_impl",
     "math_is_feasible",

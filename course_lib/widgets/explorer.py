@@ -16,7 +16,7 @@ CSS class                      widget                 description / role
 ``attention-explorer-sentence`` Dropdown              "sentence"
 ``attention-explorer-text``    Text                   "or type" (words of the vocabulary)
 ``attention-explorer-query``   Dropdown               "query" (options "8: it", ...)
-``attention-explorer-layer``   ToggleButtons          "layer"
+``attention-explorer-layer``   ToggleButtons          layers "1", "2", ... (one row, label "layer")
 ``attention-explorer-causal``  Checkbox               "causal mask"
 ``attention-explorer-scale``   Checkbox               "scale by 1/√d"
 ``attention-explorer-summary`` HTML                   one line: the query's top keys
@@ -113,6 +113,7 @@ class AttentionExplorer:
         self.models, self.vocab = dict(models), vocab
         self.draws = 0
         self._quiet = False
+        self._summary_text = ""
         self._default_query = query
         num_layers = max(m.num_layers for m in self.models.values())
 
@@ -128,11 +129,14 @@ class AttentionExplorer:
             layout=w.Layout(width="560px"),
         )
         self.query = w.Dropdown(options=[], description="query")
+        # no `description`: ToggleButtons puts it above its buttons when space is short; a
+        # Label beside them keeps "layer 1 2" on one line
         self.layer = w.ToggleButtons(
             options=[str(i + 1) for i in range(num_layers)],
             value=str(num_layers),
-            description="layer",
-            style={"button_width": "48px"},
+            tooltips=[f"layer {i + 1}" for i in range(num_layers)],
+            style={"button_width": "40px"},
+            layout=w.Layout(width="auto", flex="0 0 auto"),
         )
         self.causal = w.Checkbox(value=False, description="causal mask")
         self.scaled = w.Checkbox(value=True, description="scale by 1/√d")
@@ -152,7 +156,14 @@ class AttentionExplorer:
             part.add_class(f"attention-explorer-{name}")
         self.widget = w.VBox(
             [
-                w.HBox([self.model, self.layer]),
+                w.HBox(
+                    [
+                        self.model,
+                        w.Label("layer", layout=w.Layout(margin="0 4px 0 16px")),
+                        self.layer,
+                    ],
+                    layout=w.Layout(align_items="center", flex_flow="row nowrap"),
+                ),
                 self.sentence,
                 self.text,
                 w.HBox([self.query, self.causal, self.scaled]),
@@ -186,6 +197,11 @@ class AttentionExplorer:
         )
         layer = min(int(self.layer.value), len(maps)) - 1
         return tokens, maps[layer]
+
+    @property
+    def summary_text(self) -> str:
+        """The summary line as plain text (the widget shows it as HTML)."""
+        return self._summary_text
 
     def row(self) -> np.ndarray:
         """The selected query's weights over the keys ``[N]``."""
@@ -236,6 +252,10 @@ class AttentionExplorer:
         parts = ", ".join(f"'{html.escape(tokens[j])}' {row[j]:.2f}" for j in top)
         mode = ("causal" if self.causal.value else "bidirectional") + (
             ", scaled" if self.scaled.value else ", unscaled"
+        )
+        self._summary_text = (
+            f"{self.model.value} model, layer {self.layer.value} ({mode}): query {q} "
+            f"'{tokens[q]}' → " + ", ".join(f"'{tokens[j]}' {row[j]:.2f}" for j in top)
         )
         self.summary.value = (
             f"<b>{html.escape(self.model.value)}</b> model, layer "

@@ -9,7 +9,11 @@ calculator is built. The cache is
           \text{bytes per value},
 
 computed by :func:`course_lib.multihead.kv_cache_bytes`; the widget only chooses the inputs,
-adds the weights and compares with the accelerator's memory. It runs headless (no drawing),
+adds the weights and compares with the accelerator's memory, all in GiB (:math:`2^{30}`
+bytes), the unit ``nvidia-smi`` and the cache arithmetic share (an "80 GB" H100 holds
+79.6 GiB: :data:`course_lib.multihead.GPU_MEMORY_BYTES`). It also shows what one decoding
+step reads (:func:`course_lib.multihead.decode_step_bytes`): the weights once plus every
+sequence's cache. It runs headless (no drawing),
 so a notebook can set the sliders from code and assert on :attr:`KVCacheCalculator.cache_bytes`
 or the summary text.
 
@@ -28,7 +32,7 @@ CSS class                       widget              role
 
 from __future__ import annotations
 
-from ..multihead import kv_cache_bytes
+from ..multihead import GPU_MEMORY_BYTES, decode_step_bytes, kv_cache_bytes
 
 __all__ = ["KVCacheCalculator"]
 
@@ -39,8 +43,8 @@ class KVCacheCalculator:
     """Sliders over :func:`~course_lib.multihead.kv_cache_bytes` for a fixed model shape.
 
     ``num_layers``, ``head_dim`` and ``weights_bytes`` describe the model (required: no
-    model is assumed); ``memory_bytes`` is the accelerator's memory (default 80 GB, decimal,
-    as vendors quote it). Display with
+    model is assumed); ``memory_bytes`` is the accelerator's memory and ``memory_name`` its
+    name (default: an H100 80GB, 81559 MiB as ``nvidia-smi`` reports it). Display with
     ``display(calculator.widget)``; every recomputation increments :attr:`updates`.
     """
 
@@ -50,7 +54,8 @@ class KVCacheCalculator:
         num_layers: int,
         head_dim: int,
         weights_bytes: float,
-        memory_bytes: float = 80e9,
+        memory_bytes: float = GPU_MEMORY_BYTES["H100 80GB"],
+        memory_name: str = "H100 80GB",
         bytes_per_value: int = 2,
         kv_head_choices: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
         num_kv_heads: int = 8,
@@ -74,6 +79,7 @@ class KVCacheCalculator:
         self.num_layers, self.head_dim = int(num_layers), int(head_dim)
         self.bytes_per_value = int(bytes_per_value)
         self.weights_bytes, self.memory_bytes = float(weights_bytes), float(memory_bytes)
+        self.memory_name = str(memory_name)
         self.updates = 0
 
         self.heads = w.SelectionSlider(
@@ -121,13 +127,28 @@ class KVCacheCalculator:
 
     # ---------------------------------------------------------------- callback
 
+    @property
+    def step_bytes(self):
+        """What one decoding step reads (:class:`~course_lib.multihead.DecodeBytes`)."""
+        return decode_step_bytes(
+            int(self.weights_bytes),
+            self.num_layers,
+            int(self.heads.value),
+            self.head_dim,
+            int(self.tokens.value),
+            batch_size=int(self.batch.value),
+            bytes_per_value=self.bytes_per_value,
+        )
+
     def update(self) -> None:
-        """Recompute and rewrite the result line."""
+        """Recompute and rewrite the result lines (every size in GiB)."""
         verdict = "fits" if self.fits else "does NOT fit"
+        step = self.step_bytes
         self.result.value = (
             f"KV cache <b>{self.cache_bytes / GiB:.2f} GiB</b> + weights "
-            f"{self.weights_bytes / GiB:.1f} GiB = {self.total_bytes / GiB:.1f} GiB "
-            f"({self.total_bytes / 1e9:.1f} GB): <b>{verdict}</b> in "
-            f"{self.memory_bytes / 1e9:.0f} GB"
+            f"{self.weights_bytes / GiB:.2f} GiB = {self.total_bytes / GiB:.2f} GiB: "
+            f"<b>{verdict}</b> in the {self.memory_bytes / GiB:.2f} GiB of an "
+            f"{self.memory_name}<br>one decoding step reads {step.total / GiB:.2f} GiB, "
+            f"{step.cache_share:.0%} of it KV cache"
         )
         self.updates += 1

@@ -1,0 +1,605 @@
+r"""Checks for chapter 07 (a tiny GPT: the loss, the block, sampling, cached decoding, looking inside).
+
+Six exercises, each a function the learner writes:
+
+* 07.1 ``causal_lm_loss(logits, tokens)``: next-token cross-entropy with shifted targets
+* 07.2 ``block_forward(x, params, num_heads)``: one pre-LayerNorm Transformer block
+* 07.3 ``top_k_probs(logits, k, temperature)``: the sampling distribution
+* 07.4 ``rope_decode_step(q_new, k_new, v_new, k_cache, v_cache)``: one cached decoding
+  step with rotary positions, at the right position
+* 07.5 ``induction_score(weights, period)``: the per-head induction score
+* 07.6 ``lr_schedule(num_steps, max_lr, min_lr, warmup_steps)``: warm-up + cosine
+
+Tensor inputs are float64 (token ids int64); matrices are applied as ``x @ W``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..attention import scaled_dot_product_attention
+from ..gpt import induction_scores, lr_schedule, top_k_probs
+from ..multihead import merge_heads, repeat_kv, split_heads
+from ..positional import apply_rope
+from .core import Case, Exercise, register
+
+DT = torch.float64
+
+
+def _t(rng: np.random.Generator, *shape: int, std: float = 1.0) -> torch.Tensor:
+    return torch.from_numpy(rng.normal(scale=std, size=shape)).to(DT)
+
+
+def _tokens(rng: np.random.Generator, b: int, n: int, v: int) -> torch.Tensor:
+    return torch.from_numpy(rng.integers(0, v, size=(b, n))).long()
+
+
+# --------------------------------------------------------------------------- 07.1 LM loss
+
+
+def causal_lm_loss_reference(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    pred = logits[:, :-1]  # (B, N-1, V) positions that have a next token
+    targets = tokens[:, 1:]  # (B, N-1)
+    return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), targets.reshape(-1))
+
+
+def _nll(logits, targets, dim=-1):
+    logp = torch.log_softmax(logits, dim=dim)  # (B, n, V)
+    return -logp.gather(-1, targets[..., None])[..., 0]  # (B, n)
+
+
+def _loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def case(name, b, n, v, std=2.0):
+        return Case(name, (_t(rng, b, n, v, std=std), _tokens(rng, b, n, v)))
+
+    if not hidden:
+        return [case("B=1, N=5 tokens, V=7", 1, 5, 7), case("B=2, N=6, V=11", 2, 6, 11)]
+    return [
+        case("N=2: a single prediction per sequence", 3, 2, 5),
+        case("B=2, N=9, V=97 (the lecture's vocabulary)", 2, 9, 97),
+        case("confident logits (std 8)", 2, 7, 6, std=8.0),
+    ]
+
+
+def _loss_unshifted(lo, t):
+    return _nll(lo, t).mean()
+
+
+def _loss_shifted_backwards(lo, t):
+    return _nll(lo[:, 1:], t[:, :-1]).mean()
+
+
+def _loss_softmax_over_sequence(lo, t):
+    return _nll(lo[:, :-1], t[:, 1:], dim=1).mean()
+
+
+def _loss_summed(lo, t):
+    return _nll(lo[:, :-1], t[:, 1:]).sum()
+
+
+def _loss_divided_by_bn(lo, t):
+    return _nll(lo[:, :-1], t[:, 1:]).sum() / t.numel()
+
+
+def _loss_no_minus(lo, t):
+    return -_nll(lo[:, :-1], t[:, 1:]).mean()
+
+
+register(
+    Exercise(
+        id="07.1",
+        title="the causal language-modelling loss",
+        points=1,
+        target="causal_lm_loss",
+        cases=_loss_cases,
+        reference=causal_lm_loss_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "your targets are not shifted: position n was scored on token n itself, which it "
+            "can see (a model would learn to copy its input). Position n predicts token n+1: "
+            "compare logits[:, :-1] with tokens[:, 1:].": _loss_unshifted,
+            "you shifted the wrong way round: logits[:, 1:] against tokens[:, :-1] asks each "
+            "position for the token *before* it. Use logits[:, :-1] with tokens[:, 1:].": _loss_shifted_backwards,
+            "your softmax runs over the sequence axis (dim=1): each position's logits must be "
+            "normalised over the vocabulary, the last axis.": _loss_softmax_over_sequence,
+            "you summed the per-token losses: the loss is their mean over the B*(N-1) "
+            "predictions, so that it does not grow with the batch or the length.": _loss_summed,
+            "you divided by B*N instead of B*(N-1): the last position has no target and must "
+            "not be counted.": _loss_divided_by_bn,
+            "your loss is negative: it is the mean log-probability. Cross-entropy is *minus* "
+            "the mean log-probability of the targets.": _loss_no_minus,
+        },
+        hint="F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)), or "
+        "log_softmax over the last axis, gather the targets, minus the mean.",
+    )
+)
+
+
+# --------------------------------------------------------------------------- 07.2 the block
+
+
+PARAM_NAMES = (
+    "ln_1.weight",
+    "ln_1.bias",
+    "W_Q",
+    "W_K",
+    "W_V",
+    "W_O",
+    "ln_2.weight",
+    "ln_2.bias",
+    "W_1",
+    "W_2",
+)
+
+
+def _block(
+    x,
+    p,
+    num_heads,
+    *,
+    post_ln=False,
+    residual=True,
+    causal=True,
+    add_to_normed=False,
+    scale_by_width=False,
+    act=F.gelu,
+    shared_ln=False,
+):
+    d = x.shape[-1]
+
+    def ln(z, i):
+        i = 1 if shared_ln else i
+        return F.layer_norm(z, (d,), p[f"ln_{i}.weight"], p[f"ln_{i}.bias"])  # (B, N, D)
+
+    def attn(h):
+        q = split_heads(h @ p["W_Q"], num_heads)  # (B, H, N, d_h)
+        k = split_heads(h @ p["W_K"], num_heads)  # (B, H, N, d_h)
+        v = split_heads(h @ p["W_V"], num_heads)  # (B, H, N, d_h)
+        scale = 1.0 / math.sqrt(d) if scale_by_width else None
+        o, _ = scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        return merge_heads(o) @ p["W_O"]  # (B, N, D)
+
+    def mlp(h):
+        return act(h @ p["W_1"]) @ p["W_2"]  # (B, N, D)
+
+    if post_ln:
+        x = ln(x + attn(x), 1)  # (B, N, D)
+        return ln(x + mlp(x), 2)  # (B, N, D)
+    if not residual:
+        return mlp(ln(attn(ln(x, 1)), 2))  # (B, N, D)
+    if add_to_normed:
+        h = ln(x, 1)
+        x = h + attn(h)  # (B, N, D)
+        h = ln(x, 2)
+        return h + mlp(h)  # (B, N, D)
+    x = x + attn(ln(x, 1))  # (B, N, D)
+    return x + mlp(ln(x, 2))  # (B, N, D)
+
+
+def block_forward_reference(x: torch.Tensor, params: dict, num_heads: int) -> torch.Tensor:
+    return _block(x, params, num_heads)  # (B, N, D)
+
+
+def _block_case(rng, name, b, n, d, h, d_ff):
+    p = {
+        "ln_1.weight": 1.0 + 0.3 * _t(rng, d),
+        "ln_1.bias": 0.3 * _t(rng, d),
+        "W_Q": _t(rng, d, d, std=1 / math.sqrt(d)),
+        "W_K": _t(rng, d, d, std=1 / math.sqrt(d)),
+        "W_V": _t(rng, d, d, std=1 / math.sqrt(d)),
+        "W_O": _t(rng, d, d, std=1 / math.sqrt(d)),
+        "ln_2.weight": 1.0 + 0.3 * _t(rng, d),
+        "ln_2.bias": 0.3 * _t(rng, d),
+        "W_1": _t(rng, d, d_ff, std=1 / math.sqrt(d)),
+        "W_2": _t(rng, d_ff, d, std=1 / math.sqrt(d_ff)),
+    }
+    return Case(name, (_t(rng, b, n, d, std=2.0), p, h))
+
+
+def _block_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            _block_case(rng, "B=1, N=4, D=8, 2 heads, d_ff=32", 1, 4, 8, 2, 32),
+            _block_case(rng, "B=2, N=6, D=12, 3 heads, d_ff=20", 2, 6, 12, 3, 20),
+        ]
+    return [
+        _block_case(rng, "one token (it sees only itself)", 2, 1, 8, 2, 16),
+        _block_case(rng, "one head", 1, 5, 6, 1, 12),
+        _block_case(rng, "B=3, N=9, D=16, 4 heads, d_ff=64", 3, 9, 16, 4, 64),
+    ]
+
+
+register(
+    Exercise(
+        id="07.2",
+        title="one pre-LayerNorm Transformer block",
+        points=2,
+        target="block_forward",
+        cases=_block_cases,
+        reference=block_forward_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "you normalised after the residual addition (post-LN, x = LN(x + f(x)), the original "
+            "Transformer's order). A pre-LN block normalises the sub-layer's *input* and adds "
+            "its output to the un-normalised stream: x = x + f(LN(x)).": partial(
+                _block, post_ln=True
+            ),
+            "you added the sub-layer's output to LN(x) instead of x: h = LN(x); x = h + f(h) "
+            "normalises the residual stream itself. Keep x as it is: x = x + f(LN(x)).": partial(
+                _block, add_to_normed=True
+            ),
+            "your block has no residual connections: x = f(LN(x)) forgets x. Each sub-layer "
+            "*adds* to the stream: x = x + attn(LN_1(x)), then x = x + mlp(LN_2(x)).": partial(
+                _block, residual=False
+            ),
+            "your attention is not causal: token n must not see tokens after it (is_causal=True, "
+            "or the lower-triangular mask).": partial(_block, causal=False),
+            "you scaled the scores by 1/sqrt(D) (the model width): each head compares vectors "
+            "of size d_h = D / num_heads, so divide by sqrt(d_h).": partial(
+                _block, scale_by_width=True
+            ),
+            "your MLP uses ReLU; this block uses GELU (torch.nn.functional.gelu, the exact "
+            "erf form).": partial(_block, act=F.relu),
+            "you used ln_1's weight and bias for both LayerNorms: the MLP has its own, ln_2.": partial(
+                _block, shared_ln=True
+            ),
+        },
+        hint="x = x + attn(LN_1(x)); x = x + W_2-projection of gelu(LN_2(x) @ W_1); attn = causal "
+        "multi-head attention with heads split from x @ W_Q etc., merged, then @ W_O.",
+    )
+)
+
+
+# --------------------------------------------------------------------------- 07.3 top-k
+
+
+def top_k_probs_reference(logits: torch.Tensor, k: int | None, temperature: float) -> torch.Tensor:
+    return top_k_probs(logits, k, temperature)  # (B, V)
+
+
+def _topk(logits, k, temperature, *, times=False, renorm=True, keep=None, largest=True):
+    z = logits * temperature if times else logits / temperature  # (B, V)
+    kk = z.shape[-1] if k is None else min(int(k), z.shape[-1])
+    kk = kk if keep is None else max(1, min(z.shape[-1], kk + keep))
+    idx = torch.topk(z, kk, dim=-1, largest=largest).indices  # (B, kk)
+    kept = torch.zeros_like(z, dtype=torch.bool).scatter(-1, idx, True)  # (B, V)
+    if renorm:
+        return torch.softmax(z.masked_fill(~kept, float("-inf")), dim=-1)  # (B, V)
+    return torch.softmax(z, dim=-1) * kept  # (B, V)
+
+
+def _topk_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("B=2, V=10, k=3, temperature 0.7", (_t(rng, 2, 10, std=2.0), 3, 0.7)),
+            Case("B=3, V=8, k=2, temperature 2.0", (_t(rng, 3, 8, std=2.0), 2, 2.0)),
+        ]
+    return [
+        Case("k=1: all the mass on the arg max", (_t(rng, 2, 9), 1, 1.0)),
+        Case("k=None: no filtering, only the temperature", (_t(rng, 2, 12), None, 0.5)),
+        Case("k = V: no filtering", (_t(rng, 1, 6), 6, 1.3)),
+        Case("V=97, k=10, temperature 0.8", (_t(rng, 4, 97, std=3.0), 10, 0.8)),
+    ]
+
+
+register(
+    Exercise(
+        id="07.3",
+        title="the top-k sampling distribution",
+        points=1,
+        target="top_k_probs",
+        cases=_topk_cases,
+        reference=top_k_probs_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "you multiplied the logits by the temperature: divide them, z / temperature, so that a low "
+            "temperature sharpens the distribution.": partial(_topk, times=True),
+            "you zeroed the other tokens' probabilities after the softmax without renormalising: "
+            "the result does not sum to 1. Set the other logits to -inf *before* the softmax.": partial(
+                _topk, renorm=False
+            ),
+            "you kept one token too few (k-1): a strict '>' against the k-th largest logit drops "
+            "the k-th itself. Keep every logit >= the k-th largest.": partial(_topk, keep=-1),
+            "you kept one token too many (k+1): keep exactly the k largest logits.": partial(
+                _topk, keep=1
+            ),
+            "you kept the k *smallest* logits: torch.topk(..., largest=True) (the default) gives "
+            "the largest.": partial(_topk, largest=False),
+        },
+        hint="z = logits / temperature; kth = torch.topk(z, k).values[..., -1:]; set z < kth to "
+        "-inf; softmax over the last axis. k=None keeps everything.",
+    )
+)
+
+
+# --------------------------------------------------------------------------- 07.4 RoPE decode
+
+
+def rope_decode_step_reference(q_new, k_new, v_new, k_cache, v_cache):
+    t = k_cache.shape[-2]  # tokens cached so far: the new token sits at position t
+    pos = torch.tensor([t])  # (1,)
+    q = apply_rope(q_new, pos)  # (B, H, 1, d)
+    k_all = torch.cat([k_cache, apply_rope(k_new, pos)], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
+    v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
+    g = q_new.shape[1] // k_all.shape[1]
+    out, _ = scaled_dot_product_attention(q, repeat_kv(k_all, g), repeat_kv(v_all, g))
+    return out, k_all, v_all  # (B, H, 1, d), (B, Hkv, Nk, d), (B, Hkv, Nk, d)
+
+
+def _decode(
+    q_new,
+    k_new,
+    v_new,
+    k_cache,
+    v_cache,
+    *,
+    shift=0,
+    from_zero=False,
+    store_raw=False,
+    rotate_v=False,
+    rerotate=False,
+    only_q=False,
+):
+    t = k_cache.shape[-2]
+    pos = torch.tensor([0 if from_zero else t + shift])  # (1,)
+    q = apply_rope(q_new, pos)  # (B, H, 1, d)
+    k_rot = k_new if only_q else apply_rope(k_new, pos)  # (B, Hkv, 1, d)
+    v = apply_rope(v_new, pos) if rotate_v else v_new  # (B, Hkv, 1, d)
+    k_all = torch.cat([k_cache, k_rot], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
+    if rerotate:  # the whole cache rotated once more, by positions 0..past
+        k_all = apply_rope(k_all)  # (B, Hkv, Nk, d), Nk = past + 1
+    v_all = torch.cat([v_cache, v], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
+    g = q_new.shape[1] // k_all.shape[1]
+    out, _ = scaled_dot_product_attention(q, repeat_kv(k_all, g), repeat_kv(v_all, g))
+    if store_raw:
+        k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, Nk, d): the unrotated key stored
+    return out, k_all, v_all
+
+
+def _rope_case(rng, name, b, h, h_kv, t, d):
+    pos = torch.arange(t)  # (past,) the cached keys were rotated at their own positions
+    k_cache = apply_rope(_t(rng, b, h_kv, t, d), pos)  # (B, Hkv, past, d)
+    return Case(
+        name,
+        (
+            _t(rng, b, h, 1, d),
+            _t(rng, b, h_kv, 1, d),
+            _t(rng, b, h_kv, 1, d),
+            k_cache,
+            _t(rng, b, h_kv, t, d),
+        ),
+    )
+
+
+def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            _rope_case(rng, "MHA: 2 heads, 3 cached tokens, d=4", 1, 2, 2, 3, 4),
+            _rope_case(rng, "GQA: 4 query heads, 2 KV heads, 6 cached tokens, d=8", 2, 4, 2, 6, 8),
+        ]
+    return [
+        _rope_case(rng, "the first token: an empty cache (position 0)", 2, 2, 1, 0, 4),
+        _rope_case(rng, "MQA, 40 cached tokens, d=16", 1, 4, 1, 40, 16),
+        _rope_case(rng, "GQA 6 query heads, 3 KV heads, 11 cached tokens", 2, 6, 3, 11, 6),
+    ]
+
+
+register(
+    Exercise(
+        id="07.4",
+        title="one cached decoding step with rotary positions",
+        points=2,
+        target="rope_decode_step",
+        cases=_rope_cases,
+        reference=rope_decode_step_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "you rotated the new token at position 0: apply_rope on a one-token tensor defaults "
+            "to positions 0..N-1 = [0]. With past = k_cache.shape[-2] tokens cached the new token "
+            "is at position past: pass positions=torch.tensor([past]).": partial(
+                _decode, from_zero=True
+            ),
+            "your position is off by one (past + 1): positions count from 0, so with past cached "
+            "tokens (positions 0..past-1) the new one is at position past.": partial(
+                _decode, shift=1
+            ),
+            "your position is off by one (past - 1): that is the last *cached* token's position; "
+            "the new token comes after it, at position past = k_cache.shape[-2].": partial(
+                _decode, shift=-1
+            ),
+            "you stored the new key unrotated: the cache holds rotated keys (each at its own "
+            "position), so that no cached key ever needs rotating again. Append the rotated "
+            "k_new.": partial(_decode, store_raw=True),
+            "you rotated the whole cache again: the cached keys are already rotated. Rotate only "
+            "the new query and key.": partial(_decode, rerotate=True),
+            "you rotated the query but not the new key: RoPE rotates both q and k (the score then "
+            "depends on their offset only).": partial(_decode, only_q=True),
+            "you rotated the value: RoPE acts on queries and keys only; values are not rotated.": partial(
+                _decode, rotate_v=True
+            ),
+        },
+        hint="past = k_cache.shape[-2]; pos = torch.tensor([past]); rotate q_new and k_new with "
+        "apply_rope(..., pos); append the rotated key and v_new; repeat KV heads; attend "
+        "without a mask; return (out, k_all, v_all).",
+    )
+)
+
+
+# --------------------------------------------------------------------------- 07.5 induction
+
+
+def induction_score_reference(weights: torch.Tensor, period: int) -> torch.Tensor:
+    return induction_scores(weights, period)  # (H,)
+
+
+def _ind(weights, period, *, key_shift=1, one_query_early=False, transpose=False, over_heads=False):
+    w = weights.transpose(-2, -1) if transpose else weights
+    n = w.shape[-1]
+    start = period - 1 if one_query_early else period
+    queries = torch.arange(start, n)  # (n_q,)
+    keys = queries - period + key_shift  # (n_q,)
+    s = w[:, :, queries, keys]  # (B, H, n_q)
+    return s.mean() if over_heads else s.mean(dim=(0, 2))
+
+
+def _causal_weights(rng, b, h, n, std=2.0):
+    scores = _t(rng, b, h, n, n, std=std)  # (B, H, N, N)
+    mask = torch.ones(n, n, dtype=torch.bool).tril()  # (N, N)
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (B, H, N, N)
+
+
+def _planted(rng, b, h, period, copies=2):
+    """Random causal weights whose head 0 is a perfect induction head."""
+    n = copies * period
+    w = _causal_weights(rng, b, h, n)  # (B, H, N, N)
+    q = torch.arange(period, n)  # (N-period,)
+    w[:, 0, q] = 0.0
+    w[:, 0, q, q - period + 1] = 1.0
+    return w
+
+
+def _ind_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case(
+                "random causal weights, B=2, 3 heads, period 4 (N=8)",
+                (_causal_weights(rng, 2, 3, 8), 4),
+            ),
+            Case(
+                "head 0 is a perfect induction head, period 5 (N=10)", (_planted(rng, 1, 2, 5), 5)
+            ),
+        ]
+    return [
+        Case("three copies: N=12, period 4", (_planted(rng, 2, 3, 4, copies=3), 4)),
+        Case("period 1: every token repeats the one before", (_causal_weights(rng, 1, 2, 6), 1)),
+        Case("B=3, 4 heads, period 7", (_causal_weights(rng, 3, 4, 14), 7)),
+    ]
+
+
+register(
+    Exercise(
+        id="07.5",
+        title="the induction score of each head",
+        points=1,
+        target="induction_score",
+        cases=_ind_cases,
+        reference=induction_score_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        mistakes={
+            "you measured the weight on key n - period, the previous occurrence of the current "
+            "token itself (a 'duplicate-token' head). An induction head looks one further, at "
+            "n - period + 1: the token that *followed* the previous occurrence.": partial(
+                _ind, key_shift=0
+            ),
+            "you also averaged over the query n = period - 1, whose key n - period + 1 = 0 is not "
+            "an earlier occurrence of anything yet: start at query n = period.": partial(
+                _ind, one_query_early=True
+            ),
+            "you read weights[..., key, query]: the weights are [B, H, query, key], each row a "
+            "query's distribution over the keys.": partial(_ind, transpose=True),
+            "you averaged over the heads too: return one score per head, shape [H].": partial(
+                _ind, over_heads=True
+            ),
+        },
+        hint="queries n = period .. N-1, keys n - period + 1; weights[:, :, queries, keys] has "
+        "shape [B, H, N - period]; average over the batch and the queries.",
+    )
+)
+
+
+# --------------------------------------------------------------------------- 07.6 schedule
+
+
+def lr_schedule_reference(
+    num_steps: int, max_lr: float, min_lr: float, warmup_steps: int
+) -> np.ndarray:
+    return lr_schedule(num_steps, max_lr, min_lr, warmup_steps)  # (num_steps,)
+
+
+def _sched(
+    num_steps,
+    max_lr,
+    min_lr,
+    warmup_steps,
+    *,
+    warm_from_zero=False,
+    span_shift=0,
+    to_zero=False,
+    whole_run=False,
+    linear=False,
+):
+    out = []
+    lo = 0.0 if to_zero else min_lr
+    for s in range(num_steps):
+        if s < warmup_steps:
+            out.append(max_lr * (s if warm_from_zero else s + 1) / warmup_steps)
+            continue
+        if whole_run:
+            progress = s / max(num_steps - 1, 1)
+        else:
+            progress = (s - warmup_steps) / max(num_steps - 1 - warmup_steps + span_shift, 1)
+        progress = min(progress, 1.0)
+        if linear:
+            out.append(max_lr - (max_lr - lo) * progress)
+        else:
+            out.append(lo + 0.5 * (max_lr - lo) * (1 + math.cos(math.pi * progress)))
+    return np.array(out)
+
+
+def _sched_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("10 steps, 3 of warm-up, from 1e-2 down to 1e-3", (10, 1e-2, 1e-3, 3)),
+            Case("50 steps, 5 of warm-up, 3e-3 down to 3e-4", (50, 3e-3, 3e-4, 5)),
+        ]
+    s = int(rng.integers(100, 400))
+    return [
+        Case("no warm-up: starts at max_lr", (20, 1e-3, 1e-4, 0)),
+        Case(f"{s} steps, 30 of warm-up", (s, 6e-4, 6e-5, 30)),
+        Case("2 steps after 1 of warm-up", (3, 1.0, 0.5, 1)),
+    ]
+
+
+register(
+    Exercise(
+        id="07.6",
+        title="warm-up and cosine decay",
+        points=1,
+        target="lr_schedule",
+        cases=_sched_cases,
+        reference=lr_schedule_reference,
+        atol=1e-12,
+        rtol=1e-9,
+        mistakes={
+            "your warm-up starts at 0: step 0 then does not move the weights at all. Use "
+            "max_lr * (s + 1) / warmup_steps, so step warmup_steps - 1 reaches max_lr.": partial(
+                _sched, warm_from_zero=True
+            ),
+            "your cosine never reaches min_lr: it spans num_steps - warmup_steps steps, one too "
+            "many. The last step (s = num_steps - 1) must give exactly min_lr: divide by "
+            "num_steps - 1 - warmup_steps.": partial(_sched, span_shift=1),
+            "you decay to 0 instead of min_lr: the cosine goes from max_lr to min_lr.": partial(
+                _sched, to_zero=True
+            ),
+            "your cosine starts at step 0, not after the warm-up: use the progress "
+            "(s - warmup_steps) / (num_steps - 1 - warmup_steps), which is 0 right after the "
+            "warm-up.": partial(_sched, whole_run=True),
+            "you decay linearly; the schedule is a half cosine: "
+            "min_lr + (max_lr - min_lr) * (1 + cos(pi * progress)) / 2.": partial(
+                _sched, linear=True
+            ),
+        },
+        hint="for s < W: max_lr * (s+1) / W; else progress = (s - W) / (num_steps - 1 - W) and "
+        "min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * progress)).",
+    )
+)
