@@ -105,6 +105,7 @@ def kernel_env(threads: int, private_dir: Path) -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": str(threads),
         }
     )
+    env.setdefault("COURSE_BUDGET", "ci")  # training cells: the short budget (see sandbox.py)
     env.pop("JPY_PARENT_PID", None)
     env.pop("JUPYTER_PATH", None)
     return env

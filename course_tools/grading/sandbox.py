@@ -453,6 +453,9 @@ def kernel_env(threads: int, hide: list[str | Path] = ()) -> dict[str, str]:
         }
     )
     env.setdefault("LANG", "C.UTF-8")
+    # The course's training cells run on the short budget: grading needs their state, not
+    # the quality of a long run (an instructor's own COURSE_BUDGET is kept).
+    env.setdefault("COURSE_BUDGET", "ci")
     return env
 
 
