@@ -85,3 +85,18 @@ def pytest_terminal_summary(terminalreporter):
     }
     (OUTPUT / "notebook_times.json").write_text(json.dumps(report, indent=2) + "\n")
     tr.write_line(f"(written to {OUTPUT / 'notebook_times.json'})")
+
+
+def pytest_configure(config):
+    """`pytest -n 2 --nbval-lax notebooks` must keep each notebook on one worker: its
+    cells share one kernel, so xdist's default (spread tests over workers) would run a
+    notebook's later cells where its first never ran. Unless `--dist` was given, `-n`
+    distributes whole files (`--dist loadfile`). A hook rather than `addopts`, so that
+    `-p no:xdist` and machines without pytest-xdist keep working."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    given = any(
+        a == "-d" or a == "--dist" or a.startswith("--dist=") for a in config.invocation_params.args
+    )
+    if not given and getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadfile"

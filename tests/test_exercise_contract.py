@@ -11,7 +11,7 @@ import pytest
 
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.core import PLACEHOLDER_MARK, all_exercises, get_exercise
-from course_tools.grading.results import harvest, score
+from course_tools.grading.results import grader_cases, harvest, score, write_inputs
 
 IDS = sorted(all_exercises())
 
@@ -79,9 +79,11 @@ def test_a_blank_exercise_says_not_implemented(ex_id, capsys):
 @pytest.mark.parametrize("ex_id", IDS)
 def test_grader_protocol_round_trip(ex_id, tmp_path):
     ex = get_exercise(ex_id)
-    harvest(ex_id, ex.reference, seed=7, out_dir=tmp_path / "ok")
-    verdict = score(ex_id, seed=7, out_dir=tmp_path / "ok")
+    cases = grader_cases(ex_id, 7)  # the grader's cases; only their inputs reach the kernel
+    write_inputs(cases, tmp_path / "inputs.pkl")
+    harvest(ex_id, ex.reference, tmp_path / "inputs.pkl", tmp_path / "ok")
+    verdict = score(ex_id, cases, tmp_path / "ok")
     assert verdict.status == "passed" and verdict.points == ex.points
     for i, wrong in enumerate(ex.mistakes.values()):
-        harvest(ex_id, wrong, seed=7, out_dir=tmp_path / f"w{i}")
-        assert score(ex_id, seed=7, out_dir=tmp_path / f"w{i}").status == "failed"
+        harvest(ex_id, wrong, tmp_path / "inputs.pkl", tmp_path / f"w{i}")
+        assert score(ex_id, cases, tmp_path / f"w{i}").status == "failed"

@@ -20,13 +20,16 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import zipfile
 from pathlib import Path
 
+import nbformat
 import pytest
+from grading_lab import sandbox_flags
 
 from course_tools.grading import cli
 from course_tools.grading.collect import collect
@@ -51,7 +54,7 @@ from course_tools.grading.worker import results_problem, sign, verify
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
 SEED = 20240611
-CELL_TIMEOUT = 10  # for learner cells only; the loops hit it, nothing else comes close
+CELL_TIMEOUT = 6  # for learner cells (and course cells after them); only the loops hit it
 
 pytestmark = pytest.mark.slow
 
@@ -295,7 +298,38 @@ def _variants() -> dict[str, tuple[bytes, str]]:
         v["tamper_forge.ipynb"] = (_with_solution(TAMPER_FORGE), "failed")
         v["daemon.ipynb"] = (_with_solution(DAEMON), "failed")
     v["copy_reference.ipynb"] = (_with_solution(COPY_REFERENCE), "passed")
+    # --- the notebook and the grader agree: code in cells the learner added counts
+    nb = _nb("exercises")  # the placeholder left in the tagged cell, the answer below it
+    sol = _cell(nb, "solution")
+    nb["cells"].insert(nb["cells"].index(sol) + 1, _added(CORRECT, "learner-1"))
+    v["solution_in_new_cell.ipynb"] = (_dump(nb), "passed")
+    nb = _nb()  # a helper defined in a cell added above the solution cell
+    sol = _cell(nb, "solution")
+    sol["source"] = "def softmax(x):\n    return _stable_softmax(x)\n"
+    helper = CORRECT.replace("def softmax(x):", "def _stable_softmax(x):")
+    nb["cells"].insert(nb["cells"].index(sol), _added(helper, "learner-2"))
+    v["helper_in_new_cell.ipynb"] = (_dump(nb), "passed")
+    nb = _nb()  # a wrong answer in the tagged cell, fixed in a cell added below the check
+    _cell(nb, "solution")["source"] = NAIVE
+    chk = _cell(nb, "check")
+    nb["cells"].insert(nb["cells"].index(chk) + 1, _added(CORRECT, "learner-3"))
+    # ... and the learner's edit of a course cell is not used (the course's own copy is)
+    setup = next(c for c in nb["cells"] if "env.setup()" in "".join(c["source"]))
+    setup["source"] = "".join(setup["source"]) + "\nnp.exp = lambda x: 0 * x\n"
+    v["fixed_below_the_check.ipynb"] = (_dump(nb), "passed")
     return v
+
+
+def _added(source: str, cell_id: str) -> dict:
+    """A code cell the learner added (a new id, no course metadata)."""
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": cell_id,
+        "metadata": {},
+        "outputs": [],
+        "source": source,
+    }
 
 
 def _zip_bytes() -> bytes:
@@ -314,7 +348,7 @@ def _zip_bytes() -> bytes:
 ZIP_EXPECT = {
     "subs/export.zip/alice/00_setup.ipynb": "passed",
     "subs/export.zip/bob/00_setup.ipynb": "missing",
-    "subs/export.zip/escape/00_setup.ipynb": "error",
+    "subs/export.zip/(up)/(up)/escape/00_setup.ipynb": "error",
 }
 ODD_NAMES = ["esc\x1b]0;owned\x07\x1b[2J.ipynb", "a?.ipynb", "a*.ipynb", "ünï 日本.ipynb"]
 SERIAL_SUBSET = [
@@ -345,6 +379,8 @@ def _grade(inputs: list[Path], out: Path, *extra: str, integrity: bool = False) 
     # Other tests (and, while developing, other people) may edit course files while these
     # runs go on; the integrity check has a test of its own below.
     flags = [] if integrity else ["--no-integrity-check"]
+    if "--unsafe-no-sandbox" not in extra:
+        flags += sandbox_flags()
     t0 = time.monotonic()
     code = cli.main(
         [*map(str, inputs), "--out", str(out), "--seed", str(SEED), "--quiet", *flags, *extra]
@@ -431,6 +467,7 @@ def adversarial(tmp_path_factory):
         "4",
     )
     run.update(variants=variants, before=before, after=_hashes(subs), subs=subs, base=base)
+    run["sandboxed"] = not sandbox_flags()
     return run
 
 
@@ -575,6 +612,23 @@ def test_loops_exits_and_crashes_are_reported(adversarial):
     assert os.path.getsize(feedback_path(adversarial["out"], "subs/huge_output.ipynb")) < 20_000
 
 
+def test_code_in_added_cells_counts_as_in_the_notebook(adversarial):
+    """What the learner's own run of the notebook checks is what the grader grades: an
+    answer written below the placeholder, a helper in a cell of its own (both pass the
+    notebook's check too), the last definition of the function."""
+    from nbclient import NotebookClient
+
+    for name in ("solution_in_new_cell.ipynb", "helper_in_new_cell.ipynb"):
+        nb = nbformat.reads(adversarial["variants"][name][0].decode(), as_version=4)
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()  # raises if ✗
+        assert "✓ Exercise 00.1" in "".join(
+            o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
+        )
+        assert _row(adversarial, f"subs/{name}")["status"] == "passed"
+    fb = _feedback(adversarial, "subs/fixed_below_the_check.ipynb")
+    assert "that last definition was checked" in fb
+
+
 def test_tampering_earns_nothing(adversarial):
     for name in (
         "tamper_patch.ipynb",
@@ -592,10 +646,10 @@ def test_suspicious_code_is_flagged_for_review(adversarial):
     review = (adversarial["out"] / "review.csv").read_text(encoding="utf-8")
     for name in ("copy_reference", "tamper_patch", "tamper_fake_results", "tamper_silence"):
         assert f"subs/{name}.ipynb" in review, review
-    solved = [line for line in review.splitlines() if line.startswith("subs/solved.ipynb,")]
-    assert len(solved) == 1 and "identical to the course's own solution" in solved[0], review
-    if "tamper_forge.ipynb" in adversarial["variants"]:
-        assert "forged" in review
+    # the course's own answer to 00.1 is three lines the statement dictates: not a "copy"
+    assert not [line for line in review.splitlines() if line.startswith("subs/solved.ipynb,")]
+    if "tamper_forge.ipynb" in adversarial["variants"] and not adversarial["sandboxed"]:
+        assert "forged" in review  # (in the sandbox, the grader's pipes are out of reach)
     # review notes are for the instructor, not in the learner's feedback
     assert "reference implementation" not in _feedback(adversarial, "subs/copy_reference.ipynb")
 
@@ -648,7 +702,19 @@ def test_a_kernel_that_edits_the_course_is_caught(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "sneaky.ipynb").write_bytes(_with_solution(attack))
-    run = _grade([subs], tmp_path / "out", "--course", str(course), integrity=True)
+    # Without the sandbox (there the course is not even visible to the kernel), the
+    # integrity check is what notices. Compile the course's packages first, so that no
+    # other process has a .pyc left to write while this run watches them.
+    import compileall
+
+    import course_lib
+    import course_tools
+
+    for pkg in (course_lib, course_tools):
+        compileall.compile_dir(Path(pkg.__file__).parent, quiet=2)
+    run = _grade(
+        [subs], tmp_path / "out", "--course", str(course), "--unsafe-no-sandbox", integrity=True
+    )
     assert run["code"] == 3
     row = _row(run, "subs/sneaky.ipynb")
     assert row["status"] == "error" and float(row["points"]) == 0
@@ -666,7 +732,7 @@ def test_collect_reads_folders_and_zips_without_escaping(tmp_path):
     subs = collect([tmp_path / "a", tmp_path / "e.zip", tmp_path / "nope.ipynb"])
     ids = [s.id for s in subs]
     assert ids == sorted(ids)
-    assert "a/x.ipynb" in ids and "e.zip/escape/00_setup.ipynb" in ids
+    assert "a/x.ipynb" in ids and "e.zip/(up)/(up)/escape/00_setup.ipynb" in ids
     assert not any(".." in i or "MACOSX" in i for i in ids)
     assert next(s for s in subs if s.id.endswith("nope.ipynb")).data is None
 
@@ -737,11 +803,14 @@ def test_gradebook_rows_are_sorted_and_atomic(tmp_path):
 def test_no_process_outlives_grading(adversarial):
     """A process that left the kernel's group (setsid) is stopped before results are
     written, so it cannot edit the gradebook afterwards."""
-    pid = int((adversarial["base"] / "daemon.pid").read_text())
     time.sleep(2)  # it would have written by now
+    assert "HACKED" not in (adversarial["out"] / "grades.csv").read_text(encoding="utf-8")
+    if adversarial["sandboxed"]:  # it could not even write its pid outside the sandbox
+        assert not (adversarial["base"] / "daemon.pid").exists()
+        return
+    pid = int((adversarial["base"] / "daemon.pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert "HACKED" not in (adversarial["out"] / "grades.csv").read_text(encoding="utf-8")
 
 
 def test_odd_file_names_are_graded_and_shown_safely(adversarial):
@@ -796,9 +865,13 @@ def test_feedback_is_plain_text_whatever_the_learner_prints():
             ],
         }
     )
-    assert "\x1b" not in md and "<script" not in md and "\u202e" not in md
-    assert "\n## Exercise 00.1 — ✅" not in md and "\\## Exercise" in md
-    assert md.count("`") == 2  # the submission's name cannot close its code span
+    assert "\x1b" not in md and "\u202e" not in md
+    mistune = pytest.importorskip("mistune")
+    html = mistune.html(md)
+    assert "<script" not in html and "&lt;script" in html  # shown as text, never run
+    heads = re.findall(r"<h2[^>]*>(.*?)</h2>", html)  # the grader's own headings only
+    assert heads == ["Notes", "Exercise 00.1: t — ❌ failed (0 / 1)"], heads
+    assert "<code>s?.ipynb`x</code>" in html  # the name cannot close its code span
 
 
 def test_feedback_never_leaves_the_output_folder(tmp_path):
@@ -865,10 +938,10 @@ def test_review_flags_frames_files_and_copies():
     assert "reads files" in found and "course's library" in found
     course = Course.load(ROOT)
     nb, _ = parse_notebook((ROOT / "solutions/00_setup.ipynb").read_bytes())
-    plan = rebuild(nb, "00_setup", course, 1, {"00.1": "/nonexistent"})
-    assert plan.flags == {"00.1": ["the solution cell is identical to the course's own solution"]}
+    plan = rebuild(nb, "00_setup", course, {"00.1": "/nonexistent"})
+    assert plan.flags == {}  # three lines the statement dictates: no copy flag
     nb, _ = parse_notebook(_with_solution(CORRECT))
-    assert rebuild(nb, "00_setup", course, 1, {"00.1": "/nonexistent"}).flags == {}
+    assert rebuild(nb, "00_setup", course, {"00.1": "/nonexistent"}).flags == {}
 
 
 def test_a_notebook_without_any_metadata_is_read():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +12,18 @@ import pytest
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.ch00 import softmax_reference
 from course_tools.grading import results
-from course_tools.grading.results import harvest, score
+from course_tools.grading.results import grader_cases, harvest, score, write_inputs
+
+
+def _harvest(ex_id, fn, seed, out_dir, fingerprint=""):
+    """What the grader and a harvest cell do together: the grader writes the inputs of its
+    cases, the kernel runs the function on them; returns the grader's own cases."""
+    cases = grader_cases(ex_id, seed, fingerprint)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_inputs(cases, out / "inputs.pkl")
+    harvest(ex_id, fn, out / "inputs.pkl", out)
+    return cases
 
 
 def softmax_ok(x):
@@ -18,39 +31,99 @@ def softmax_ok(x):
 
 
 def test_harvest_then_score_passes_a_correct_function(tmp_path):
-    harvest("00.1", softmax_ok, seed=99, out_dir=tmp_path)
-    verdict = score("00.1", seed=99, out_dir=tmp_path)
+    cases = _harvest("00.1", softmax_ok, 99, tmp_path)
+    verdict = score("00.1", cases, tmp_path)
     assert verdict.status == "passed" and verdict.points == verdict.max_points == 1
+
+
+def test_only_inputs_reach_the_kernel(tmp_path):
+    cases = _harvest("00.1", softmax_ok, 99, tmp_path)
+    data = pickle.loads((tmp_path / "inputs.pkl").read_bytes())
+    assert [name for name, _, _ in data] == [c.name for c in cases]
+    for _, args, kwargs in data:  # arrays and numbers: no seed, no reference, no function
+        assert all(isinstance(a, np.ndarray) for a in args) and kwargs == {}
+
+
+def test_cases_depend_on_the_seed_and_the_code(tmp_path):
+    import numpy as np
+
+    def first(fp, seed=7):
+        return grader_cases("00.1", seed, fp)[-1].args[0]
+
+    assert np.array_equal(first("a"), first("a"))  # deterministic: re-runs agree
+    assert not np.array_equal(first("a"), first("b"))  # other code, other inputs
+    assert not np.array_equal(first("a", 7), first("a", 8))
 
 
 def test_score_judges_in_its_own_process_and_ignores_claims(tmp_path):
     def wrong(x):
         return np.zeros_like(x)
 
-    harvest("00.1", wrong, seed=5, out_dir=tmp_path)
+    cases = _harvest("00.1", wrong, 5, tmp_path)
     # A tampered record that claims success changes nothing: score recomputes everything.
     rec = json.loads((tmp_path / "00.1.json").read_text())
     rec["status"] = "passed"
     (tmp_path / "00.1.json").write_text(json.dumps(rec))
-    verdict = score("00.1", seed=5, out_dir=tmp_path)
+    verdict = score("00.1", cases, tmp_path)
     assert verdict.status == "failed" and verdict.points == 0
 
 
-def test_outputs_recorded_for_another_seed_fail(tmp_path):
-    harvest("00.1", softmax_ok, seed=1, out_dir=tmp_path)
-    assert score("00.1", seed=2, out_dir=tmp_path).status == "failed"
+def test_outputs_recorded_for_other_inputs_fail(tmp_path):
+    _harvest("00.1", softmax_ok, 1, tmp_path)
+    assert score("00.1", grader_cases("00.1", 2), tmp_path).status == "failed"
+
+
+def test_partial_credit_is_the_share_of_cases_passed(tmp_path):
+    def naive(x):  # right on small scores, NaN on the hidden large ones
+        e = np.exp(x)
+        return e / e.sum(axis=-1, keepdims=True)
+
+    cases = _harvest("00.1", naive, 5, tmp_path)
+    whole = score("00.1", cases, tmp_path)
+    part = score("00.1", cases, tmp_path, partial=True)
+    passed = sum(line.startswith("✓") for line in part.feedback)
+    assert whole.points == 0 and whole.status == part.status == "failed"
+    assert 0 < passed < len(cases)
+    assert part.points == round(part.max_points * passed / len(cases), 2)
 
 
 def test_missing_and_not_implemented_and_never_ran(tmp_path):
-    harvest("00.1", None, seed=3, out_dir=tmp_path / "a")
-    assert score("00.1", seed=3, out_dir=tmp_path / "a").status == "missing"
+    cases = _harvest("00.1", None, 3, tmp_path / "a")
+    assert score("00.1", cases, tmp_path / "a").status == "missing"
 
     def softmax(x):
         raise NotImplementedError("Exercise 00.1 is not implemented yet: replace this line")
 
-    harvest("00.1", softmax, seed=3, out_dir=tmp_path / "b")
-    assert score("00.1", seed=3, out_dir=tmp_path / "b").status == "missing"
-    assert score("00.1", seed=3, out_dir=tmp_path / "c").status == "error"
+    _harvest("00.1", softmax, 3, tmp_path / "b")
+    assert score("00.1", cases, tmp_path / "b").status == "missing"
+    assert score("00.1", cases, tmp_path / "c").status == "error"
+
+
+def test_nbgraders_placeholder_counts_as_not_started(tmp_path):
+    def softmax(x):  # what nbgrader's release writes in a solution region
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    cases = _harvest("00.1", softmax, 3, tmp_path)
+    assert score("00.1", cases, tmp_path).status == "missing"
+    report = check("00.1", softmax)
+    assert report.not_implemented and not report.passed
+
+    def torch_style(x):  # a real NotImplementedError, with a message: the learner's bug
+        raise NotImplementedError("max() is not implemented for complex tensors")
+
+    _harvest("00.1", torch_style, 3, tmp_path / "t")
+    assert score("00.1", cases, tmp_path / "t").status == "failed"
+
+
+def test_under_nbgrader_an_unstarted_check_fails(monkeypatch):
+    def softmax(x):
+        raise NotImplementedError("Exercise 00.1 is not implemented yet: replace this line")
+
+    assert check("00.1", softmax).not_implemented  # a note for the learner, no error
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")  # nbgrader validate sets it
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        check("00.1", softmax)
 
 
 def test_sys_exit_in_learner_code_fails_the_case_only(tmp_path):
@@ -61,25 +134,25 @@ def test_sys_exit_in_learner_code_fails_the_case_only(tmp_path):
 
     with pytest.raises(CheckFailed, match=r"sys.exit\(3\)"):
         check("00.1", softmax)
-    harvest("00.1", softmax, seed=4, out_dir=tmp_path)
-    assert score("00.1", seed=4, out_dir=tmp_path).status == "failed"
+    cases = _harvest("00.1", softmax, 4, tmp_path)
+    assert score("00.1", cases, tmp_path).status == "failed"
 
 
 def test_a_planted_fifo_is_refused_not_read(tmp_path):
     import os
 
-    harvest("00.1", softmax_ok, seed=8, out_dir=tmp_path)
+    cases = _harvest("00.1", softmax_ok, 8, tmp_path)
     (tmp_path / "00.1.npz").unlink()
     os.mkfifo(tmp_path / "00.1.npz")
-    verdict = score("00.1", seed=8, out_dir=tmp_path)
+    verdict = score("00.1", cases, tmp_path)
     assert verdict.status == "error" and "not a regular file" in verdict.feedback[0]
 
 
 def test_a_compressed_bomb_is_refused_before_it_is_unpacked(tmp_path, monkeypatch):
-    harvest("00.1", softmax_ok, seed=8, out_dir=tmp_path)
+    cases = _harvest("00.1", softmax_ok, 8, tmp_path)
     npz = tmp_path / "00.1.npz"
     np.savez_compressed(npz, c0=np.zeros(2**20))  # 8 MiB of zeros, a few KiB on disk
     monkeypatch.setattr(results, "MAX_RESULT_BYTES", 2**20)  # the real limit is 256 MiB
     assert npz.stat().st_size < 2**20
-    verdict = score("00.1", seed=8, out_dir=tmp_path)
+    verdict = score("00.1", cases, tmp_path)
     assert verdict.status == "error" and "unpacks to" in verdict.feedback[0]

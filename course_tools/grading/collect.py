@@ -1,12 +1,16 @@
 """Find the submitted notebooks: files, folders and zip archives (as platforms export them).
 
 Everything is read, nothing is written or extracted: a submission is its bytes plus a
-stable, human-readable id (``folder/alice/00_setup.ipynb``, ``export.zip/bob/01_rnn.ipynb``)
-that names it in the gradebook and places its feedback file.
+stable, human-readable id that names it in the gradebook and places its feedback file.
+An id is the submission's path relative to the folder that holds all the inputs, so
+``course-grade class/*/02_qkv_attention.ipynb`` names rows ``alice/02_qkv_attention.ipynb``,
+``bob/02_qkv_attention.ipynb``; a folder keeps its own name (``subs/alice.ipynb``) and an
+archive's entries are named inside it (``export.zip/bob/01_rnn.ipynb``).
 """
 
 from __future__ import annotations
 
+import os
 import unicodedata
 import zipfile
 from collections.abc import Callable
@@ -57,6 +61,7 @@ class Submission:
     problem: str = ""
     loader: Callable[[], bytes] | None = field(default=None, repr=False)
     link: str = ""
+    size: int = 0  # bytes on disk (or unpacked, for an archive's entry), when known
 
     def read(self) -> bytes | None:
         if self.problem:
@@ -78,13 +83,23 @@ def _skip(parts: tuple[str, ...]) -> bool:
     return any(p in _SKIP_PARTS or p.startswith("._") for p in parts)
 
 
+UP, ROOT = "(up)", "(root)"
+
+
 def _clean_parts(name: str) -> list[str]:
-    """Path components that are safe to reuse under an output folder (no '..', no root)."""
+    """An archive entry's path components, safe to reuse under an output folder: ``..``
+    becomes ``(up)`` and a leading ``/`` or drive ``(root)``, so that ``../bob/02.ipynb``
+    can never take the id (or the feedback file) of the entry ``bob/02.ipynb``."""
     parts = []
     for p in PurePosixPath(name.replace("\\", "/")).parts:
-        if p in ("", ".", "..", "/") or p.endswith(":"):
+        if p in ("", "."):
             continue
-        parts.append(p)
+        if p == "/" or p.endswith(":"):
+            parts.append(ROOT)
+        elif p == "..":
+            parts.append(UP)
+        else:
+            parts.append(p)
     return parts
 
 
@@ -114,7 +129,7 @@ def _read_file(path: Path, sub_id: str) -> Submission:
             return Submission(sub_id, name, None, "not a regular file", link=link)
     except OSError as err:
         return Submission(sub_id, name, None, f"could not read the file: {err}", link=link)
-    return Submission(sub_id, name, loader=lambda: _load_file(path), link=link)
+    return Submission(sub_id, name, loader=lambda: _load_file(path), link=link, size=size)
 
 
 def _load_member(path: Path, member: str) -> bytes:
@@ -154,30 +169,51 @@ def _from_zip(path: Path, prefix: str) -> list[Submission]:
             # read when graded (corrupt member, unsupported compression or a password then
             # give this submission an error row)
             out.append(
-                Submission(sub_id, name, loader=lambda m=info.filename: _load_member(path, m))
+                Submission(
+                    sub_id,
+                    name,
+                    loader=lambda m=info.filename: _load_member(path, m),
+                    size=info.file_size,
+                )
             )
+    return out
+
+
+def _prefixes(inputs: list[str | Path]) -> list[str]:
+    """Each input's id prefix: its path relative to the folder holding all the inputs."""
+    absolute = [os.path.abspath(str(p)) for p in inputs]
+    parents = [os.path.dirname(p.rstrip(os.sep)) or os.sep for p in absolute]
+    try:
+        common = os.path.commonpath(parents) if parents else os.sep
+    except ValueError:  # different drives (Windows): keep the paths as given
+        return [str(p) for p in inputs]
+    out = []
+    for p in absolute:
+        rel = os.path.relpath(p, common) if p != common else os.path.basename(p)
+        out.append(rel.replace(os.sep, "/"))
     return out
 
 
 def collect(inputs: list[str | Path]) -> list[Submission]:
     """All notebooks under ``inputs`` (files, folders searched recursively, .zip archives).
 
-    Ids are ``<input name>/<path inside it>`` for folders and zips and the file name for a
-    single notebook; a clash gets a `` (2)`` suffix. The order is sorted by id, so the
+    Ids are paths relative to the folder that holds every input (see the module's
+    docstring); the same file given twice gets `` (2)``. The order is sorted by id, so the
     gradebook's order never depends on the file system.
     """
     found: list[Submission] = []
-    for raw in inputs:
+    for raw, prefix in zip(inputs, _prefixes(inputs)):
         path = Path(raw)
-        label = _label(path.name or path.resolve().name or str(path))
+        label = "/".join(_label(p) for p in prefix.split("/") if p not in ("", "."))
+        label = label or _label(path.resolve().name or str(path))
         if not path.exists():
-            found.append(Submission(_label(str(raw)), label, None, "no such file or folder"))
+            found.append(Submission(_label(str(raw)), path.name, None, "no such file or folder"))
         elif path.is_dir():
             for nb in sorted(path.rglob("*")):
                 rel = nb.relative_to(path)
                 if _skip(rel.parts) or not nb.is_file():
                     continue
-                sub_id = _label("/".join([label, *rel.parts]))
+                sub_id = "/".join([label, *map(_label, rel.parts)])
                 if nb.suffix == ".ipynb":
                     found.append(_read_file(nb, sub_id))
                 elif nb.suffix == ".zip":
@@ -186,11 +222,32 @@ def collect(inputs: list[str | Path]) -> list[Submission]:
             found.extend(_from_zip(path, label))
         else:
             found.append(_read_file(path, label))
+    # ids are unique: the same input twice gets " (2)"; a clean id is never taken by a
+    # cleaned one (sorting puts the names as given first)
+    found.sort(key=lambda s: s.id)
     seen: set[str] = set()
-    for sub in found:  # ids are unique (two inputs with the same name, or cleaned names)
+    for sub in found:
         base, n = sub.id, 1
         while sub.id in seen:
             n += 1
             sub.id = f"{base} ({n})"
         seen.add(sub.id)
     return sorted(found, key=lambda s: s.id)
+
+
+def snapshot(subs: list[Submission], folder: Path) -> int:
+    """Copy every submission's bytes into ``folder`` (the grader's private scratch) before
+    any learner code runs, and read them from there: a kernel that overwrites a later
+    submission's file changes nothing. Returns the bytes copied."""
+    folder.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for i, sub in enumerate(subs):
+        data = sub.read()
+        if data is None:
+            continue
+        path = folder / f"{i:06d}.ipynb"
+        path.write_bytes(data)
+        path.chmod(0o400)
+        total += len(data)
+        sub.loader, sub._data = (lambda p=path: p.read_bytes()), None
+    return total

@@ -4,26 +4,36 @@ The notebook that is executed is the course's ``solutions/NN_topic.ipynb`` with
 
 * each exercise's **solution cell** replaced by the learner's solution cell(s), matched by
   exercise id (cell metadata), then by nbgrader's ``grade_id``, then by the function's
-  name: only these cells come from the submission;
-* each exercise's **check cell** replaced by a *harvest* cell that runs the learner's
-  function on the visible and hidden cases drawn from the grader's secret seed and only
-  records the outputs (:func:`course_tools.grading.results.harvest`); the verdict is decided
-  later, in the grader's process.
+  name;
+* every **code cell the learner added** (a cell id and code the course's notebook does not
+  have) placed after the course cell it followed in the submission, so that helpers in
+  cells of their own and answers written below the placeholder count, as they do when the
+  learner runs the notebook;
+* each exercise's **check cell** replaced by a *harvest* cell, after the last learner cell
+  that defines the exercise's function, which runs it on the inputs of the grader's cases
+  and only records the outputs (:func:`course_tools.grading.results.harvest`); the verdict
+  is decided later, in the grader's process.
 
-So an edited, deleted or duplicated check cell, a changed statement or an extra cell in
-the submission changes nothing.
+The learner's copies of the course's own cells are not used: an edited, deleted or
+duplicated check cell, a changed statement or an edited set-up cell changes nothing. The
+same pass flags code for a human look (:data:`SUSPICIOUS`, copies of the course's solution,
+calls to what the course's cells import from ``course_lib``) and decides exercises whose
+placeholder is untouched without any kernel.
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
 import json
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from ..exercises import NB_VERSION, exercise_cells, validate
+from ..exercises import BEGIN_SOLUTION, END_SOLUTION, NB_VERSION, exercise_cells, validate
 
 MAX_SOLUTION_CHARS = 1_000_000
 
@@ -46,7 +56,8 @@ SUSPICIOUS: list[tuple[str, str]] = [
     (
         r"\b(get_ipython|_ih|_oh|sys\.modules|__builtins__|builtins|importlib|ctypes|gc"
         r"|sys\._getframe|_current_frames|inspect|currentframe|f_back|f_locals|f_globals|tb_frame"
-        r"|extract_stack|settrace|setprofile)\b|\bIn\s*\[|\bOut\s*\[",
+        r"|extract_stack|settrace|setprofile)\b|\bIn\s*\[|\bOut\s*\["
+        r"|\b(globals|vars|locals)\s*\(",
         "inspects or patches the interpreter",
     ),
     (
@@ -79,6 +90,7 @@ class Course:
     notebooks: dict[str, Path] = field(default_factory=dict)
     exercises: dict[str, list[str]] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)  # assignment -> what is wrong
+    _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, root: Path, check: bool = True) -> Course:
@@ -99,7 +111,14 @@ class Course:
         return course
 
     def solution_notebook(self, assignment: str):
-        return nbformat.read(self.notebooks[assignment], as_version=NB_VERSION)
+        """A fresh copy of the course's own notebook (read once, then copied)."""
+        import copy
+
+        if assignment not in self._cache:
+            self._cache[assignment] = nbformat.read(
+                self.notebooks[assignment], as_version=NB_VERSION
+            )
+        return copy.deepcopy(self._cache[assignment])
 
 
 # --------------------------------------------------------------------------- reading
@@ -207,12 +226,18 @@ class Plan:
     assignment: str
     nb: nbformat.NotebookNode
     exercises: list[str]
-    # per cell: ("course", None) | ("solution", ex_id) | ("harvest", ex_id)
+    # per cell: ("course", None) | ("solution", ex_id) | ("learner", None) | ("harvest", ex_id)
     roles: list[tuple[str, str | None]]
     harvest_dirs: dict[str, str] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     notes: dict[str, list[str]] = field(default_factory=dict)
     flags: dict[str, list[str]] = field(default_factory=dict)
+    fingerprint: str = ""
+
+    @property
+    def needs_kernel(self) -> bool:
+        return any(r == "harvest" for r, _ in self.roles)
 
 
 def _course_meta(cell) -> dict:
@@ -222,8 +247,8 @@ def _course_meta(cell) -> dict:
 
 def find_solution_cells(
     nb, assignment: str, ex_id: str, target: str
-) -> tuple[list[str], list[str], str | None]:
-    """(sources, notes, missing reason) of the learner's solution cell(s) for one exercise."""
+) -> tuple[list, list[str], str | None]:
+    """(cells, notes, missing reason) of the learner's solution cell(s) for one exercise."""
     notes: list[str] = []
     cells = [
         c
@@ -241,13 +266,12 @@ def find_solution_cells(
         ]
         how = "nbgrader grade_id"
     if not cells:
-        pattern = re.compile(rf"^\s*def\s+{re.escape(target)}\s*\(", re.M)
         cells = [
             c
             for c in nb.cells
             if c.get("cell_type") == "code"
             and _course_meta(c).get("role") not in ("check", "statement")
-            and pattern.search(c.get("source", ""))
+            and target in defined_names(c.get("source", ""))
         ][-1:]
         how = "function name"
         if cells:
@@ -281,34 +305,200 @@ def find_solution_cells(
             f"(matched by {how}); they were run in order, as a top-to-bottom run "
             "would, so the last definition counts"
         )
-    sources = []
     for c in code:
-        src = c.get("source", "")
-        if len(src) > MAX_SOLUTION_CHARS:
+        if len(c.get("source", "")) > MAX_SOLUTION_CHARS:
             return (
                 [],
                 notes,
                 (
-                    f"the solution cell of exercise {ex_id} holds {len(src)} "
+                    f"the solution cell of exercise {ex_id} holds {len(c.get('source', ''))} "
                     f"characters, over the {MAX_SOLUTION_CHARS} limit"
                 ),
             )
-        sources.append(src)
-    return sources, notes, None
+    return code, notes, None
 
 
-def _normal(source: str) -> str:
-    """Code without comments, blank lines and spacing: what a copy keeps."""
-    lines = [re.sub(r"\s+", "", line.split("#", 1)[0]) for line in source.splitlines()]
-    return "\n".join(line for line in lines if line)
+# --------------------------------------------------------------------------- code analysis
 
 
-def _solution_source(course: Course, assignment: str, ex_id: str) -> str:
-    for cell in course.solution_notebook(assignment).cells:
-        meta = _course_meta(cell)
-        if str(meta.get("exercise")) == ex_id and meta.get("role") == "solution":
-            return cell.source
-    return ""
+def _parse(source: str):
+    """The AST of a cell (IPython magics and shell lines blanked), or None."""
+    lines = [
+        "" if line.lstrip().startswith(("%", "!", "?")) else line for line in source.splitlines()
+    ]
+    try:
+        return ast.parse("\n".join(lines))
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
+def defined_names(source: str) -> set[str]:
+    """Names a cell binds at its top level (def, class, assignment, import)."""
+    tree = _parse(source)
+    if tree is None:
+        return set(re.findall(r"^\s*def\s+(\w+)\s*\(", source, re.M))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        names.add(n.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                names.add(a.asname or a.name.split(".")[0])
+    return names
+
+
+def _strip_docstrings(tree) -> None:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+
+
+def canonical_tokens(source: str) -> list[str]:
+    """The code as a token list that ignores names, comments, docstrings and layout: every
+    name the code binds (arguments, variables, helper functions) becomes ``v0``, ``v1``, …
+    in order of first appearance; names it only reads (``np``, ``torch``) are kept."""
+    tree = _parse(source)
+    if tree is None:
+        return []
+    _strip_docstrings(tree)
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+    rename: dict[str, str] = {}
+
+    def name(n: str) -> str:
+        if n not in bound:
+            return n
+        return rename.setdefault(n, f"v{len(rename)}")
+
+    out: list[str] = []
+
+    def visit(node) -> None:
+        out.append(type(node).__name__)
+        if isinstance(node, ast.Name):
+            out.append(name(node.id))
+        elif isinstance(node, ast.arg):
+            out.append(name(node.arg))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.append(name(node.name))
+        elif isinstance(node, ast.Attribute):
+            out.append("." + node.attr)
+        elif isinstance(node, ast.Constant):
+            out.append(repr(node.value)[:40])
+        elif isinstance(node, ast.keyword):
+            out.append(f"{node.arg}=")
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Load, ast.Store, ast.Del)):
+                continue
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+# A solution region this small is what the statement dictates: everyone writes it the same.
+COPY_MIN_STATEMENTS = 4
+COPY_MIN_NODES = 60
+COPY_SIMILARITY = 0.95
+
+
+def solution_region(source: str) -> str:
+    """The code between the solution markers (what the learner writes)."""
+    out, inside = [], False
+    for line in source.splitlines():
+        if line.strip() == BEGIN_SOLUTION:
+            inside = True
+        elif line.strip() == END_SOLUTION:
+            inside = False
+        elif inside:
+            out.append(line)
+    return textwrap.dedent("\n".join(out))
+
+
+def dictated(reference_cell: str) -> bool:
+    """True when the course's solution region is too small to tell a copy from an honest
+    answer (a one-liner, or a few lines the statement spells out)."""
+    tree = _parse(solution_region(reference_cell))
+    if tree is None:
+        return True
+    statements = sum(isinstance(n, ast.stmt) for n in ast.walk(tree))
+    nodes = sum(1 for _ in ast.walk(tree))
+    return statements < COPY_MIN_STATEMENTS or nodes < COPY_MIN_NODES
+
+
+def similarity(a: str, b: str) -> float:
+    """How alike two cells are once names and layout are set aside (0 to 1)."""
+    ta, tb = canonical_tokens(a), canonical_tokens(b)
+    if not ta or not tb:
+        return 0.0
+    return difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()
+
+
+def course_imports(cells) -> dict[str, str]:
+    """{name: what it is} for the names the course's own cells import from course_lib
+    (modules: ``R`` → ``course_lib.rnn``; functions: ``apply_rope`` → its module)."""
+    found: dict[str, str] = {}
+    for cell in cells:
+        if cell.get("cell_type") != "code":
+            continue
+        tree = _parse(cell.get("source", ""))
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course_lib"):
+                for a in node.names:
+                    found[a.asname or a.name] = f"{node.module}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("course_lib"):
+                        found[a.asname or a.name.split(".")[0]] = a.name
+    for harmless in ("env", "check"):
+        found.pop(harmless, None)
+    return found
+
+
+def references_used(source: str, names: dict[str, str]) -> set[str]:
+    """The course-imported names (``R.rnn_forward``, ``apply_rope``) a cell reads."""
+    tree = _parse(source)
+    if tree is None:
+        return {n for n in names if re.search(rf"\b{re.escape(n)}\b", source)}
+    used: set[str] = set()
+    attrs = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in names
+        ):
+            used.add(f"{node.value.id}.{node.attr}")
+            attrs.add(id(node.value))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Name)
+            and node.id in names
+            and isinstance(node.ctx, ast.Load)
+            and id(node) not in attrs
+        ):
+            used.add(node.id)
+    return used
 
 
 def suspicious(source: str) -> list[str]:
@@ -321,11 +511,30 @@ def suspicious(source: str) -> list[str]:
     return found
 
 
+def _normal(source: str) -> str:
+    """Code without comments, blank lines and spacing."""
+    lines = [re.sub(r"\s+", "", line.split("#", 1)[0]) for line in source.splitlines()]
+    return "\n".join(line for line in lines if line)
+
+
+def _solution_source(course: Course, assignment: str, ex_id: str) -> str:
+    for cell in course.solution_notebook(assignment).cells:
+        meta = _course_meta(cell)
+        if str(meta.get("exercise")) == ex_id and meta.get("role") == "solution":
+            return cell.source
+    return ""
+
+
+# --------------------------------------------------------------------------- rebuilding
+
+
 HARVEST_TEMPLATE = """\
 # course-grade: record the outputs of exercise {ex_id} for the grader (it decides, not this kernel)
 from course_tools.grading.results import harvest as _course_grade_harvest
-_course_grade_harvest({ex_id!r}, globals().get({target!r}), {seed}, {out!r})
+_course_grade_harvest({ex_id!r}, globals().get({target!r}), {inputs!r}, {out!r})
 del _course_grade_harvest"""
+
+MAX_ADDED_CELLS = 500
 
 
 def _code_cell(source: str, role: str, ex_id: str | None):
@@ -335,12 +544,50 @@ def _code_cell(source: str, role: str, ex_id: str | None):
     return cell
 
 
+NBGRADER_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
+
+
+def _placeholder_source(source: str, ex_id: str, nbgrader: bool = False) -> str:
+    """A solution cell as handed out: the region replaced by the exercise notebook's
+    placeholder, or (``nbgrader``) by the stub nbgrader's own release writes."""
+    from ..exercises import placeholder
+
+    out, inside = [], None
+    for line in source.splitlines():
+        if line.strip() == BEGIN_SOLUTION:
+            inside = line[: len(line) - len(line.lstrip())]
+        elif line.strip() == END_SOLUTION:
+            ind = inside or ""
+            out += [ind + s for s in NBGRADER_STUB] if nbgrader else placeholder(ex_id, ind)
+            inside = None
+        elif inside is None:
+            out.append(line)
+    return "\n".join(out)
+
+
 def rebuild(
-    submission_nb, assignment: str, course: Course, seed: int, harvest_dirs: dict[str, str]
+    submission_nb,
+    assignment: str,
+    course: Course,
+    harvest_dirs: dict[str, str],
+    inputs: dict[str, str] | None = None,
 ) -> Plan:
-    """The notebook to run: the course's copy with the learner's solution cells spliced in."""
+    """The notebook to run: the course's copy with the learner's code spliced in.
+
+    The learner's code is every solution cell (matched by exercise id, nbgrader grade_id
+    or, failing both, the function's name) and every code cell the learner *added*, each
+    placed after the course cell it follows in the submission; the learner's copies of the
+    course's own cells (same cell id, or the same code) are not used: the course's are.
+    Each exercise's harvest cell goes where its check cell was or, when a later learner
+    cell defines the function again, right after that cell: the grader checks the last
+    definition, as the learner's last run of the check did. ``inputs`` maps exercises to
+    the files of their cases' inputs (see :mod:`course_tools.grading.results`).
+    """
     from course_lib.checks.core import get_exercise
 
+    from .results import code_fingerprint
+
+    inputs = inputs or {e: "" for e in harvest_dirs}
     base = course.solution_notebook(assignment)
     plan = Plan(
         assignment,
@@ -348,43 +595,185 @@ def rebuild(
         list(course.exercises[assignment]),
         [],
         dict(harvest_dirs),
+        dict(inputs),
     )
-    found: dict[str, list[str]] = {}
+    # --- the course's cells: where each is, what the learner's copy would look like
+    base_pos_by_id: dict[str, int] = {}
+    base_pos_by_code: dict[str, int] = {}
+    sol_pos: dict[str, int] = {}
+    check_pos: dict[str, int] = {}
+    for k, cell in enumerate(base.cells):
+        meta = _course_meta(cell)
+        ex_id, role = meta.get("exercise"), meta.get("role")
+        if cell.get("id"):
+            base_pos_by_id[cell["id"]] = k
+        if cell.cell_type == "code":
+            base_pos_by_code.setdefault(_normal(cell.source), k)
+        if ex_id is not None and str(ex_id) in plan.exercises:
+            if role == "solution":
+                sol_pos[str(ex_id)] = k
+            elif role == "check":
+                check_pos[str(ex_id)] = k
+    # --- the learner's solution cells
+    solution_of: dict[int, str] = {}  # id(cell) -> exercise
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
-        sources, notes, missing = find_solution_cells(submission_nb, assignment, ex_id, ex.target)
+        cells, notes, missing = find_solution_cells(submission_nb, assignment, ex_id, ex.target)
         plan.notes[ex_id] = notes
         if missing:
             plan.missing[ex_id] = missing
-        found[ex_id] = sources
-        flags = sorted({f for s in sources for f in suspicious(s)})
-        reference = _solution_source(course, assignment, ex_id)
-        if reference and any(_normal(s) == _normal(reference) for s in sources):
-            flags.append("the solution cell is identical to the course's own solution")
-        if flags:
-            plan.flags[ex_id] = flags
-    for cell in base.cells:
+        for c in cells:
+            solution_of[id(c)] = ex_id
+    # --- walk the submission: anchor every added cell after the course cell before it
+    after: dict[int, list[tuple[str, str | None, str]]] = {}  # base pos -> [(role, ex, src)]
+    solutions: dict[str, list[str]] = {e: [] for e in plan.exercises}
+    anchor = -1
+    added = 0
+    for cell in submission_nb.cells:
+        meta = _course_meta(cell)
+        if id(cell) in solution_of:
+            ex_id = solution_of[id(cell)]
+            solutions[ex_id].append(cell.get("source", ""))
+            anchor = sol_pos[ex_id]
+            continue
+        if cell.get("cell_type") != "code":
+            pos = base_pos_by_id.get(cell.get("id", ""))
+            anchor = pos if pos is not None else anchor
+            continue
+        ex_id, role = meta.get("exercise"), meta.get("role")
+        nbg = cell.get("metadata", {}).get("nbgrader") or {}
+        if role in ("check", "statement", "solution"):
+            pos = (check_pos if role == "check" else sol_pos).get(str(ex_id))
+            anchor = pos if pos is not None else anchor
+            continue
+        pos = base_pos_by_id.get(cell.get("id", ""))
+        if pos is None:
+            pos = base_pos_by_code.get(_normal(cell.get("source", "")))
+        if pos is not None:
+            anchor = pos
+            continue
+        if nbg.get("grade") or nbg.get("locked") or not cell.get("source", "").strip():
+            continue  # nbgrader's test and read-only cells are the course's
+        added += 1
+        if added > MAX_ADDED_CELLS:
+            continue
+        after.setdefault(anchor, []).append(("learner", None, cell.get("source", "")))
+    if added > MAX_ADDED_CELLS:
+        plan.notes.setdefault("*", []).append(
+            f"the notebook has {added} cells added by the learner; only the first "
+            f"{MAX_ADDED_CELLS} were run"
+        )
+    # --- the rebuilt cells, in order, with where each exercise's harvest goes
+    order: list[tuple[str, str | None, str | object]] = []  # (role, ex, source | course cell)
+
+    def emit_after(k: int) -> None:
+        for role, ex, src in after.get(k, []):
+            order.append((role, ex, src))
+
+    emit_after(-1)
+    for k, cell in enumerate(base.cells):
         meta = _course_meta(cell)
         ex_id, role = meta.get("exercise"), meta.get("role")
         ex_id = str(ex_id) if ex_id is not None else None
-        if cell.cell_type != "code":
-            plan.nb.cells.append(cell)
-            plan.roles.append(("course", None))
-        elif role == "solution" and ex_id in plan.exercises:
-            for src in found[ex_id]:
-                plan.nb.cells.append(_code_cell(src, "solution", ex_id))
-                plan.roles.append(("solution", ex_id))
-        elif role == "check" and ex_id in plan.exercises:
-            if ex_id in plan.missing:
-                continue
-            target = get_exercise(ex_id).target
-            src = HARVEST_TEMPLATE.format(
-                ex_id=ex_id, target=target, seed=int(seed), out=str(harvest_dirs[ex_id])
-            )
-            plan.nb.cells.append(_code_cell(src, "harvest", ex_id))
-            plan.roles.append(("harvest", ex_id))
+        if cell.cell_type == "code" and role == "solution" and ex_id in plan.exercises:
+            for src in solutions[ex_id]:
+                order.append(("solution", ex_id, src))
+        elif cell.cell_type == "code" and role == "check" and ex_id in plan.exercises:
+            order.append(("check", ex_id, ""))
         else:
-            cell = nbformat.v4.new_code_cell(cell.source, metadata=cell.metadata)
+            order.append(("course", None, cell))
+        emit_after(k)
+    # --- the exercises nobody started (the placeholder untouched, no later definition)
+    learner_defs: dict[str, int] = {}
+    for idx, (role, _ex, src) in enumerate(order):
+        if role in ("solution", "learner"):
+            for name in defined_names(src):
+                learner_defs[name] = idx
+    reference = {e: _solution_source(course, assignment, e) for e in plan.exercises}
+    unstarted: set[str] = set()
+    for ex_id in plan.exercises:
+        ex = get_exercise(ex_id)
+        if ex_id in plan.missing or not solutions[ex_id]:
+            continue
+        blanks = {
+            _normal(_placeholder_source(reference[ex_id], ex_id, nbgrader))
+            for nbgrader in (False, True)
+        }
+        if all(_normal(s) in blanks for s in solutions[ex_id]) and not any(
+            ex.target in defined_names(src) for role, _, src in order if role == "learner"
+        ):
+            unstarted.add(ex_id)
+    # --- flags for a human look: suspicious code, copies, the course's implementations
+    imported = course_imports(base.cells)
+    learner_sources = [src for role, _, src in order if role in ("solution", "learner")]
+    for ex_id in plan.exercises:
+        ex = get_exercise(ex_id)
+        mine = list(solutions[ex_id]) + [
+            src for role, _, src in order if role == "learner" and ex.target in defined_names(src)
+        ]
+        flags = sorted({f for s in solutions[ex_id] for f in suspicious(s)})
+        ref = reference[ex_id]
+        if ref and ex_id not in unstarted and not dictated(ref):
+            best = max((similarity(s, ref) for s in mine), default=0.0)
+            if best >= COPY_SIMILARITY:
+                flags.append(
+                    "the solution matches the course's own solution once names and layout "
+                    f"are set aside ({best:.0%} alike)"
+                )
+        allowed = references_used(ref, imported) if ref else set()
+        used = sorted({u for s in mine for u in references_used(s, imported)} - allowed)
+        for u in used:
+            what = imported.get(u.split(".")[0], u)
+            flags.append(
+                f"calls `{u}`, which the course's own cells import from course_lib "
+                f"({what}): the course's implementation, not the learner's"
+            )
+        if flags:
+            plan.flags[ex_id] = flags
+    extra = sorted({f for role, _, src in order if role == "learner" for f in suspicious(src)})
+    if extra:
+        plan.flags["*"] = [f"a cell the learner added {f}" for f in extra]
+    plan.fingerprint = code_fingerprint(learner_sources)
+    # --- the harvest of each exercise: at its check cell, or after the last definition
+    last_def = {ex_id: learner_defs.get(get_exercise(ex_id).target, -1) for ex_id in plan.exercises}
+    targets = {e: get_exercise(e).target for e in plan.exercises}
+    harvest_at: dict[int, list[str]] = {}
+    for idx, (role, ex_id, _) in enumerate(order):
+        if role != "check":
+            continue
+        if ex_id in plan.missing or ex_id in unstarted:
+            continue
+        at = max(idx, last_def[ex_id])
+        harvest_at.setdefault(at, []).append(ex_id)
+        if at > idx and order[at][0] == "learner":
+            plan.notes[ex_id].append(
+                f"`{get_exercise(ex_id).target}` is defined again in a cell you added below "
+                "the exercise; that last definition was checked"
+            )
+    for idx, (role, ex_id, item) in enumerate(order):
+        if role == "course":
+            cell = item
+            if cell.cell_type == "code":
+                cell = nbformat.v4.new_code_cell(cell.source, metadata=cell.metadata)
             plan.nb.cells.append(cell)
             plan.roles.append(("course", None))
+        elif role in ("solution", "learner"):
+            if role == "learner":  # a cell that defines an exercise's function belongs to it
+                names = defined_names(item)
+                ex_id = next((e for e in plan.exercises if targets[e] in names), None)
+            plan.nb.cells.append(_code_cell(item, role, ex_id))
+            plan.roles.append((role, ex_id))
+        for h in harvest_at.get(idx, []):
+            target = get_exercise(h).target
+            src = HARVEST_TEMPLATE.format(
+                ex_id=h, target=target, inputs=str(plan.inputs.get(h, "")), out=str(harvest_dirs[h])
+            )
+            plan.nb.cells.append(_code_cell(src, "harvest", h))
+            plan.roles.append(("harvest", h))
+    for ex_id in sorted(unstarted):
+        ex = get_exercise(ex_id)
+        plan.missing[ex_id] = (
+            f"not implemented yet: `{ex.target}` still raises NotImplementedError "
+            "(the placeholder line)"
+        )
     return plan

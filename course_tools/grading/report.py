@@ -9,14 +9,27 @@
 * ``DIR/review.csv``: for the instructor only: solution cells that reach for the grading
   machinery, reference answers or the interpreter's internals (a human should look; the
   grade does not depend on it);
+* ``DIR/results.jsonl``: every submission's whole result, one JSON line each, appended as
+  it finishes (``course-grade merge`` reads it; so can your own scripts);
+* ``DIR/run.json``: how the run was made (shard, seed fingerprint, options, whether it
+  finished);
+* optional exports (``--export``): ``DIR/lms.csv`` (one row per student, one column per
+  assignment, for Canvas or Moodle) and ``DIR/gradescope/<submission>.json`` (Gradescope's
+  ``results.json`` format);
 * every file is written to a temporary name and moved into place (``os.replace``), so a
-  reader never sees a half-written gradebook.
+  reader never sees a half-written gradebook, and the gradebook is rewritten as
+  submissions finish, so a stopped run leaves a valid one with what was graded.
+
+Text a learner controls (file names, exception messages, printed values) can reach these
+files: in CSV a cell never starts a formula (``=``, ``+``, ``-``, ``@``, tab), and in the
+feedback it only ever appears inside code blocks and spans, so it shows as plain text.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import re
 import tempfile
@@ -85,6 +98,17 @@ def sorted_rows(results: list[dict]) -> list[dict]:
     )
 
 
+_FORMULA = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def cell(value) -> str:
+    """A CSV cell that no spreadsheet reads as a formula: text starting with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return (or their full-width forms) gets a leading
+    ``'``. Numbers are written by the caller and never pass through here."""
+    text = printable(str(value))
+    return "'" + text if text.startswith(_FORMULA) else text
+
+
 def grades_csv(results: list[dict], provenance: dict[str, str] | None = None) -> str:
     """The gradebook; ``provenance`` gives ``course_commit`` and ``grader_version``."""
     provenance = provenance or {}
@@ -98,13 +122,13 @@ def grades_csv(results: list[dict], provenance: dict[str, str] | None = None) ->
     for r in sorted_rows(results):
         w.writerow(
             [
-                r["submission"],
-                r["assignment"],
-                r["exercise"],
+                cell(r["submission"]),
+                cell(r["assignment"]),
+                cell(r["exercise"]),
                 _num(r["points"]),
                 _num(r["max_points"]),
                 r["status"],
-                *trace,
+                *map(cell, trace),
             ]
         )
     return buf.getvalue()
@@ -122,28 +146,47 @@ def feedback_path(out_dir: Path, submission: str) -> Path:
     return Path(out_dir, "feedback", *parts)
 
 
-_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in ``text`` (so it cannot close)."""
+    runs = [len(m) for m in re.findall(r"`+", text)]
+    return "`" * max(3, max(runs, default=0) + 1)
 
 
-_BLOCK = re.compile(r"^(\s*)(#|>|\||=|```|~~~)", re.M)
+def code_block(lines: list[str]) -> list[str]:
+    """Learner-controlled text as a fenced code block: shown as typed, never rendered
+    (no heading, link, image or HTML can come out of it)."""
+    text = "\n".join(printable(str(line).replace("\r", "")) for line in lines)
+    fence = _fence(text)
+    return [fence + "text", *text.split("\n"), fence]
 
 
-def _safe(text: str) -> str:
-    """Learner-controlled text (an exception's message, a printed value) as plain text in
-    Markdown: no terminal escapes or bidi tricks, no HTML a platform would render, and no
-    line that would start a heading, quote or table (a fake "✅ passed" section)."""
-    text = _TAG.sub("&lt;", printable(str(text).replace("\r", "")))
-    return _BLOCK.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+def code_span(text: str) -> str:
+    """Learner-controlled text on one line, as an inline code span."""
+    text = printable(str(text)).replace("\n", " ")
+    runs = [len(m) for m in re.findall(r"`+", text)]
+    ticks = "`" * (max(runs, default=0) + 1)
+    return f"{ticks} {text} {ticks}"
+
+
+def _items(messages: list[str], bullet: str = "- ") -> list[str]:
+    out = []
+    for m in messages:
+        first, *rest = str(m).split("\n")
+        out.append(bullet + first)
+        out += ["  " + line for line in rest]
+    return out
 
 
 def feedback_markdown(result: dict) -> str:
+    """The learner's feedback file. Everything a learner's code or file could have put in
+    a message (exception texts, printed values, the file name) sits in code blocks."""
     rows = sorted(result["rows"], key=lambda r: _exercise_key(r["exercise"]))
     got = sum(float(r["points"]) for r in rows)
     total = sum(float(r["max_points"]) for r in rows)
     lines = [
         f"# Feedback: {result.get('assignment') or 'unknown assignment'}",
         "",
-        "Submission: `" + _safe(result["submission"]).replace("`", "'") + "`",
+        "Submission: " + code_span(result["submission"]),
         "",
         f"**Score: {_num(got)} / {_num(total)}**",
         "",
@@ -157,7 +200,7 @@ def feedback_markdown(result: dict) -> str:
             )
         lines.append("")
     if result.get("notes"):
-        lines += ["## Notes", ""] + [f"- {_safe(n)}" for n in result["notes"]] + [""]
+        lines += ["## Notes", ""] + code_block(_items(result["notes"])) + [""]
     for r in rows:
         head = f"Exercise {r['exercise']}" if r["exercise"] else "This submission"
         if r.get("title"):
@@ -170,11 +213,8 @@ def feedback_markdown(result: dict) -> str:
         if r["status"] == "passed":
             lines.append("All of the grader's cases passed, including the hidden ones.")
             lines.append("")
-        for f in r["feedback"]:
-            first, *rest = _safe(f).split("\n")
-            lines.append(f"- {first}")
-            lines += [f"  {line}" for line in rest]
-        lines.append("")
+        if r["feedback"]:
+            lines += code_block(_items(r["feedback"], bullet="")) + [""]
     lines += [
         "---",
         "Cases are drawn afresh by the grader (visible ones and hidden ones), so "
@@ -190,7 +230,7 @@ def review_csv(results: list[dict]) -> str:
     for res in sorted(results, key=lambda r: r["submission"]):
         for ex_id in sorted(res.get("flags", {}), key=_exercise_key):
             for reason in res["flags"][ex_id]:
-                w.writerow([res["submission"], ex_id, reason])
+                w.writerow([cell(res["submission"]), cell(ex_id), cell(reason)])
     return buf.getvalue()
 
 
@@ -218,12 +258,17 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def write_all(
-    out_dir: Path, results: list[dict], provenance: dict[str, str] | None = None
+    out_dir: Path,
+    results: list[dict],
+    provenance: dict[str, str] | None = None,
+    all_ids: list[str] | None = None,
 ) -> list[Path]:
     """Write everything; return the feedback files not written (their folder was a link
-    leading outside ``out_dir``). ``provenance``: see :func:`grades_csv`."""
+    leading outside ``out_dir``). ``provenance``: see :func:`grades_csv`. ``all_ids``: every
+    submission of the class (a shard's, or a stopped run's, results are a part of them),
+    so that feedback names that clash are numbered as in a single complete run."""
     out_dir = Path(out_dir)
-    paths = feedback_paths(out_dir, [res["submission"] for res in results])
+    paths = feedback_paths(out_dir, all_ids or [res["submission"] for res in results])
     skipped = []
     for res in results:
         path = paths[res["submission"]]
@@ -231,9 +276,187 @@ def write_all(
             skipped.append(path)
             continue
         atomic_write(path, feedback_markdown(res))
-    atomic_write(out_dir / "review.csv", review_csv(results))
-    atomic_write(out_dir / "grades.csv", grades_csv(results, provenance))  # last: the "done" marker
+    write_tables(out_dir, results, provenance)
     return skipped
+
+
+def write_tables(out_dir: Path, results: list[dict], provenance: dict[str, str] | None) -> None:
+    atomic_write(out_dir / "review.csv", review_csv(results))
+    atomic_write(out_dir / "grades.csv", grades_csv(results, provenance))
+
+
+class Gradebook:
+    """``DIR`` written as results come in: each submission's feedback and its line in
+    ``results.jsonl`` at once, ``grades.csv`` and ``review.csv`` at most every ``every``
+    seconds and at the end. A run stopped at any moment leaves a valid gradebook of the
+    submissions it finished."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        provenance: dict[str, str],
+        all_ids: list[str],
+        every: float = 2.0,
+    ):
+        import time
+
+        self.out_dir = Path(out_dir)
+        self.provenance = provenance
+        self.paths = feedback_paths(self.out_dir, all_ids)
+        self.results: list[dict] = []
+        self.skipped: list[Path] = []
+        self.every = every
+        self.clock = time.monotonic
+        self.last = self.clock()
+        self.journal = self.out_dir / "results.jsonl"
+        self.journal.write_text("")
+        write_tables(self.out_dir, [], provenance)  # a valid, empty gradebook from the start
+
+    def add(self, res: dict) -> None:
+        self.results.append(res)
+        with open(self.journal, "a", encoding="utf-8") as f:
+            f.write(json.dumps(res, sort_keys=True, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        path = self.paths.get(res["submission"]) or feedback_path(self.out_dir, res["submission"])
+        if _inside(path, self.out_dir):
+            atomic_write(path, feedback_markdown(res))
+        else:
+            self.skipped.append(path)
+        if self.clock() - self.last >= self.every:
+            self.flush()
+
+    def flush(self) -> None:
+        write_tables(self.out_dir, self.results, self.provenance)
+        self.last = self.clock()
+
+    def finish(self) -> list[Path]:
+        """Rewrite everything from memory (after the last learner process is gone, so
+        nothing a kernel did to ``DIR`` meanwhile survives)."""
+        self.journal.write_text(
+            "".join(
+                json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
+                for r in sorted(self.results, key=lambda r: r["submission"])
+            )
+        )
+        skipped = write_all(self.out_dir, self.results, self.provenance, list(self.paths))
+        return sorted(set(skipped) | set(self.skipped))
+
+
+def read_results(out_dir: Path) -> list[dict]:
+    """The results a run (or a shard) wrote to ``DIR/results.jsonl``."""
+    out = []
+    with open(Path(out_dir) / "results.jsonl", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                out.append(json.loads(line))
+    return out
+
+
+# --------------------------------------------------------------------------- exports
+
+
+def student_keys(ids: list[str], pattern: str | None = None) -> dict[str, str]:
+    """Who each submission belongs to, for a per-student export.
+
+    With ``pattern`` (a regular expression), its first group (or whole match) in the
+    submission id; without, the part of the id that tells submissions apart: the first
+    folder below what all ids share (``alice`` in ``class/alice/02.ipynb``), else the
+    file name without ``.ipynb`` (``alice`` in ``subs/alice.ipynb``)."""
+    out = {}
+    if pattern:
+        rx = re.compile(pattern)
+        for i in ids:
+            m = rx.search(i)
+            out[i] = (m.group(1) if m and m.groups() else m.group(0)) if m else i
+        return out
+    split = [i.split("/") for i in ids]
+    common = 0
+    if len(split) > 1:
+        while all(len(p) > common + 1 for p in split) and len({p[common] for p in split}) == 1:
+            common += 1
+    for i, parts in zip(ids, split):
+        rest = parts[common:]
+        key = rest[0] if len(rest) > 1 else rest[-1]
+        out[i] = key[:-6] if key.endswith(".ipynb") else key
+    return out
+
+
+def lms_csv(results: list[dict], pattern: str | None = None) -> str:
+    """One row per student, one column per assignment (its points), for a learning
+    platform's grade import: Canvas (Grades → Import; students matched by ``SIS Login ID``)
+    or Moodle (Grades → Import → CSV file; map ``SIS Login ID`` to the username or ID
+    number). Submissions a key names twice (two files of one student for the same
+    assignment) keep their best score. A row for a submission whose assignment is unknown
+    is left out (it has no column)."""
+    keys = student_keys([r["submission"] for r in results], pattern)
+    table: dict[str, dict[str, float]] = {}
+    maxima: dict[str, float] = {}
+    for res in results:
+        a = res.get("assignment") or ""
+        if not a:
+            continue
+        pts = sum(float(r["points"]) for r in res["rows"])
+        maxima[a] = max(maxima.get(a, 0.0), sum(float(r["max_points"]) for r in res["rows"]))
+        row = table.setdefault(keys[res["submission"]], {})
+        row[a] = max(row.get(a, 0.0), pts)
+    assignments = sorted(maxima)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(
+        ["Student", "SIS Login ID", *(f"{a} ({_num(maxima[a])} points)" for a in assignments)]
+    )
+    for student in sorted(table):
+        w.writerow(
+            [cell(student), cell(student)]
+            + [_num(table[student][a]) if a in table[student] else "" for a in assignments]
+        )
+    return buf.getvalue()
+
+
+def gradescope_result(res: dict) -> dict:
+    """A submission's result in the format of Gradescope's ``results.json``: a score and
+    one test per exercise (its points, status and the feedback as plain text)."""
+    tests = []
+    for r in sorted(res["rows"], key=lambda r: _exercise_key(r["exercise"])):
+        name = f"{r['exercise']} {r.get('title', '')}".strip() or "this submission"
+        tests.append(
+            {
+                "name": name,
+                "score": float(r["points"]),
+                "max_score": float(r["max_points"]),
+                "status": "passed" if r["status"] == "passed" else "failed",
+                "output": "\n".join(printable(str(f)) for f in [r["status"], *r["feedback"]]),
+                "visibility": "visible",
+            }
+        )
+    return {
+        "score": sum(t["score"] for t in tests),
+        "output": "\n".join(printable(str(n)) for n in res.get("notes", [])),
+        "tests": tests,
+    }
+
+
+EXPORTS = ("lms", "gradescope")
+
+
+def write_exports(
+    out_dir: Path, results: list[dict], which: list[str], pattern: str | None = None
+) -> None:
+    out_dir = Path(out_dir)
+    if "lms" in which:
+        atomic_write(out_dir / "lms.csv", lms_csv(results, pattern))
+    if "gradescope" in which:
+        paths = feedback_paths(out_dir / "gradescope", [r["submission"] for r in results])
+        for res in results:
+            path = paths[res["submission"]].relative_to(out_dir / "gradescope" / "feedback")
+            path = (out_dir / "gradescope" / path).with_suffix(".json")
+            if _inside(path, out_dir):
+                atomic_write(path, json.dumps(gradescope_result(res), indent=1) + "\n")
+        if len(results) == 1:  # Gradescope grades one submission at a time
+            atomic_write(
+                out_dir / "results.json", json.dumps(gradescope_result(results[0]), indent=1) + "\n"
+            )
 
 
 def summary_table(results: list[dict]) -> str:

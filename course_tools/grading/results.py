@@ -1,20 +1,26 @@
 """What a harvest cell records in the learner's kernel, and the verdict the grader draws.
 
+* :func:`grader_cases` runs *in the grader's process*: it draws an exercise's visible and
+  hidden cases from the secret seed and a fingerprint of the submission's code, and
+  :func:`write_inputs` writes only their inputs to a file the kernel may read. Neither the
+  seed nor the references ever reach the kernel, and a re-grade of changed code (a table
+  of answers precomputed for last time's inputs, say) gets other inputs.
 * :func:`harvest` runs *inside the learner's kernel* (the rebuilt notebook's harvest cells
-  call it): it runs the learner's function on the visible and hidden cases drawn from the
-  grader's secret seed and only records the outputs (``<id>.json`` and ``<id>.npz``); it
-  decides nothing.
-* :func:`score` runs *in the grader's own process*: it recomputes the cases and the
-  references and judges the recorded outputs with the same comparison as the notebook's
-  ``check()`` (:func:`course_lib.checks.core.evaluate_case`), so code in a submission cannot
-  turn a failure into a pass other than by computing correct answers.
+  call it): it reads the inputs, runs the learner's function on each and only records the
+  outputs (``<id>.json`` and ``<id>.npz``); it decides nothing.
+* :func:`score` runs *in the grader's own process*: it computes the references on its own
+  copy of the cases and judges the recorded outputs with the same comparison as the
+  notebook's ``check()`` (:func:`course_lib.checks.core.evaluate_case`), so code in a
+  submission cannot turn a failure into a pass other than by computing correct answers.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import pickle
 import stat
 import zipfile
 from dataclasses import dataclass
@@ -24,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from course_lib.checks.core import (
+    Case,
     CaseResult,
     cases_for,
     evaluate_case,
@@ -33,11 +40,36 @@ from course_lib.checks.core import (
 )
 
 MAX_RESULT_BYTES = 256 * 2**20
+MAX_MESSAGE = 2000  # characters of a learner's exception message kept per case
 
 
-def _all_cases(exercise_id: str, seed: int) -> list:
-    """The visible cases (``seed``) and the hidden ones (``seed + 1``), in that order."""
-    return list(cases_for(exercise_id, False, seed)) + list(cases_for(exercise_id, True, seed + 1))
+def case_seed(seed: int, exercise_id: str, kind: str, fingerprint: str = "") -> int:
+    """The seed of one exercise's visible or hidden cases: the grader's secret ``seed``
+    mixed with the exercise and a ``fingerprint`` of the submission's code."""
+    text = f"{int(seed)}:{exercise_id}:{kind}:{fingerprint}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def grader_cases(exercise_id: str, seed: int, fingerprint: str = "") -> list[Case]:
+    """The grader's cases for one exercise: visible ones, then hidden ones (both drawn
+    afresh, so a function fitted to the notebook's visible cases gains nothing)."""
+    visible = cases_for(exercise_id, False, case_seed(seed, exercise_id, "visible", fingerprint))
+    hidden = cases_for(exercise_id, True, case_seed(seed, exercise_id, "hidden", fingerprint))
+    return list(visible) + list(hidden)
+
+
+def code_fingerprint(sources: list[str]) -> str:
+    """A digest of the learner's code as it will run (every cell's source, in order)."""
+    h = hashlib.sha256()
+    for src in sources:
+        h.update(hashlib.sha256(src.encode("utf-8", "surrogatepass")).digest())
+    return h.hexdigest()
+
+
+def write_inputs(cases: list[Case], path: str | Path) -> None:
+    """The cases' inputs (names, arguments) for the kernel: no seed, no expected output."""
+    data = [(c.name, c.args, c.kwargs) for c in cases]
+    Path(path).write_bytes(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 # --------------------------------------------------------------------------- recording
@@ -84,11 +116,11 @@ class _Unreadable:
         return self.text
 
 
-def harvest(exercise_id: str, fn: Any, seed: int, out_dir: str | Path) -> None:
+def harvest(exercise_id: str, fn: Any, inputs: str | Path, out_dir: str | Path) -> None:
     """Run inside the student's kernel: record the learner's outputs, decide nothing.
 
-    Writes ``<out_dir>/<id>.json`` (per-case status) and ``<out_dir>/<id>.npz`` (arrays).
-    Visible and hidden cases are both run, with the grader's secret ``seed``.
+    Reads the cases' inputs from ``inputs`` (written by :func:`write_inputs`) and writes
+    ``<out_dir>/<id>.json`` (per-case status) and ``<out_dir>/<id>.npz`` (arrays).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -98,11 +130,13 @@ def harvest(exercise_id: str, fn: Any, seed: int, out_dir: str | Path) -> None:
     if fn is None or not callable(fn):
         record["missing"] = f"no function named `{ex.target}` was defined"
     else:
-        for i, case in enumerate(_all_cases(ex.id, seed)):
+        with open(inputs, "rb") as f:
+            cases = [Case(n, a, k) for n, a, k in pickle.load(f)]
+        for i, case in enumerate(cases):
             got, failure = run_case(ex, fn, case)
             entry: dict[str, Any] = {"name": case.name}
             if failure is not None:
-                entry["error"] = failure.message
+                entry["error"] = failure.message[:MAX_MESSAGE]
                 entry["not_implemented"] = failure.not_implemented
             else:
                 try:
@@ -149,8 +183,14 @@ def _result_file_problem(path: Path) -> str | None:
     return None
 
 
-def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
-    """Run in the grader's own process: recompute references and judge the recorded outputs."""
+def score(
+    exercise_id: str, cases: list[Case], out_dir: str | Path, partial: bool = False
+) -> Verdict:
+    """Run in the grader's own process: compute the references on ``cases`` (the grader's
+    own copy, never read back from the kernel) and judge the recorded outputs.
+
+    ``partial``: an exercise that fails some cases earns its points times the share of
+    cases passed (rounded to 0.01); otherwise all or nothing."""
     ex = get_exercise(exercise_id)
     out = Path(out_dir)
     jpath, npath = out / f"{ex.id}.json", out / f"{ex.id}.npz"
@@ -174,10 +214,11 @@ def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
         arrays = np.load(npath, allow_pickle=False) if npath.exists() else {}
     except Exception as err:
         return Verdict(ex.id, 0, ex.points, "error", [f"unreadable results: {err}"])
-    if record.get("missing"):
+    if isinstance(record, dict) and record.get("missing"):
         return Verdict(ex.id, 0, ex.points, "missing", [record["missing"]])
-    cases = _all_cases(ex.id, seed)
-    recorded = record.get("cases", [])
+    recorded = record.get("cases", []) if isinstance(record, dict) else None
+    if not isinstance(recorded, list) or not all(isinstance(e, dict) for e in recorded):
+        return Verdict(ex.id, 0, ex.points, "error", ["unreadable results: not a list of cases"])
     if len(recorded) != len(cases):
         return Verdict(
             ex.id,
@@ -190,7 +231,7 @@ def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
     for case, entry in zip(cases, recorded):
         if "error" in entry:
             not_impl += bool(entry.get("not_implemented"))
-            feedback.append(f"✗ {case.name}: {entry['error']}")
+            feedback.append(f"✗ {case.name}: {str(entry['error'])[:MAX_MESSAGE]}")
             continue
         try:
             got = _unflatten(entry["output"], arrays)
@@ -206,4 +247,7 @@ def score(exercise_id: str, seed: int, out_dir: str | Path) -> Verdict:
         return Verdict(ex.id, ex.points, ex.points, "passed", feedback)
     if not_impl:
         return Verdict(ex.id, 0, ex.points, "missing", ["not implemented"] + feedback)
-    return Verdict(ex.id, 0, ex.points, "failed", feedback)
+    points = round(ex.points * passed / len(cases), 2) if partial and cases else 0
+    if points:
+        feedback.append(f"partial credit: {passed} of {len(cases)} cases passed")
+    return Verdict(ex.id, points, ex.points, "failed", feedback)

@@ -8,9 +8,16 @@
   exercise does not cost the others (at most ``max_restarts`` times per notebook);
 * outputs are never stored (only their size is counted and error messages kept), so a
   cell that prints gigabytes costs nothing but its note;
-* the kernel gets its own session (so its whole process group can be killed), empty
-  private IPython/Jupyter/matplotlib folders, no stdin, and none of the grader's file
-  descriptors.
+* the course's own cells are bounded by the notebook's limit alone until learner code
+  has run; after that a course cell gets the cell limit too (a learner who replaced
+  ``print`` must not make a course cell hang for the whole notebook's budget);
+* anything the kernel does to its channel (garbage on its ZMQ sockets, forged or
+  malformed messages) counts as the kernel dying: never as a grader error;
+* with a :class:`~course_tools.grading.sandbox.Sandbox`, every kernel runs inside
+  bubblewrap and talks to the grader over Unix sockets (ZMQ's ``ipc`` transport) in a
+  folder of its own that no other kernel can see; without one, the kernel gets its own
+  session, empty private IPython/Jupyter/matplotlib folders, no stdin, and none of the
+  grader's file descriptors.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -25,8 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+from .sandbox import CgroupSet, Limits, Sandbox, apply_limits
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -70,7 +81,9 @@ class _Client(NotebookClient):
 
 
 def kernel_env(threads: int, private_dir: Path) -> dict[str, str]:
-    """The kernel's environment: the grader's, with private IPython/Jupyter folders."""
+    """The kernel's environment without a sandbox: the grader's, with private
+    IPython/Jupyter folders (see :func:`course_tools.grading.sandbox.kernel_env` for the
+    sandbox's, which keeps nothing of the grader's)."""
     env = dict(os.environ)
     for name in (
         "IPYTHONDIR",
@@ -86,27 +99,55 @@ def kernel_env(threads: int, private_dir: Path) -> dict[str, str]:
         {
             "MPLBACKEND": "Agg",
             "COURSE_GRADING": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
             "OMP_NUM_THREADS": str(threads),
             "MKL_NUM_THREADS": str(threads),
             "OPENBLAS_NUM_THREADS": str(threads),
         }
     )
+    env.setdefault("COURSE_BUDGET", "ci")  # training cells: the short budget (see sandbox.py)
     env.pop("JPY_PARENT_PID", None)
     env.pop("JUPYTER_PATH", None)
     return env
 
 
-def _limit_memory(limit: int) -> None:  # runs in the kernel's process before it starts
-    import resource
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernel command runs inside the sandbox."""
 
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    sandbox: Sandbox | None = None
+    sandbox_rw: list[str] = []
+    sandbox_ro: list[str] = []
+    sandbox_cwd: str = "/"
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        cmd = super().format_kernel_cmd(extra_arguments)
+        if self.sandbox is None:
+            return cmd
+        return self.sandbox.command(
+            cmd, rw=self.sandbox_rw, ro=self.sandbox_ro, cwd=self.sandbox_cwd
+        )
+
+
+@dataclass
+class KernelPlace:
+    """Where and how kernels start: ``box`` is their working folder (writable), ``inputs``
+    a folder they may read, ``channels`` where each kernel's connection folder is made."""
+
+    box: Path
+    channels: Path
+    env: dict[str, str]
+    inputs: Path | None = None
+    sandbox: Sandbox | None = None
+    limits: Limits | None = None
+    started: int = 0
 
 
 def _kill_group(pid: int | None) -> None:
     if not pid:
         return
-    # The kernel leads its own session and process group (jupyter_client starts it with
-    # start_new_session), so its group id is its pid: this also ends its children.
+    # The kernel (or bubblewrap) leads its own session and process group (jupyter_client
+    # starts it with start_new_session), so its group id is its pid: this also ends its
+    # children; inside a sandbox, the PID namespace ends with its first process.
     if pid == os.getpgrp():
         return
     try:
@@ -115,36 +156,100 @@ def _kill_group(pid: int | None) -> None:
         pass
 
 
+def _cleanup(client, wait: float = 10.0) -> None:
+    """Close the client's channels and manager, giving up after ``wait`` seconds: a kernel
+    that wrote garbage into its sockets can leave a channel thread that never stops."""
+    import threading
+
+    def run():
+        try:
+            client._cleanup_kernel()
+        except Exception:
+            pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(wait)
+
+
+class _Started:
+    """One kernel's resources, released by :meth:`close`."""
+
+    def __init__(self, place: KernelPlace):
+        place.started += 1
+        self.channel = place.channels / f"c{place.started}"
+        self.channel.mkdir(parents=True, mode=0o700)
+        self.cgroups: list[Path] = []
+        self.limits = place.limits or Limits()
+        cg: CgroupSet | None = self.limits.cgroup
+        if cg is not None:
+            try:
+                self.cgroups = cg.new(self.limits)
+            except OSError:
+                self.cgroups = []
+
+    def preexec(self) -> None:
+        apply_limits(self.limits, self.cgroups)
+
+    def close(self) -> None:
+        CgroupSet.kill(self.cgroups)
+        shutil.rmtree(self.channel, ignore_errors=True)
+
+
+def _new_client(nb, place: KernelPlace, started: _Started, cell_timeout: float) -> _Client:
+    client = _Client(
+        nb,
+        timeout=int(cell_timeout),
+        kernel_name="python3",
+        allow_errors=True,
+        startup_timeout=120,
+        shutdown_kernel="immediate",
+        iopub_timeout=5,
+        record_timing=False,
+        coalesce_streams=False,
+        resources={"metadata": {"path": str(place.box)}},
+    )
+    km = SandboxedKernelManager(kernel_name="python3")
+    # Unix sockets in a folder of this kernel's own: no TCP port another kernel could
+    # reach, and in the sandbox nobody else sees the folder at all.
+    km.transport = "ipc"
+    km.ip = str(started.channel / "k")
+    km.connection_file = str(started.channel / "kernel.json")
+    if place.sandbox is not None:
+        km.sandbox = place.sandbox
+        km.sandbox_rw = [str(place.box), str(started.channel)]
+        km.sandbox_ro = [str(place.inputs)] if place.inputs else []
+        km.sandbox_cwd = str(place.box)
+    client.km = km
+    return client
+
+
 def execute(
     nb,
     roles: list[tuple[str, str | None]],
-    workdir: Path,
+    place: KernelPlace,
     *,
     cell_timeout: float,
     total_timeout: float,
-    env: dict[str, str],
     max_restarts: int = 3,
-    memory_limit: int | None = None,
     on_kernel: Callable[[int], None] | None = None,
     on_cell: Callable[[int, CellOutcome], None] | None = None,
 ) -> list[CellOutcome]:
     """Run ``nb``'s code cells in order; return one CellOutcome per cell.
 
-    ``roles[i][0]`` is "course", "solution" or "harvest"; harvest cells are never replayed
-    after a restart. ``on_kernel(pid)`` is called for every kernel started (so a parent
-    can kill it if this process dies); ``on_cell(i, outcome)`` after every cell.
-    ``memory_limit`` (bytes) caps the kernel's address space: a learner's allocation past it
-    raises MemoryError in their code instead of exhausting the machine.
+    ``roles[i][0]`` is "course", "solution", "learner" (a cell the learner added) or
+    "harvest"; harvest cells are never replayed after a restart. ``on_kernel(pid)`` is
+    called for every kernel started (so a parent can kill it if this process dies);
+    ``on_cell(i, outcome)`` after every cell. ``place`` says where kernels run and with
+    which limits (a sandbox, or none).
     """
-    extra: dict = {}
-    if memory_limit:
-        extra["preexec_fn"] = lambda: _limit_memory(memory_limit)
     n = len(nb.cells)
     deadline = time.monotonic() + total_timeout
     outcomes: list[CellOutcome | None] = [None] * n
     bad: set[int] = set()
     restarts = 0
     i = 0
+    first_learner = next((j for j, (r, _) in enumerate(roles) if r != "course"), n)
 
     def done(idx: int, outcome: CellOutcome) -> None:
         outcomes[idx] = outcome
@@ -156,28 +261,24 @@ def execute(
             if outcomes[j] is None:
                 done(j, CellOutcome("skipped", why))
 
+    def limit_for(j: int, remaining: float) -> float:
+        # Course cells before any learner code are known to run: only the notebook's limit
+        # bounds them (a slow machine must not fail an import). Anything later may call
+        # learner code (a shadowed `print`, a patched module): the cell limit applies.
+        guarded = roles[j][0] != "course" or j > first_learner
+        return min(cell_timeout, remaining) if guarded else remaining
+
     while i < n:
-        client = _Client(
-            nb,
-            timeout=int(cell_timeout),
-            kernel_name="python3",
-            allow_errors=True,
-            startup_timeout=120,
-            shutdown_kernel="immediate",
-            iopub_timeout=5,
-            record_timing=False,
-            coalesce_streams=False,
-            resources={"metadata": {"path": str(workdir)}},
-        )
+        started = _Started(place)
+        client = _new_client(nb, place, started, cell_timeout)
         pid = None
         try:
-            client.km = client.create_kernel_manager()
             client.start_new_kernel(
-                cwd=str(workdir),
-                env=env,
+                cwd=str(place.box),
+                env=place.env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                **extra,
+                preexec_fn=started.preexec,
             )
             proc = getattr(getattr(client.km, "provisioner", None), "process", None)
             pid = getattr(proc, "pid", None)
@@ -186,6 +287,7 @@ def execute(
             client.start_new_kernel_client()
         except Exception as err:
             _kill_group(pid)
+            started.close()
             skip_rest(i, f"the kernel could not be started: {err}")
             break
         restart_needed = False
@@ -197,10 +299,7 @@ def execute(
                     remaining = deadline - time.monotonic()
                     if remaining <= 1:
                         raise _OutOfTime()
-                    learner = roles[j][0] != "course"
-                    client.timeout = max(
-                        1, int(min(cell_timeout, remaining) if learner else remaining)
-                    )
+                    client.timeout = max(1, int(limit_for(j, remaining)))
                     client.execute_cell(nb.cells[j], j)
             while i < n:
                 cell = nb.cells[i]
@@ -211,16 +310,13 @@ def execute(
                 remaining = deadline - time.monotonic()
                 if remaining <= 1:
                     raise _OutOfTime()
-                # Cells with learner code get the cell limit; the course's own cells (known
-                # to run) only the notebook's, so a slow machine cannot fail an import.
-                learner = roles[i][0] != "course"
-                limit = min(cell_timeout, remaining) if learner else remaining
+                limit = limit_for(i, remaining)
                 client.timeout = max(1, int(limit))
                 t0 = time.monotonic()
                 try:
                     client.execute_cell(cell, i)
                 except CellTimeoutError:
-                    total = limit < cell_timeout or not learner
+                    total = limit < cell_timeout
                     msg = (
                         f"the notebook reached its total time limit of {total_timeout:g} s "
                         "while this cell ran"
@@ -239,13 +335,17 @@ def execute(
                         raise _OutOfTime() from None
                     restart_needed = True
                     break
-                except DeadKernelError:
+                except Exception as err:  # DeadKernelError, or a channel the kernel broke
+                    died = isinstance(err, DeadKernelError)
                     done(
                         i,
                         CellOutcome(
                             "died",
                             "the kernel died while this cell ran (os._exit, "
-                            "a signal, a crash in native code, or out of memory)",
+                            "a signal, a crash in native code, or out of memory)"
+                            if died
+                            else "the kernel broke its connection to the grader while this "
+                            f"cell ran ({type(err).__name__}: {str(err)[:200]})",
                             client.output_bytes.get(i, 0),
                             time.monotonic() - t0,
                         ),
@@ -270,8 +370,9 @@ def execute(
                 i, f"not run: the notebook reached its total time limit of {total_timeout:g} s"
             )
             i = n
-        except (CellTimeoutError, DeadKernelError):
-            # a replayed cell failed this time: stop rather than loop
+        except Exception:
+            # a replayed cell failed this time (hung, crashed, broke the channel): stop
+            # rather than loop
             skip_rest(
                 i,
                 "not run: the kernel could not be brought back to a working state "
@@ -279,11 +380,9 @@ def execute(
             )
             i = n
         finally:
-            try:
-                client._cleanup_kernel()
-            except Exception:
-                pass
-            _kill_group(pid)
+            _kill_group(pid)  # first: a kernel that broke its channel cannot stall the rest
+            _cleanup(client)
+            started.close()
         if restart_needed and i < n:
             restarts += 1
             if restarts > max_restarts:

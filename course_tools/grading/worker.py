@@ -1,19 +1,24 @@
 """Grade one submission in a process of its own: ``python -m course_tools.grading.worker FD``.
 
-The command-line tool starts one worker per submission (``--jobs`` at a time). The worker
+The command-line tool decides what it can without a kernel (:func:`grade` with
+``kernel=False``) and starts one worker per remaining submission (``--jobs`` at a time).
+The worker
 
-1. reads its job (and a one-time key) from stdin, checks that the course's files are the
-   ones the grader started with, and imports every exercise's checks *before* any
-   learner code runs;
+1. reads its job (and a one-time key) from stdin and checks that the course's files are
+   the ones the grader started with;
 2. parses the submission, finds its assignment, rebuilds the notebook
-   (:mod:`course_tools.grading.rebuild`) and runs it (:mod:`course_tools.grading.run`);
+   (:mod:`course_tools.grading.rebuild`), draws the grader's cases (from the seed and the
+   learner code's fingerprint) and writes only their inputs where the kernel can read
+   them; imports everything scoring needs (:func:`warm_up`); then runs the notebook in a
+   sandboxed kernel (:mod:`course_tools.grading.run`);
 3. right after each harvest cell, scores the recorded outputs here, in the grader's own
-   process (:func:`course_tools.grading.results.score`), then deletes them;
+   process (:func:`course_tools.grading.results.score`), deletes them, and reports an
+   exercise's earned points at once;
 4. sends its result to the parent on file descriptor FD, each line signed with the key
    (HMAC-SHA256): a kernel that finds that pipe cannot forge a verdict.
 
-A learner's kernel is this process's child; if it kills this process, the parent notices
-and records an error for the submission, and the other submissions go on.
+In the sandbox a kernel cannot see this process at all; without it, a kernel that kills
+this process costs its submission the exercises not yet scored, and the others go on.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ import hashlib  # noqa: E402
 import hmac  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import secrets  # noqa: E402
 import shutil  # noqa: E402
 import site  # noqa: E402
 import time  # noqa: E402
@@ -60,22 +64,16 @@ def _hook_files() -> list[Path]:
 
 
 def course_files(root: Path) -> list[Path]:
-    """The files a verdict depends on: every course_lib module the checks import (their
-    cases and references), the grader itself (all of course_tools), the course's solution
-    notebooks."""
+    """The files a verdict depends on: every file of the packages ``course_lib`` and
+    ``course_tools`` (sources, compiled ``__pycache__/*.pyc``, data: a file planted there
+    changes the list), and the course's solution notebooks."""
     import course_lib
     import course_tools
-    from course_lib.checks.core import all_exercises
 
-    all_exercises()
-    lib = Path(course_lib.__file__).resolve().parent
-    tools = Path(course_tools.__file__).resolve().parent
-    files = set(lib.glob("checks/*.py")) | set(tools.rglob("*.py"))
-    files.add(lib / "__init__.py")
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and (Path(f).resolve().is_relative_to(lib) or Path(f).resolve().is_relative_to(tools)):
-            files.add(Path(f).resolve())
+    files: set[Path] = set()
+    for pkg in (course_lib, course_tools):
+        folder = Path(pkg.__file__).resolve().parent
+        files |= {f for f in folder.rglob("*") if f.is_file() or f.is_symlink()}
     files |= set(Path(root).resolve().glob("solutions/*.ipynb"))
     return sorted(files)
 
@@ -90,11 +88,10 @@ def hash_files(paths) -> dict[str, str]:
     return out
 
 
-def manifest(root: Path, files: list[str] | None = None) -> dict[str, str]:
-    """sha256 of the course files (``files``, default :func:`course_files`) and of the
-    start-up hooks present now."""
-    paths = course_files(root) if files is None else [Path(f) for f in files]
-    return hash_files(sorted({*map(str, paths), *map(str, _hook_files())}))
+def manifest(root: Path) -> dict[str, str]:
+    """sha256 of the course files (:func:`course_files`, listed afresh: a new file counts)
+    and of the start-up hooks present now."""
+    return hash_files(sorted({*map(str, course_files(root)), *map(str, _hook_files())}))
 
 
 def changed_files(old: dict[str, str], new: dict[str, str]) -> list[str]:
@@ -188,7 +185,9 @@ def results_problem(folder: Path) -> str | None:
 def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float, list[str]]:
     """Combine the score of the recorded outputs with what happened to the cells."""
     ex_id = ex.id
-    sol_cells = [i for i, (r, e) in enumerate(plan.roles) if r == "solution" and e == ex_id]
+    sol_cells = [
+        i for i, (r, e) in enumerate(plan.roles) if r in ("solution", "learner") and e == ex_id
+    ]
     harvest = [i for i, (r, e) in enumerate(plan.roles) if r == "harvest" and e == ex_id]
     v = verdicts.get(ex_id)
     if v is not None and v.status == "passed":
@@ -213,6 +212,8 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
             ],
         )
     if h is not None and h.status == "died":
+        if "connection" in h.message:
+            return "error", 0, [f"while your function ran on the grader's tests, {h.message}"]
         return (
             "error",
             0,
@@ -281,8 +282,43 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
     return v.status, v.points, v.feedback
 
 
-def grade(job: dict, send=None) -> dict:
-    """Grade one submission described by ``job``; return its result (rows, notes, flags)."""
+def warm_up(exercise_ids: list[str]) -> None:
+    """Import, before any learner code runs, everything scoring will use: each exercise's
+    checks and references, numpy's archive reading and writing, the comparisons. Run on
+    one case of each exercise with the reference as the "learner"."""
+    import io
+    import zipfile  # noqa: F401
+
+    import numpy as np
+
+    from course_lib.checks.core import cases_for, evaluate_case, get_exercise
+
+    from .results import _flatten, _unflatten
+
+    for ex_id in exercise_ids:
+        ex = get_exercise(ex_id)
+        try:
+            case = cases_for(ex_id, False, 0)[0]
+            got = ex.reference(*case.args, **case.kwargs)
+            arrays: dict = {}
+            node = _flatten(got, "c0", arrays)
+            buf = io.BytesIO()
+            np.savez(buf, **arrays)
+            buf.seek(0)
+            with np.load(buf, allow_pickle=False) as loaded:
+                evaluate_case(ex, case, _unflatten(node, loaded))
+        except Exception:  # a warm-up is best effort: scoring reports real problems
+            pass
+
+
+def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None:
+    """Grade one submission described by ``job``; return its result (rows, notes, flags).
+
+    ``send(payload)`` (when given) reports progress to the grader: the assignment once
+    known, each kernel's pid, each exercise's row as soon as it is scored, so a crash of
+    this process later loses nothing already earned. With ``kernel=False`` (the grader's
+    triage, in its own process), a submission that needs a kernel returns None instead.
+    """
     from course_lib.checks.core import get_exercise
 
     from .rebuild import (
@@ -293,14 +329,17 @@ def grade(job: dict, send=None) -> dict:
         parse_notebook,
         rebuild,
     )
-    from .results import Verdict, score
-    from .run import CellOutcome, execute, kernel_env
+    from .results import Verdict, grader_cases, score, write_inputs
+    from .run import CellOutcome, KernelPlace, execute, kernel_env
+    from .sandbox import CgroupSet, Limits, Sandbox
+    from .sandbox import kernel_env as sandbox_env
 
+    send = send or (lambda payload: None)
     t0 = time.monotonic()
     root = Path(job["root"])
     sub_id, name = job["submission"], job["name"]
     scratch = Path(job["scratch"])
-    course = Course.load(root, check=False)
+    course = course or Course.load(root, check=False)
     result = {"submission": sub_id, "assignment": "", "rows": [], "notes": [], "flags": {}}
 
     def finish(rows):
@@ -334,6 +373,7 @@ def grade(job: dict, send=None) -> dict:
             )
         )
     result["assignment"] = assignment
+    send({"assignment": assignment})
     if assignment in course.broken:
         return finish(
             whole_submission_rows(
@@ -345,48 +385,95 @@ def grade(job: dict, send=None) -> dict:
                 f"could not be read, so nothing was graded: {course.broken[assignment]}",
             )
         )
-    for ex_id in course.exercises[assignment]:
-        get_exercise(ex_id)  # import the chapter's checks before any learner code runs
     if how != "metadata":
         result["notes"].append(f"assignment {assignment} recognised by its {how}")
     seed = int(job["seed"])
-    harvest_root = scratch / "harvest"
-    harvest_dirs = {
-        e: str(harvest_root / secrets.token_hex(8)) for e in course.exercises[assignment]
-    }
-    plan = rebuild(nb, assignment, course, seed, harvest_dirs)
+    box = scratch / "box"  # the kernel's working folder (writable in the sandbox)
+    inputs_dir = scratch / "inputs"  # the cases' inputs (read-only in the sandbox)
+    harvest_dirs = {e: str(box / f"results-{e}") for e in course.exercises[assignment]}
+    inputs = {e: str(inputs_dir / f"{e}.pkl") for e in course.exercises[assignment]}
+    plan = rebuild(nb, assignment, course, harvest_dirs, inputs)
+    if plan.needs_kernel and not kernel:
+        return None
     result["flags"] = plan.flags
-    verdicts = {}
+    result["notes"] += plan.notes.pop("*", [])
+    verdicts: dict = {}
+    outcomes: list = [CellOutcome("skipped", "not run") for _ in plan.roles]
+    partial = bool(job.get("partial"))
+    if plan.needs_kernel:
+        harvested = [e for r, e in plan.roles if r == "harvest"]
+        warm_up(harvested)  # everything scoring needs, imported before learner code runs
+        box.mkdir(parents=True, exist_ok=True)
+        inputs_dir.mkdir(parents=True, exist_ok=True)
+        cases = {}
+        for ex_id in harvested:
+            cases[ex_id] = grader_cases(ex_id, seed, plan.fingerprint)
+            write_inputs(cases[ex_id], inputs[ex_id])
 
-    def on_cell(i, outcome):
-        role, ex_id = plan.roles[i]
-        if role != "harvest":
-            return
-        problem = results_problem(Path(harvest_dirs[ex_id]))
-        if problem:
-            ex = get_exercise(ex_id)
-            verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [problem])
+        def on_cell(i, outcome):
+            role, ex_id = plan.roles[i]
+            if role != "harvest":
+                return
+            problem = results_problem(Path(harvest_dirs[ex_id]))
+            if problem:
+                ex = get_exercise(ex_id)
+                verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [problem])
+            else:
+                verdicts[ex_id] = score(ex_id, cases[ex_id], harvest_dirs[ex_id], partial)
+            shutil.rmtree(harvest_dirs[ex_id], ignore_errors=True)
+            v = verdicts[ex_id]
+            if v.status == "passed" or v.points:  # earned: the grader keeps it whatever follows
+                ex = get_exercise(ex_id)
+                send(
+                    {
+                        "earned": row(
+                            sub_id,
+                            assignment,
+                            ex_id,
+                            v.points,
+                            ex.points,
+                            v.status,
+                            v.feedback,
+                            ex.title,
+                        )
+                    }
+                )
+
+        threads = int(job.get("threads", 1))
+        sandbox = None
+        if job.get("sandbox"):
+            how = job["sandbox"]
+            sandbox = Sandbox(
+                how["bwrap"], how["user_namespace"], version=tuple(how["version"]), hide=[root]
+            )
+            env = sandbox_env(threads, hide=[root])
         else:
-            verdicts[ex_id] = score(ex_id, seed, harvest_dirs[ex_id])
-        shutil.rmtree(harvest_dirs[ex_id], ignore_errors=True)
-
-    workdir = scratch / "work"
-    workdir.mkdir(parents=True, exist_ok=True)
-    env = kernel_env(int(job.get("threads", 1)), scratch / "private")
-    if not any(r == "harvest" for r, _ in plan.roles):  # nothing to check: no kernel
-        outcomes = [CellOutcome("skipped", "not run") for _ in plan.roles]
-    else:
-        outcomes = execute(
-            plan.nb,
-            plan.roles,
-            workdir,
-            cell_timeout=float(job["cell_timeout"]),
-            total_timeout=float(job["timeout"]),
+            env = kernel_env(threads, scratch / "private")
+        lim = dict(job.get("limits") or {})
+        cg = lim.pop("cgroup", None)
+        limits = Limits(**lim)
+        if cg:
+            limits.cgroup = CgroupSet.from_json(cg)
+        place = KernelPlace(
+            box=box,
+            channels=scratch / "channels",
             env=env,
-            memory_limit=job.get("memory_limit"),
-            on_kernel=(lambda pid: send({"kernel_pid": pid})) if send else None,
-            on_cell=on_cell,
+            inputs=inputs_dir,
+            sandbox=sandbox,
+            limits=limits,
         )
+        try:
+            outcomes = execute(
+                plan.nb,
+                plan.roles,
+                place,
+                cell_timeout=float(job["cell_timeout"]),
+                total_timeout=float(job["timeout"]),
+                on_kernel=lambda pid: send({"kernel_pid": pid}),
+                on_cell=on_cell,
+            )
+        except Exception as err:  # the kernel's machinery failed: keep what was scored
+            result["notes"].append(f"grading stopped early: {type(err).__name__}: {str(err)[:300]}")
     limit = int(job.get("output_limit", 0))
     rows = []
     for ex_id in plan.exercises:
@@ -419,16 +506,26 @@ def grade(job: dict, send=None) -> dict:
         rows.append(
             row(sub_id, assignment, ex_id, points, ex.points, status, notes + feedback, ex.title)
         )
-    course_cells = [
-        o
-        for o, (r, _) in zip(outcomes, plan.roles)
-        if r == "course" and o.status in ("error", "timeout", "died")
-    ]
-    for o in course_cells[:3]:
-        result["notes"].append(
-            f"a course cell failed while grading ({o.status}: "
-            f"{o.message[:300]}); later exercises may be affected"
-        )
+    first_learner = next((i for i, (r, _) in enumerate(plan.roles) if r != "course"), None)
+    course_notes: dict[str, int] = {}
+    for i, (o, (r, _)) in enumerate(zip(outcomes, plan.roles)):
+        if r != "course" or o.status not in ("error", "timeout", "died"):
+            continue
+        after_learner = first_learner is not None and i > first_learner
+        if o.status == "timeout" and after_learner:
+            note = (
+                f"a cell of the course did not finish after your code had run ({o.message}): "
+                "does your code replace a name the course's cells use (`print`, `np`, …)? "
+                "Later exercises may be affected"
+            )
+        else:
+            note = (
+                f"a course cell failed while grading ({o.status}: "
+                f"{o.message[:300]}); later exercises may be affected"
+            )
+        course_notes[note] = course_notes.get(note, 0) + 1
+    for note, times in list(course_notes.items())[:10]:
+        result["notes"].append(note + (f" ({times} cells)" if times > 1 else ""))
     return finish(rows)
 
 
@@ -472,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
 
     expected = job.get("manifest")
     if expected is not None:
-        changed = changed_files(expected, manifest(Path(job["root"]), list(expected)))
+        changed = changed_files(expected, manifest(Path(job["root"])))
         if changed:
             send(
                 {

@@ -1,0 +1,264 @@
+"""A class too big for one machine, and the files an instructor takes away.
+
+* ``--shard K/N`` runs merged with ``course-grade merge`` write, byte for byte, what one
+  run writes (gradebook, review list, every feedback file, the exports);
+* names: a shell glob over per-student folders gives distinct, readable ids;
+* caps on count, size and time, with a clear message;
+* partial credit, and the exports for Canvas/Moodle (CSV) and Gradescope (results.json).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+from grading_lab import ROOT, grade, row, with_solutions
+
+from course_tools.grading import cli
+from course_tools.grading.collect import collect
+from course_tools.grading.report import lms_csv, student_keys
+
+pytestmark = pytest.mark.slow
+
+NAIVE = """def softmax(x):
+    e = np.exp(x)
+    return e / e.sum(axis=-1, keepdims=True)
+"""
+
+
+def _class(folder: Path) -> Path:
+    """Per-student folders, as a platform or a shell glob gives them; two graded by a
+    kernel, the others decided without one; names that clash once made safe."""
+    subs = folder / "class"
+    files = {
+        "alice/00_setup.ipynb": (ROOT / "solutions" / "00_setup.ipynb").read_bytes(),
+        "bob/00_setup.ipynb": with_solutions({"00.1": NAIVE}),
+        "carol/00_setup.ipynb": (ROOT / "exercises" / "00_setup.ipynb").read_bytes(),
+        "dave/00_setup.ipynb": b'{"cells": [',
+        "erin/homework.ipynb": b"{}",
+        "frank/a?.ipynb": b"{",
+        "frank/a*.ipynb": b"{",
+    }
+    for name, data in files.items():
+        (subs / name).parent.mkdir(parents=True, exist_ok=True)
+        (subs / name).write_bytes(data)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for who in ("gina", "hal"):
+            zf.writestr(f"{who}/00_setup.ipynb", (ROOT / "exercises/00_setup.ipynb").read_bytes())
+    (subs / "late.zip").write_bytes(buf.getvalue())
+    return subs
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    """Every file a run leaves for people to read, by path (not the run's own records)."""
+    skip = {"run.json", "results.jsonl", "grading.log", ".grader-seed"}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name not in skip
+    }
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sharded")
+    subs = _class(base)
+    flags = ["--partial", "--export", "lms,gradescope", "--cell-timeout", "60"]
+    single = grade([subs], base / "single", "--jobs", "2", *flags)
+    shards = [
+        grade([subs], base / f"shard{k}", "--jobs", "1", "--shard", f"{k}/3", *flags)
+        for k in (1, 2, 3)
+    ]
+    code = cli.main(
+        [
+            "merge",
+            *(str(base / f"shard{k}") for k in (1, 2, 3)),
+            "--out",
+            str(base / "merged"),
+            "--export",
+            "lms,gradescope",
+        ]
+    )
+    return {"base": base, "single": single, "shards": shards, "merge_code": code}
+
+
+def test_three_shards_merged_equal_one_run_byte_for_byte(sharded):
+    base = sharded["base"]
+    assert sharded["merge_code"] == 0
+    single, merged = _tree(base / "single"), _tree(base / "merged")
+    assert sorted(single) == sorted(merged)
+    assert {"grades.csv", "review.csv", "lms.csv"} <= set(single)
+    assert sum(k.startswith("feedback/") for k in single) == 9
+    for path in single:
+        assert single[path] == merged[path], path
+    sizes = [len(s["rows"]) for s in sharded["shards"]]
+    assert all(sizes) and sum(sizes) == len(sharded["single"]["rows"])  # a real split
+
+
+def test_a_shell_glob_over_student_folders_names_every_student(tmp_path):
+    for who in ("alice", "bob"):
+        (tmp_path / "class" / who).mkdir(parents=True)
+        (tmp_path / "class" / who / "02_qkv_attention.ipynb").write_bytes(b"{}")
+    paths = sorted((tmp_path / "class").glob("*/02_qkv_attention.ipynb"))  # the shell's glob
+    ids = [s.id for s in collect(paths)]
+    assert ids == ["alice/02_qkv_attention.ipynb", "bob/02_qkv_attention.ipynb"]
+    cwd = os.getcwd()
+    try:  # relative paths, as typed: the same names
+        os.chdir(tmp_path)
+        rel = [
+            s.id
+            for s in collect(
+                ["class/alice/02_qkv_attention.ipynb", "class/bob/02_qkv_attention.ipynb"]
+            )
+        ]
+    finally:
+        os.chdir(cwd)
+    assert rel == ids
+    assert [s.id for s in collect([tmp_path / "class"])][0] == "class/alice/02_qkv_attention.ipynb"
+
+
+def test_partial_credit_and_its_rows(sharded):
+    single = sharded["single"]
+    bob = row(single, "class/bob/00_setup.ipynb")
+    assert bob["status"] == "failed" and 0 < float(bob["points"]) < 1
+    assert row(single, "class/alice/00_setup.ipynb")["points"] == "1"
+
+
+def test_lms_export_has_one_row_per_student(sharded):
+    text = (sharded["base"] / "single" / "lms.csv").read_text()
+    table = list(csv.DictReader(io.StringIO(text)))
+    assert list(table[0]) == ["Student", "SIS Login ID", "00_setup (1 points)"]
+    got = {r["Student"]: r["00_setup (1 points)"] for r in table}
+    assert got["alice"] == "1" and got["carol"] == "0" and 0 < float(got["bob"]) < 1
+    assert "late.zip" in got  # (entries of an archive: --student picks them apart)
+    keys = student_keys(["x/late.zip/gina/00_setup.ipynb", "x/late.zip/hal/00_setup.ipynb"])
+    assert set(keys.values()) == {"gina", "hal"}
+    keys = student_keys(["subs/alice.ipynb", "subs/bob.ipynb"])
+    assert set(keys.values()) == {"alice", "bob"}
+    keys = student_keys(["export.zip/Alice_123_assignsubmission_file_/00.ipynb"], r"_(\d+)_assign")
+    assert list(keys.values()) == ["123"]
+
+
+def test_gradescope_export_follows_its_results_json(sharded):
+    out = sharded["base"] / "single" / "gradescope"
+    res = json.loads((out / "class" / "bob" / "00_setup.json").read_text())
+    assert set(res) >= {"score", "tests"} and isinstance(res["score"], float)
+    (test,) = res["tests"]
+    assert set(test) >= {"name", "score", "max_score", "status", "output", "visibility"}
+    assert test["status"] == "failed" and test["max_score"] == 1.0
+    assert test["score"] == res["score"] and "large scores" in test["output"]
+
+
+def test_one_submission_gives_gradescope_its_results_json(tmp_path):
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission" / "00_setup.ipynb").write_bytes(
+        (ROOT / "exercises/00_setup.ipynb").read_bytes()
+    )
+    grade([tmp_path / "submission"], tmp_path / "out", "--export", "gradescope")
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["score"] == 0 and res["tests"][0]["max_score"] == 1.0
+
+
+def test_merge_refuses_shards_that_do_not_make_a_whole(sharded, tmp_path, capsys):
+    base = sharded["base"]
+    assert (
+        cli.main(
+            ["merge", str(base / "shard1"), str(base / "shard2"), "--out", str(tmp_path / "m")]
+        )
+        == 2
+    )
+    assert "expected shards 1..3" in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("run.json", "results.jsonl"):
+        (other / name).write_bytes((base / "shard3" / name).read_bytes())
+    info = json.loads((other / "run.json").read_text())
+    info["seed_fingerprint"] = "0" * 16
+    (other / "run.json").write_text(json.dumps(info))
+    assert (
+        cli.main(
+            [
+                "merge",
+                str(base / "shard1"),
+                str(base / "shard2"),
+                str(other),
+                "--out",
+                str(tmp_path / "m"),
+            ]
+        )
+        == 2
+    )
+    assert "different seeds" in capsys.readouterr().err
+
+
+def test_shards_need_a_shared_seed_and_a_valid_slice(tmp_path, capsys):
+    (tmp_path / "x.ipynb").write_bytes(b"{")
+    base = [str(tmp_path / "x.ipynb"), "--out", str(tmp_path / "o"), "--quiet"]
+    assert cli.main([*base, "--shard", "1/2"]) == 2
+    assert "needs --seed or --seed-file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main([*base, "--shard", "3/2", "--seed", "1"])
+
+
+def test_caps_on_count_size_and_time(tmp_path, capsys):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for i in range(5):
+        (subs / f"s{i}.ipynb").write_bytes(b"{" + b" " * 1000)
+    out = str(tmp_path / "out")
+    assert cli.main([str(subs), "--out", out, "--quiet", "--max-submissions", "4"]) == 2
+    assert "5 submissions, more than --max-submissions 4" in capsys.readouterr().err
+    assert cli.main([str(subs), "--out", out, "--quiet", "--max-total-size", "0.000001"]) == 2
+    assert "more than --max-total-size" in capsys.readouterr().err
+    run = grade([subs], tmp_path / "timed", "--jobs", "1", "--max-time", "0.000001")
+    late = [
+        r
+        for r in run["rows"]
+        if "time cap"
+        in (
+            tmp_path / "timed" / "feedback" / (r["submission"].removesuffix(".ipynb") + ".md")
+        ).read_text()
+    ]
+    assert len(run["rows"]) == 5 and len(late) >= 4
+    assert "were not graded: the run reached --max-time" in capsys.readouterr().err
+
+
+def test_the_default_jobs_use_the_machine():
+    from course_tools.grading.cli import KERNEL_MEMORY, build_parser
+    from course_tools.grading.sandbox import memory_total, usable_cpus
+
+    jobs = build_parser().get_default("jobs")
+    assert jobs == max(1, min(usable_cpus(), int(memory_total() // KERNEL_MEMORY)))
+    if memory_total() >= usable_cpus() * KERNEL_MEMORY:
+        assert jobs == usable_cpus()  # every core (was half of them)
+
+
+def test_an_unknown_assignment_never_makes_a_percentage_nan(tmp_path):
+    results = [
+        {
+            "submission": "s/x.ipynb",
+            "assignment": "",
+            "notes": [],
+            "flags": {},
+            "rows": [
+                {
+                    "submission": "s/x.ipynb",
+                    "assignment": "",
+                    "exercise": "",
+                    "points": 0,
+                    "max_points": 0,
+                    "status": "error",
+                    "feedback": ["?"],
+                    "title": "",
+                }
+            ],
+        },
+    ]
+    text = lms_csv(results)
+    assert "nan" not in text.lower() and text.splitlines() == ["Student,SIS Login ID"]
