@@ -286,6 +286,90 @@ def test_cached_decoding_is_bottom_right_causal_like_flash_attn():
     assert not torch.allclose(top_left, want)
 
 
+def _flash_attn_func(q, k, v, causal=False, window_size=(-1, -1)):
+    """flash-attn's flash_attn_func, restated in plain torch: q [B, Nq, H, d],
+    k, v [B, Nk, Hkv, d] with Hkv dividing H (query head h reads KV head h // (H / Hkv));
+    causal=True is bottom-right (query i sees keys j <= i + Nk - Nq); window_size=(l, r)
+    keeps keys i + Nk - Nq - l <= j <= i + Nk - Nq + r (-1: unbounded); scale 1/sqrt(d).
+    Returns [B, Nq, H, d]."""
+    b, n_q, h, d = q.shape
+    n_k, h_kv = k.shape[1], k.shape[2]
+    k = k.repeat_interleave(h // h_kv, dim=2)  # (B, Nk, H, d)
+    v = v.repeat_interleave(h // h_kv, dim=2)  # (B, Nk, H, d)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)  # (B, H, Nq, Nk)
+    i = torch.arange(n_q)[:, None] + n_k - n_q  # (Nq, 1) the query's place among the keys
+    j = torch.arange(n_k)[None, :]  # (1, Nk)
+    keep = torch.ones(n_q, n_k, dtype=torch.bool)
+    left, right = window_size
+    if causal:
+        right = 0
+    if right >= 0:
+        keep &= j <= i + right
+    if left >= 0:
+        keep &= j >= i - left
+    p = torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)  # (B, H, Nq, Nk)
+    return torch.einsum("bhqk,bkhd->bqhd", p, v)  # (B, Nq, H, d)
+
+
+def _bnhd(b, n, h, d, seed):
+    return _randn(b, n, h, d, seed=seed)  # (B, N, H, d)
+
+
+@pytest.mark.parametrize(
+    "n_q, n_k, window",
+    [(5, 5, None), (3, 9, None), (3, 9, 4), (9, 9, 3)],  # square, a cache chunk, windows
+)
+def test_flash_attn_users_layout_bottom_right_and_window_in_the_reference(n_q, n_k, window):
+    """flash_attn_func(q, k, v, causal=True, window_size=(W - 1, 0)) with [B, N, H, d]
+    tensors and GQA is flash_attention_reference(..., layout="bnhd", is_causal=True,
+    causal_alignment="bottom_right", window=W)."""
+    from course_lib.flash import flash_attention_reference
+
+    q, k, v = _bnhd(2, n_q, 4, 8, 40), _bnhd(2, n_k, 2, 8, 41), _bnhd(2, n_k, 2, 8, 42)
+    theirs = _flash_attn_func(
+        q, k, v, causal=True, window_size=(-1 if window is None else window - 1, 0)
+    )
+    ours, _ = flash_attention_reference(
+        q,
+        k,
+        v,
+        is_causal=True,
+        causal_alignment="bottom_right",
+        window=window,
+        layout="bnhd",
+        block_size=(2, 4),
+    )
+    assert ours.shape == theirs.shape  # (B, Nq, H, d): the layout comes back as it went in
+    _close(ours, theirs)
+    if n_q != n_k:  # the default, torch SDPA's top-left triangle, is a different number
+        top_left, _ = flash_attention_reference(q, k, v, is_causal=True, layout="bnhd")
+        assert not torch.allclose(top_left, theirs)
+
+
+def test_flash_attn_users_layout_bottom_right_and_window_in_the_kernel():
+    """The Triton kernel (the interpreter on a CPU) takes the same call and gives the same
+    numbers, GQA read in-kernel, at a shape small enough for the interpreter."""
+    from course_lib import flash
+
+    if flash.triton_mode() == "unavailable":
+        pytest.skip("Triton is not installed (Linux only); the reference above covers the call")
+    device = "cpu" if flash.triton_mode() == "interpreter" else "cuda"
+    f32 = dict(dtype=torch.float32, device=device)
+    q, k, v = (
+        _bnhd(1, 3, 4, 16, 43).to(**f32),
+        _bnhd(1, 9, 2, 16, 44).to(**f32),
+        _bnhd(1, 9, 2, 16, 45).to(**f32),
+    )
+    theirs = _flash_attn_func(
+        *(x.double().cpu() for x in (q, k, v)), causal=True, window_size=(4, 0)
+    )
+    ours = flash.flash_attention(
+        q, k, v, is_causal=True, causal_alignment="bottom_right", window=5, layout="bnhd"
+    )
+    assert ours.shape == (1, 3, 4, 16)
+    torch.testing.assert_close(ours.double().cpu(), theirs, rtol=1e-4, atol=2e-5)
+
+
 # --------------------------------------------------------------------------- the table
 
 
@@ -301,6 +385,8 @@ def test_the_conventions_page_exists_and_the_chapters_point_to_it():
         "bottom-right",
         "rotate_half",
         "81 559 MiB",
+        'layout="bnhd"',
+        'causal_alignment="bottom_right"',
     ):
         assert needle in page, needle
     for chapter in ("04_multi_head_attention", "05_positional_encodings"):
