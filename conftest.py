@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 
 from course_lib import env as course_env
+from course_tools.course import notebook_budget_s
 
 ROOT = Path(__file__).resolve().parent
 OUTPUT = ROOT / "test-output"
-# Per-notebook budgets on the 2-core CI machine (seconds); reported, never asserted.
-BUDGET_S = {"06_": 120.0, "07_": 120.0, "08_": 120.0, "09_": 120.0}
-DEFAULT_BUDGET_S = 60.0
 
 # Chapters that train models use their short CI budget under the test suite (kernels that
 # nbval starts inherit this process's environment). See course_lib.env.budget().
@@ -60,8 +58,7 @@ def pytest_terminal_summary(terminalreporter):
         return
     rows = []
     for path, secs in sorted(_times.items()):
-        name = Path(path).name
-        budget = next((b for p, b in BUDGET_S.items() if name.startswith(p)), DEFAULT_BUDGET_S)
+        budget = notebook_budget_s(path)
         rows.append(
             {
                 "notebook": path,

@@ -191,6 +191,7 @@ def running_lab(
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={ROOT}",
         *bootstrap_module().LAB_OPTIONS,  # as `make lab` starts it
+        *bootstrap_module().kernel_options(str(tmp / "runtime")),
     ]
     if os.name == "posix" and os.geteuid() == 0:  # CI containers run as root
         cmd.append("--allow-root")

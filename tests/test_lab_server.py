@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -127,10 +128,90 @@ def test_every_url_of_the_server_opens_chapter_00(lab):
     assert "/lab/tree/notebooks/00_setup.ipynb?token=" in lab.log(), "the printed URL"
 
 
+def _run_in_kernel(lab, code: str, timeout: float = 90.0) -> str:
+    """Start a kernel through the REST API, run ``code`` over the kernel's websocket (as
+    JupyterLab does) and return what it printed; the kernel is shut down afterwards."""
+    import asyncio
+    import uuid
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    kernel = lab.api("api/kernels", method="POST", timeout=30.0)
+
+    async def run() -> str:
+        url = lab.base.replace("http", "ws", 1) + f"api/kernels/{kernel['id']}/channels"
+        request = HTTPRequest(url, headers={"Authorization": f"token {lab.token}"})
+        ws = await websocket_connect(request)
+        msg_id = uuid.uuid4().hex
+        header = {
+            "msg_id": msg_id,
+            "msg_type": "execute_request",
+            "session": uuid.uuid4().hex,
+            "username": "test",
+            "version": "5.3",
+        }
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        }
+        await ws.write_message(
+            json.dumps(
+                {
+                    "header": header,
+                    "parent_header": {},
+                    "metadata": {},
+                    "content": content,
+                    "channel": "shell",
+                    "buffers": [],
+                }
+            )
+        )
+        printed = []
+        while True:
+            reply = json.loads(await ws.read_message())
+            if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if reply["msg_type"] == "stream":
+                printed.append(reply["content"]["text"])
+            if reply["msg_type"] == "execute_reply":
+                ws.close()
+                return "".join(printed)
+
+    try:
+        return asyncio.run(asyncio.wait_for(run(), timeout))
+    finally:
+        lab.api(f"api/kernels/{kernel['id']}", method="DELETE", timeout=30.0)
+
+
 def test_the_log_has_no_alarming_lines(lab):
+    """Nothing in the terminal a learner would take for a problem, also once a kernel has
+    run a cell (over TCP, ipykernel warns of eavesdropping; the course's kernels talk to
+    JupyterLab over Unix sockets where the system has them)."""
+    assert _run_in_kernel(lab, "print(6 * 7)").strip() == "42"
     log = lab.log()
     assert "Skipped non-installed server" not in log
     assert "No web browser found" not in log
+    if os.name == "posix":
+        assert "without encryption" not in log, log[-3000:]
+        assert list((lab.log_path.parent / "runtime").glob("kernel-*-ipc-*")) == [], (
+            "the kernel's sockets outlive it"
+        )
+
+
+def test_kernels_keep_tcp_where_a_socket_path_would_be_too_long():
+    from course_lab import bootstrap_module
+
+    bootstrap = bootstrap_module()
+    assert bootstrap.kernel_options("/tmp/rt") == (
+        ["--KernelManager.transport=ipc"] if os.name == "posix" else []
+    )
+    assert bootstrap.kernel_options("/home/" + "x" * 80 + "/runtime") == []
+    assert bootstrap.kernel_options("") == []
 
 
 def test_make_lab_needs_no_browser_to_start(monkeypatch):

@@ -171,11 +171,45 @@ LAB_OPTIONS = [
 ]
 
 
+# A Unix socket's path holds about 100 bytes (104 on macOS, 108 on Linux, the final NUL
+# included); a kernel's sockets are RUNTIME/kernel-<36-char id>-ipc-<n>.
+UNIX_SOCKET_PATH_MAX = 100
+
+
+def runtime_dir():
+    """Jupyter's runtime folder, where the kernels' connection files (and sockets) go."""
+    try:
+        out = subprocess.run(
+            [PY, "-c", "from jupyter_core.paths import jupyter_runtime_dir as d; print(d())"],
+            stdout=subprocess.PIPE,
+            universal_newlines=True,
+        )
+    except OSError:
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def kernel_options(runtime):
+    """Kernels talk to JupyterLab over local Unix sockets where that is possible.
+
+    Over TCP (even loopback) every kernel logs "Kernel is running over TCP without
+    encryption ... susceptible to eavesdropping" into the terminal, which alarms learners;
+    Unix sockets are private to the user. Windows has none, and a runtime folder whose path
+    is too long for a socket keeps TCP."""
+    if os.name != "posix" or not runtime:
+        return []
+    longest = os.path.join(runtime, "kernel-" + "0" * 36 + "-ipc-99")
+    if len(longest.encode("utf-8")) > UNIX_SOCKET_PATH_MAX:
+        return []
+    return ["--KernelManager.transport=ipc"]
+
+
 def lab_command(rest):
     """`jupyter lab` as `make lab` runs it: the course folder, chapter 00 as the page every
     URL of the server opens (also one copied by hand from the terminal), and no alarming log
-    lines (no language-server scan, no "No web browser found")."""
+    lines (no language-server scan, no "No web browser found", no kernel over TCP)."""
     cmd = [PY, "-m", "jupyter", "lab", "--notebook-dir=" + ROOT] + LAB_OPTIONS
+    cmd += kernel_options(runtime_dir())
     if not browser_available():
         cmd.append("--no-browser")
     if os.name == "posix" and os.geteuid() == 0:
