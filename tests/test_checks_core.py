@@ -227,3 +227,26 @@ def test_tuple_items_are_named_in_feedback():
     )
     assert msg.startswith("lse: ")
     assert core.compare_values((1.0, 2.0), (1.0, 3.0), 1e-6, 1e-6).startswith("item 1: ")
+
+
+def test_byte_counts_as_floats_say_only_that_when_the_value_is_right():
+    """A float (or a one-element tensor or array: what the grader records) equal to the
+    expected count is refused with the advice alone; a wrong float or int gets the usual
+    diagnosis (a plain message), shown with separators and in GiB."""
+    from course_lib.checks.core import Diagnosed, byte_count_message
+
+    advice = "use //."
+    for got in (2.0**34, np.float64(2.0**34), torch.tensor(2.0**34), np.array(2.0**34)):
+        msg = byte_count_message(got, 2**34, advice)
+        assert isinstance(msg, Diagnosed), type(got)
+        assert msg.startswith("expected an int (a number of bytes), got the ") and "use //." in msg
+        assert "17,179,869,184" in msg and "e+10" not in msg
+    wrong = byte_count_message(3.5, 2**34, advice)
+    assert not isinstance(wrong, Diagnosed) and "got the float 3.5" in wrong
+    assert byte_count_message(2**34, 2**34, advice) is None
+    assert byte_count_message(np.int64(2**34), 2**34, advice) is None
+    off = byte_count_message(2**35, 2**34, advice, name="ring")
+    assert off.startswith("ring: expected 17,179,869,184 bytes (16 GiB), got 34,359,738,368 bytes")
+    assert "2 times the right size" in off and not isinstance(off, Diagnosed)
+    assert "got str" in byte_count_message("big", 2**34, advice)
+    assert "got bool" in byte_count_message(True, 1, advice)

@@ -23,7 +23,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, repeat_kv, split_heads
-from .core import Case, Exercise, Hint, register
+from .core import Case, Exercise, Hint, byte_count_message, register
 
 DT = torch.float64
 
@@ -519,28 +519,13 @@ def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-GiB = 2**30
-
-
 def _bytes_compare(got, expected, case) -> str | None:
     """A byte count is an int; show both as integers with their size in GiB."""
-    if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
-        if isinstance(got, (float, np.floating)) or (
-            isinstance(got, torch.Tensor) and got.numel() == 1
-        ):
-            value = float(got)
-            shown = f"{value:,.0f}" if math.isfinite(value) and value == int(value) else f"{value}"
-            return (
-                f"expected an int (a number of bytes), got the {type(got).__name__} {shown}. "
-                "In Python 3, `/` always returns a float (hidden_size / num_attention_heads "
-                "is 128.0): use `//` for head_dim, or wrap the product in int()."
-            )
-        return f"expected an int (a number of bytes), got {type(got).__name__} {got!r:.80}."
-    if int(got) == int(expected):
-        return None
-    return (
-        f"expected {int(expected):,} bytes ({expected / GiB:.4g} GiB), got {int(got):,} bytes "
-        f"({int(got) / GiB:.4g} GiB): {int(got) / int(expected):.4g} times the right size."
+    return byte_count_message(
+        got,
+        expected,
+        "In Python 3, `/` always returns a float (hidden_size / num_attention_heads is 128.0): "
+        "use `//` for head_dim, or wrap the product in int().",
     )
 
 

@@ -24,7 +24,7 @@ from ..attention import masked_softmax
 from ..flex import tile_map
 from ..mask_mods import document_ids, index_grids
 from ..multihead import repeat_kv
-from .core import Case, Exercise, Hint, NotThisMistake, register
+from .core import Case, Exercise, Hint, NotThisMistake, byte_count_message, register
 
 DT = torch.float64
 
@@ -553,22 +553,10 @@ def _mla_bytes(config, seq_len, batch_size, bytes_per_value, *, how: str = ""):
 
 def _bytes_compare(got, expected, case) -> str | None:
     """A byte count is an int: say so when it is a float, and show sizes in GiB."""
-    if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
-        if isinstance(got, (float, np.floating)) or (
-            isinstance(got, torch.Tensor) and got.numel() == 1
-        ):
-            return (
-                f"expected an int (a number of bytes), got the {type(got).__name__} "
-                f"{float(got):,.1f}. Every factor is an int; keep it so (no `/`, or int() "
-                "around the product)."
-            )
-        return f"expected an int (a number of bytes), got {type(got).__name__} {got!r:.80}."
-    if int(got) == int(expected):
-        return None
-    gib = 2**30
-    return (
-        f"expected {int(expected):,} bytes ({expected / gib:.4g} GiB), got {int(got):,} "
-        f"({int(got) / gib:.4g} GiB): {int(got) / int(expected):.4g} times the right size."
+    return byte_count_message(
+        got,
+        expected,
+        "Every factor is an int; keep it so (no `/`, or int() around the product).",
     )
 
 

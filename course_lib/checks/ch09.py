@@ -30,7 +30,7 @@ from ..context_parallel.merge import (
 from ..context_parallel.merge import merge_attention as _merge
 from ..context_parallel.sharding import shard_positions
 from ..context_parallel.ulysses import all_to_all_seq_to_head
-from .core import Case, Exercise, Hint, NotThisMistake, register
+from .core import Case, Exercise, Hint, NotThisMistake, byte_count_message, register
 
 DT = torch.float64
 NEG_INF = -math.inf
@@ -662,18 +662,15 @@ def _bytes_compare(got, expected, case) -> str | None:
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         return f"expected a tuple (ring, ulysses) of two ints, got {type(got).__name__} {got!r:.80}"
     for name, g, e in zip(("ring", "ulysses"), got, expected):
-        if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
-            value = float(g) if isinstance(g, (float, np.floating, torch.Tensor)) else g
-            return (
-                f"{name}: expected an int (a number of bytes), got {type(g).__name__} "
-                f"{value!r:.40}. Divide with `//` (N // P, and (P - 1) // P only after "
-                "multiplying), as the statement asks."
-            )
-        if int(g) != int(e):
-            return (
-                f"{name}: expected {int(e):,} bytes, got {int(g):,} "
-                f"({int(g) / int(e) if e else float('inf'):.4g} times the right count)."
-            )
+        msg = byte_count_message(
+            g,
+            e,
+            "Divide with `//` (N // P, and (P - 1) // P only after multiplying), as the "
+            "statement asks.",
+            name=name,
+        )
+        if msg is not None:
+            return msg
     return None
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -210,6 +211,50 @@ def _shape_hint(got: tuple, expected: tuple) -> str:
             "dimension you reduce or multiply over there."
         )
     return ""
+
+
+class Diagnosed(str):
+    """A message from an exercise's ``compare`` that already says all that is wrong and how
+    to fix it (e.g. the right number as a float where an int is asked for): no declared
+    mistake is searched for and no general hint is added after it."""
+
+
+GiB = 2**30
+
+
+def byte_count_message(got: Any, expected: int, float_advice: str, name: str = "") -> str | None:
+    r"""Compare a byte count with the expected int; ``None`` when equal.
+
+    A float, or a one-element tensor, is refused with ``float_advice`` (where the ``/`` came
+    from); when its value is right that is the whole story (:class:`Diagnosed`). Different
+    ints are shown with thousands separators and in GiB, never as ``1.71799e+10``.
+    ``name`` prefixes the message (``"ring: "``) when a result holds several counts."""
+    where = f"{name}: " if name else ""
+    if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
+        torch = sys.modules.get("torch")  # a tensor's class, without importing torch here
+        numeric = (
+            isinstance(got, (float, np.floating))
+            or (isinstance(got, np.ndarray) and got.size == 1)
+            or (torch is not None and isinstance(got, torch.Tensor) and got.numel() == 1)
+        )
+        if not numeric:
+            return (
+                f"{where}expected an int (a number of bytes), got {type(got).__name__} {got!r:.80}."
+            )
+        value = float(got)
+        shown = f"{value:,.0f}" if math.isfinite(value) and value == int(value) else f"{value}"
+        msg = (
+            f"{where}expected an int (a number of bytes), got the {type(got).__name__} "
+            f"{shown}. {float_advice}"
+        )
+        return Diagnosed(msg) if value == expected else msg
+    if int(got) == int(expected):
+        return None
+    ratio = f"{int(got) / int(expected):.4g}" if expected else "inf"
+    return (
+        f"{where}expected {int(expected):,} bytes ({int(expected) / GiB:.4g} GiB), got "
+        f"{int(got):,} bytes ({int(got) / GiB:.4g} GiB): {ratio} times the right size."
+    )
 
 
 def compare_values(
@@ -436,6 +481,8 @@ def evaluate_case(ex: Exercise, case: Case, got: Any, full: bool = True) -> Case
         msg = compare_values(got, expected, ex.atol, ex.rtol, ex.check_dtype, names=ex.outputs)
     if msg is None:
         return CaseResult(case.name, True)
+    if isinstance(msg, Diagnosed):
+        return CaseResult(case.name, False, str(msg))
     return CaseResult(case.name, False, msg + _diagnose(ex, case, got, expected, full))
 
 
