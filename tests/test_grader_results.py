@@ -73,6 +73,8 @@ def test_outputs_recorded_for_other_inputs_fail(tmp_path):
     assert score("00.1", grader_cases("00.1", 2), tmp_path).status == "failed"
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
 def test_partial_credit_is_the_share_of_cases_passed(tmp_path):
     def naive(x):  # right on small scores, NaN on the hidden large ones
         e = np.exp(x)
