@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def _load_toml(path: Path) -> dict:
+def load_toml(path: Path) -> dict:
     try:
         import tomllib  # Python >= 3.11
     except ImportError:  # Python 3.10
@@ -33,7 +33,7 @@ class Links:
 
     @classmethod
     def load(cls, root: str | Path) -> Links:
-        data = _load_toml(Path(root) / "pyproject.toml")
+        data = load_toml(Path(root) / "pyproject.toml")
         repo = data.get("project", {}).get("urls", {}).get("Repository")
         if not repo:
             raise ValueError("pyproject.toml has no [project.urls] Repository")

@@ -35,6 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 COURSE_SETTINGS = ROOT / ".jupyter" / "lab" / "user-settings"
 START_TIMEOUT_S = 120.0  # a cold start on a busy 2-core machine can take a while
@@ -42,12 +44,7 @@ START_TIMEOUT_S = 120.0  # a cold start on a busy 2-core machine can take a whil
 
 def bootstrap_module():
     """tools/bootstrap.py (behind `make lab`), imported from its file."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "tools" / "bootstrap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/bootstrap.py")
 
 
 def free_port() -> int:

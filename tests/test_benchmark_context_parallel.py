@@ -3,23 +3,18 @@ goes through the whole script (two gloo processes) and writes well-formed JSON."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "context_parallel_overlap", ROOT / "benchmarks" / "context_parallel_overlap.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/context_parallel_overlap.py")
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="this machine can run the benchmark")

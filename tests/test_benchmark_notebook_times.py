@@ -3,11 +3,11 @@ run on the smallest notebook, and recorded results that cover the whole course."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 from course_tools.course import notebook_budget_s
 
@@ -16,12 +16,7 @@ FOLDERS = ("notebooks", "solutions", "exercises")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "notebook_times", ROOT / "benchmarks" / "notebook_times.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/notebook_times.py")
 
 
 def test_budgets_are_per_chapter():

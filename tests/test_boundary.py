@@ -90,11 +90,10 @@ def test_no_module_finds_the_checkout_from_its_own_location(pkg: Path):
 
 
 def test_one_version_source():
-    from test_repository import _load_toml
-
     import course_tools
+    from course_tools.links import load_toml
 
-    pyproject = _load_toml(ROOT / "pyproject.toml")
+    pyproject = load_toml(ROOT / "pyproject.toml")
     assert "version" not in pyproject["project"], "pyproject.toml must not repeat the version"
     assert pyproject["project"]["dynamic"] == ["version"]
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {

@@ -15,7 +15,6 @@ gradebook and feedback they wrote:
 from __future__ import annotations
 
 import copy
-import csv
 import hashlib
 import io
 import json
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from grading_lab import grade as _grade  # the course's grader, in this process
 from grading_lab import sandbox_flags
 
 from course_tools.grading import cli
@@ -372,28 +372,6 @@ def _hashes(folder: Path) -> dict[str, str]:
         else hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(folder.rglob("*"))
         if p.is_file()
-    }
-
-
-def _grade(inputs: list[Path], out: Path, *extra: str, integrity: bool = False) -> dict:
-    # Other tests (and, while developing, other people) may edit course files while these
-    # runs go on; the integrity check has a test of its own below.
-    flags = [] if integrity else ["--no-integrity-check"]
-    if "--unsafe-no-sandbox" not in extra:
-        flags += sandbox_flags()
-    t0 = time.monotonic()
-    code = cli.main(
-        [*map(str, inputs), "--out", str(out), "--seed", str(SEED), "--quiet", *flags, *extra]
-    )
-    secs = time.monotonic() - t0
-    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    return {
-        "code": code,
-        "rows": rows,
-        "out": out,
-        "seconds": secs,
-        "csv": (out / "grades.csv").read_text(encoding="utf-8"),
     }
 
 

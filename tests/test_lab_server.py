@@ -6,7 +6,6 @@ same server in Chromium.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import urllib.error
@@ -14,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from course_lab import COURSE_SETTINGS, ROOT, read_settings_file, running_lab
+from course_lab import COURSE_SETTINGS, ROOT, bootstrap_module, read_settings_file, running_lab
 
 NOTIFICATION = "@jupyterlab/apputils-extension:notification"
 
@@ -92,9 +91,7 @@ def test_no_news_or_update_requests():
 
 def test_make_lab_uses_the_course_settings(tmp_path):
     """tools/bootstrap.py (behind `make lab` and `make test`) points JupyterLab at them."""
-    spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "tools" / "bootstrap.py")
-    bootstrap = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bootstrap)
+    bootstrap = bootstrap_module()
     dest = Path(bootstrap.seed_settings(str(tmp_path / "settings")))
     for path in COURSE_SETTINGS.rglob("*.jupyterlab-settings"):
         copy = dest / path.relative_to(COURSE_SETTINGS)
@@ -178,7 +175,9 @@ def _run_in_kernel(lab, code: str, timeout: float = 90.0) -> str:
                 continue
             if reply["msg_type"] == "stream":
                 printed.append(reply["content"]["text"])
-            if reply["msg_type"] == "execute_reply":
+            # "idle" on iopub comes after the request's outputs on iopub; the execute_reply
+            # (shell channel) may overtake them.
+            if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
                 ws.close()
                 return "".join(printed)
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from course_tools.links import load_toml
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIRS = ("notebooks", "solutions", "exercises")
 
@@ -72,21 +74,10 @@ def _requirement_names(specs: list[str]) -> set[str]:
     return names
 
 
-def _load_toml(path: Path) -> dict:
-    try:
-        import tomllib  # Python >= 3.11
-    except ImportError:  # Python 3.10
-        try:
-            import tomli as tomllib
-        except ImportError:
-            from pip._vendor import tomli as tomllib
-    return tomllib.loads(path.read_text(encoding="utf-8"))
-
-
 def test_environment_yml_and_pyproject_name_the_same_packages():
     import yaml
 
-    project = _load_toml(ROOT / "pyproject.toml")["project"]
+    project = load_toml(ROOT / "pyproject.toml")["project"]
     py_names = _requirement_names(
         project["dependencies"] + project["optional-dependencies"]["test"]
     )
@@ -107,7 +98,7 @@ def test_environment_yml_and_pyproject_name_the_same_packages():
 
 
 def test_dependency_ranges_stay_open():
-    project = _load_toml(ROOT / "pyproject.toml")["project"]
+    project = load_toml(ROOT / "pyproject.toml")["project"]
     for spec in project["dependencies"] + project["optional-dependencies"]["test"]:
         assert "==" not in spec.split(";")[0], (
             f"exact pin {spec!r}: the course's ranges stay open for users"

@@ -384,41 +384,21 @@ def gqa_shapes() -> list[dict]:
 
 
 def decode_shapes() -> list[dict]:
-    """One new query against a KV cache (Llama-3-8B-like heads, bfloat16), forward only."""
+    """One new query against a KV cache (Llama-3-8B-like heads, bfloat16), forward only:
+    batch 1 and 8 at a 32k cache, batch 8 at a 4k one."""
     return [
         dict(
-            B=1,
+            B=batch,
             H=32,
             h_kv=8,
-            N=32768,
+            N=n_cache,
             n_q=1,
             d=128,
             dtype=torch.bfloat16,
             is_causal=False,
             kind="decode",
-        ),
-        dict(
-            B=8,
-            H=32,
-            h_kv=8,
-            N=32768,
-            n_q=1,
-            d=128,
-            dtype=torch.bfloat16,
-            is_causal=False,
-            kind="decode",
-        ),
-        dict(
-            B=8,
-            H=32,
-            h_kv=8,
-            N=4096,
-            n_q=1,
-            d=128,
-            dtype=torch.bfloat16,
-            is_causal=False,
-            kind="decode",
-        ),
+        )
+        for batch, n_cache in ((1, 32768), (8, 32768), (8, 4096))
     ]
 
 
