@@ -1,0 +1,519 @@
+r"""Real checkpoints in the course's own model: GPT-2 and Llama-family weights into :class:`GPT`.
+
+A checkpoint is a folder (a local copy or a snapshot in the Hugging Face cache) holding
+``config.json`` and the weights as ``safetensors``. Loading is two tables per family:
+
+* a **config table**: which field of ``config.json`` becomes which :class:`GPTConfig` field,
+  the fields that must have one value because the course's model has no switch for the
+  others (an error names the field and its value), and what the family fixes (GPT-2:
+  learned positions, biases, LayerNorm; Llama: RoPE with the half-split pairing, RMSNorm,
+  SwiGLU, no biases);
+* a **weight table**: which checkpoint tensor becomes which parameter, and how. GPT-2 keeps
+  its linear layers as ``Conv1D`` with the weight stored ``[in, out]``, the transpose of
+  ``nn.Linear``'s ``[out, in]``, and its queries, keys and values in one ``c_attn`` matrix;
+  Llama's projections are ``nn.Linear`` already. Every tensor of the file is either used or
+  listed as ignored (GPT-2's stored causal mask); anything else is an error, so a checkpoint
+  of another architecture is never half-loaded.
+
+Hugging Face's Llama rotates the pairs :math:`(i, i + d_h/2)` of each head; the course's
+default pairs :math:`(2i, 2i+1)`. ``rope="half"`` keeps the checkpoint's rows and switches
+the model's pairing; ``rope="interleaved"`` keeps the course's pairing and permutes the rows
+of :math:`W_Q, W_K` within each head (:func:`half_to_interleaved_rows`), which gives the same
+scores, since :math:`(Pq)\cdot(Pk) = q \cdot k` for a permutation :math:`P`.
+
+Downloading happens only with ``download=True`` (and a network); otherwise a name such as
+``"openai-community/gpt2"`` is looked up in the local Hugging Face cache only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..positional import rope_permutation
+from .model import GPT, GPTConfig
+
+__all__ = [
+    "GPT2_CONFIG",
+    "GPT2_WEIGHTS",
+    "LLAMA_CONFIG",
+    "LLAMA_WEIGHTS",
+    "REAL_MODELS",
+    "ByteTokenizer",
+    "HFTokenizer",
+    "checkpoint_folder",
+    "config_from_hf",
+    "gpt2_block_state_dict",
+    "half_to_interleaved_rows",
+    "load_pretrained",
+    "load_tokenizer",
+    "make_tiny_checkpoint",
+    "read_safetensors",
+    "state_dict_from_hf",
+]
+
+# The real models the course loads (chapter 10, benchmarks/real_models.py).
+REAL_MODELS = {
+    "gpt2": "openai-community/gpt2",  # GPT-2 small, 124M, MIT licence
+    "smollm2": "HuggingFaceTB/SmolLM2-135M",  # Llama architecture with GQA, Apache-2.0
+}
+
+# =========================================================================== config tables
+
+# (field of config.json, field of GPTConfig, value map or None). A missing optional field
+# keeps GPTConfig's default; "n_inner": null means 4 * d_model, as in GPTConfig.
+GPT2_CONFIG = (
+    ("vocab_size", "vocab_size", None),
+    ("n_positions", "seq_len", None),
+    ("n_embd", "d_model", None),
+    ("n_layer", "num_layers", None),
+    ("n_head", "num_heads", None),
+    ("n_inner", "d_ff", None),
+    ("layer_norm_epsilon", "norm_eps", None),
+    ("activation_function", "activation", {"gelu_new": "gelu_tanh", "gelu": "gelu"}),
+)
+GPT2_FIXED = {"positions": "learned", "bias": True, "norm": "layernorm", "tie_embeddings": True}
+# fields the course's model can only take with one value: (field, the value, default if absent)
+GPT2_REQUIRED = (
+    ("scale_attn_weights", True, True),
+    ("scale_attn_by_inverse_layer_idx", False, False),
+    ("add_cross_attention", False, False),
+    ("tie_word_embeddings", True, True),
+)
+
+LLAMA_CONFIG = (
+    ("vocab_size", "vocab_size", None),
+    ("max_position_embeddings", "seq_len", None),
+    ("hidden_size", "d_model", None),
+    ("num_hidden_layers", "num_layers", None),
+    ("num_attention_heads", "num_heads", None),
+    ("num_key_value_heads", "num_kv_heads", None),
+    ("intermediate_size", "d_ff", None),
+    ("rms_norm_eps", "norm_eps", None),
+    ("rope_theta", "rope_base", None),
+    ("hidden_act", "activation", {"silu": "swiglu"}),
+    ("tie_word_embeddings", "tie_embeddings", None),
+)
+LLAMA_FIXED = {"positions": "rope", "bias": False, "norm": "rmsnorm", "rope_interleaved": False}
+LLAMA_REQUIRED = (
+    ("attention_bias", False, False),
+    ("mlp_bias", False, False),
+    ("rope_scaling", None, None),
+)
+
+# =========================================================================== weight tables
+
+# (checkpoint name, course parameter name(s), how). "{i}" is the layer. How:
+#   "copy"       the same tensor;
+#   "conv1d"     GPT-2's Conv1D weight [in, out], transposed to nn.Linear's [out, in];
+#   "conv1d_qkv" c_attn's weight [d, 3d]: split the out axis into W_Q, W_K, W_V, transposed;
+#   "qkv_bias"   c_attn's bias [3d]: split into the three biases;
+#   "rope_rows"  Llama's q/k rows, permuted per head when rope="interleaved" (else copied).
+GPT2_WEIGHTS = (
+    ("wte.weight", "embed.weight", "copy"),
+    ("wpe.weight", "pos_embed.weight", "copy"),
+    ("ln_f.weight", "ln_f.weight", "copy"),
+    ("ln_f.bias", "ln_f.bias", "copy"),
+)
+GPT2_BLOCK = (
+    ("h.{i}.ln_1.weight", "blocks.{i}.ln_1.weight", "copy"),
+    ("h.{i}.ln_1.bias", "blocks.{i}.ln_1.bias", "copy"),
+    (
+        "h.{i}.attn.c_attn.weight",
+        ("blocks.{i}.attn.W_Q.weight", "blocks.{i}.attn.W_K.weight", "blocks.{i}.attn.W_V.weight"),
+        "conv1d_qkv",
+    ),
+    (
+        "h.{i}.attn.c_attn.bias",
+        ("blocks.{i}.attn.W_Q.bias", "blocks.{i}.attn.W_K.bias", "blocks.{i}.attn.W_V.bias"),
+        "qkv_bias",
+    ),
+    ("h.{i}.attn.c_proj.weight", "blocks.{i}.attn.W_O.weight", "conv1d"),
+    ("h.{i}.attn.c_proj.bias", "blocks.{i}.attn.W_O.bias", "copy"),
+    ("h.{i}.ln_2.weight", "blocks.{i}.ln_2.weight", "copy"),
+    ("h.{i}.ln_2.bias", "blocks.{i}.ln_2.bias", "copy"),
+    ("h.{i}.mlp.c_fc.weight", "blocks.{i}.mlp.W_1.weight", "conv1d"),
+    ("h.{i}.mlp.c_fc.bias", "blocks.{i}.mlp.W_1.bias", "copy"),
+    ("h.{i}.mlp.c_proj.weight", "blocks.{i}.mlp.W_2.weight", "conv1d"),
+    ("h.{i}.mlp.c_proj.bias", "blocks.{i}.mlp.W_2.bias", "copy"),
+)
+# tensors a GPT-2 file may hold that are not weights: the stored causal mask, the read-out
+# (tied: it is wte)
+GPT2_IGNORED = ("h.{i}.attn.bias", "h.{i}.attn.masked_bias", "lm_head.weight")
+GPT2_PREFIX = "transformer."  # GPT2LMHeadModel.save_pretrained prefixes the body's names
+
+LLAMA_WEIGHTS = (
+    ("model.embed_tokens.weight", "embed.weight", "copy"),
+    ("model.norm.weight", "ln_f.weight", "copy"),
+)
+LLAMA_UNTIED = (("lm_head.weight", "lm_head.weight", "copy"),)
+LLAMA_BLOCK = (
+    ("model.layers.{i}.input_layernorm.weight", "blocks.{i}.ln_1.weight", "copy"),
+    ("model.layers.{i}.self_attn.q_proj.weight", "blocks.{i}.attn.W_Q.weight", "rope_rows"),
+    ("model.layers.{i}.self_attn.k_proj.weight", "blocks.{i}.attn.W_K.weight", "rope_rows"),
+    ("model.layers.{i}.self_attn.v_proj.weight", "blocks.{i}.attn.W_V.weight", "copy"),
+    ("model.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.W_O.weight", "copy"),
+    ("model.layers.{i}.post_attention_layernorm.weight", "blocks.{i}.ln_2.weight", "copy"),
+    ("model.layers.{i}.mlp.gate_proj.weight", "blocks.{i}.mlp.W_1.weight", "copy"),
+    ("model.layers.{i}.mlp.up_proj.weight", "blocks.{i}.mlp.W_3.weight", "copy"),
+    ("model.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.W_2.weight", "copy"),
+)
+LLAMA_IGNORED = ("model.layers.{i}.self_attn.rotary_emb.inv_freq", "lm_head.weight")
+
+FAMILIES = {
+    "gpt2": (GPT2_CONFIG, GPT2_FIXED, GPT2_REQUIRED),
+    "llama": (LLAMA_CONFIG, LLAMA_FIXED, LLAMA_REQUIRED),
+}
+
+# =========================================================================== the config
+
+
+def config_from_hf(hf: dict, *, rope: str = "half", attention: str = "course") -> GPTConfig:
+    """The :class:`GPTConfig` of a checkpoint's ``config.json`` (a dict), through the tables.
+
+    Raises ``ValueError`` naming the field whose value the course's model cannot express.
+    """
+    family = hf.get("model_type")
+    if family not in FAMILIES:
+        raise ValueError(
+            f"config.json has model_type={family!r}: the course loads {sorted(FAMILIES)} only"
+        )
+    if rope not in ("half", "interleaved"):
+        raise ValueError(f"rope must be 'half' or 'interleaved', got {rope!r}")
+    table, fixed, required = FAMILIES[family]
+    hf = dict(hf)
+    if family == "llama":  # transformers >= 5 keeps the RoPE settings in one dict
+        params = hf.get("rope_parameters") or {}
+        hf.setdefault("rope_theta", params.get("rope_theta", 10000.0))
+        if params.get("rope_type", "default") != "default":
+            hf["rope_scaling"] = params
+        head_dim = hf.get("head_dim")
+        if head_dim is not None and head_dim * hf["num_attention_heads"] != hf["hidden_size"]:
+            raise ValueError(
+                f"config.json: head_dim={head_dim} is not hidden_size / num_attention_heads "
+                f"= {hf['hidden_size']} / {hf['num_attention_heads']}: the course's model "
+                "has d_h = d_model / H"
+            )
+    for name, value, default in required:
+        if hf.get(name, default) != value:
+            raise ValueError(
+                f"config.json: {name}={hf.get(name)!r} does not map to the course's model, "
+                f"which supports {name}={value!r} only"
+            )
+    kwargs = dict(fixed, attention=attention)
+    for hf_name, name, values in table:
+        if hf.get(hf_name) is None:
+            continue
+        value = hf[hf_name]
+        if values is not None:
+            if value not in values:
+                raise ValueError(
+                    f"config.json: {hf_name}={value!r} does not map to the course's model "
+                    f"(it maps {sorted(values)})"
+                )
+            value = values[value]
+        kwargs[name] = value
+    if family == "llama" and rope == "interleaved":
+        kwargs["rope_interleaved"] = True
+    return GPTConfig(**kwargs)
+
+
+# =========================================================================== the weights
+
+
+def half_to_interleaved_rows(w: torch.Tensor, num_heads: int) -> torch.Tensor:
+    r"""Rows of a Hugging Face Llama :math:`W_Q` or :math:`W_K` ``[H d_h, d]`` for the interleaved RoPE.
+
+    Row :math:`i` and row :math:`i + d_h/2` of each head (the pair Hugging Face rotates)
+    become rows :math:`2i` and :math:`2i + 1` (the pair the course rotates): within each head,
+    new row :math:`j` is old row ``argsort(perm)[j]`` with ``perm`` = :func:`rope_permutation`.
+    """
+    out_features, d = w.shape
+    if out_features % num_heads:
+        raise ValueError(f"{out_features} rows do not split into {num_heads} heads")
+    head_dim = out_features // num_heads
+    inverse = torch.argsort(rope_permutation(head_dim))  # (d_h,) 2i <- i, 2i+1 <- i + d_h/2
+    heads = w.reshape(num_heads, head_dim, d)  # (H, d_h, d)
+    return heads[:, inverse].reshape(out_features, d)  # (H d_h, d)
+
+
+def _convert(how: str, tensor: torch.Tensor, config: GPTConfig, course: str) -> list:
+    """One table row applied: the tensor(s) for the row's course name(s)."""
+    if how == "copy":
+        return [tensor]
+    if how == "conv1d":
+        return [tensor.T]  # [in, out] -> [out, in]
+    if how == "conv1d_qkv":
+        return [part.T for part in tensor.split(config.d_model, dim=1)]  # 3 x [d, d]
+    if how == "qkv_bias":
+        return list(tensor.split(config.d_model))  # 3 x [d]
+    if how == "rope_rows":
+        if not config.rope_interleaved:
+            return [tensor]
+        heads = config.num_heads if course.endswith("W_Q.weight") else config.kv_heads
+        return [half_to_interleaved_rows(tensor, heads)]
+    raise ValueError(f"unknown conversion {how!r}")  # pragma: no cover - tables are fixed
+
+
+def _rows(family: str, config: GPTConfig) -> tuple[list, list]:
+    """The weight table for this many layers: (rows, ignored names), "{i}" filled in."""
+    if family == "gpt2":
+        top, block, ignored = GPT2_WEIGHTS, GPT2_BLOCK, GPT2_IGNORED
+    else:
+        top, block, ignored = LLAMA_WEIGHTS, LLAMA_BLOCK, LLAMA_IGNORED
+        if not config.tie_embeddings:
+            top = top + LLAMA_UNTIED
+            ignored = tuple(n for n in ignored if n != "lm_head.weight")
+
+    def fill(name, i):
+        return tuple(n.format(i=i) for n in name) if isinstance(name, tuple) else name.format(i=i)
+
+    rows = list(top) + [
+        (fill(hf, i), fill(course, i), how)
+        for i in range(config.num_layers)
+        for hf, course, how in block
+    ]
+    skip = [fill(name, i) for i in range(config.num_layers) for name in ignored]
+    return rows, skip
+
+
+def state_dict_from_hf(
+    tensors: dict[str, torch.Tensor], family: str, config: GPTConfig, source: str = "checkpoint"
+) -> dict[str, torch.Tensor]:
+    """The course's state dict from a checkpoint's tensors, through the weight table.
+
+    ``source`` names the file in the errors: a tensor the table needs and the file lacks,
+    or one the file holds and the table does not know.
+    """
+    if family == "gpt2":  # GPT2LMHeadModel's files prefix the body; the hub's gpt2 does not
+        tensors = {k.removeprefix(GPT2_PREFIX): v for k, v in tensors.items()}
+    rows, skip = _rows(family, config)
+    out: dict[str, torch.Tensor] = {}
+    for hf_name, course, how in rows:
+        if hf_name not in tensors:
+            raise KeyError(f"{source} has no tensor {hf_name!r} (needed for {course})")
+        names = course if isinstance(course, tuple) else (course,)
+        for name, value in zip(names, _convert(how, tensors[hf_name], config, names[0])):
+            out[name] = value.contiguous()
+    used = {row[0] for row in rows} | set(skip)
+    unknown = sorted(set(tensors) - used)
+    if unknown:
+        raise KeyError(
+            f"{source} holds tensors the {family} table has no row for: {unknown[:5]}"
+            f"{' ...' if len(unknown) > 5 else ''} (another architecture?)"
+        )
+    return out
+
+
+def gpt2_block_state_dict(tensors: dict[str, torch.Tensor], i: int, d_model: int) -> dict:
+    """Block ``i`` of a GPT-2 checkpoint under the course's names ``blocks.{i}.…`` (the table's rows)."""
+    config = GPTConfig(d_model=d_model, num_heads=1, num_layers=i + 1, positions="learned")
+    tensors = {k.removeprefix(GPT2_PREFIX): v for k, v in tensors.items()}
+    out = {}
+    for hf_name, course, how in GPT2_BLOCK:
+        names = course if isinstance(course, tuple) else (course,)
+        names = tuple(n.format(i=i) for n in names)
+        for name, value in zip(
+            names, _convert(how, tensors[hf_name.format(i=i)], config, names[0])
+        ):
+            out[name] = value
+    return out
+
+
+# =========================================================================== files
+
+
+def checkpoint_folder(name_or_path: str | Path, *, download: bool = False) -> Path:
+    """The folder of a checkpoint: a local folder, or a hub name looked up in the local cache.
+
+    With ``download=True`` a hub name missing from the cache is fetched (network needed);
+    without it nothing is downloaded and the error says how to get the files.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    name = str(name_or_path)
+    if path.exists() or name.count("/") != 1 or name.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"no checkpoint folder at {path}")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as err:  # pragma: no cover - a dependency of transformers
+        raise ImportError(
+            "finding a hub checkpoint needs huggingface_hub: pip install transformers"
+        ) from err
+    patterns = ["config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer*"]
+    patterns += ["vocab.json", "merges.txt", "special_tokens_map.json"]
+    try:
+        return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=not download))
+    except Exception as err:  # the hub's errors differ by version; all mean "not here"
+        if download:
+            raise FileNotFoundError(
+                f"could not download {name!r} from the Hugging Face hub ({err.__class__.__name__}:"
+                f" {err}); check the network, or pass a local folder"
+            ) from err
+        raise FileNotFoundError(
+            f"{name!r} is not in the local Hugging Face cache: pass download=True to fetch it "
+            "(needs a network), or a folder holding config.json and model.safetensors"
+        ) from err
+
+
+def read_safetensors(folder: Path) -> tuple[dict[str, torch.Tensor], str]:
+    """Every tensor of the checkpoint in ``folder`` (one file or shards), and the file name."""
+    from safetensors.torch import load_file
+
+    single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+    if single.is_file():
+        return load_file(single), single.name
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing = [s for s in shards if not (folder / s).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{index.name} names shards that {folder} lacks: {missing}")
+        tensors = {}
+        for shard in shards:
+            tensors.update(load_file(folder / shard))
+        return tensors, index.name
+    other = sorted(p.name for p in folder.glob("*.bin")) + sorted(
+        p.name for p in folder.glob("*.pt")
+    )
+    hint = f" (it holds {other}: the loader reads safetensors only)" if other else ""
+    raise FileNotFoundError(f"{folder} has no model.safetensors{hint}")
+
+
+def load_pretrained(
+    name_or_path: str | Path,
+    *,
+    dtype: torch.dtype = torch.float32,
+    rope: str = "half",
+    attention: str = "course",
+    download: bool = False,
+) -> GPT:
+    """A :class:`GPT` holding a GPT-2 or Llama-family checkpoint's weights, in eval mode.
+
+    ``name_or_path``: a folder with ``config.json`` and ``model.safetensors`` (or shards), or
+    a hub name (``REAL_MODELS["gpt2"]``) found in the local cache, or downloaded with
+    ``download=True``. ``rope``: ``"half"`` (the checkpoint's pairing) or ``"interleaved"``
+    (the course's, with :math:`W_Q, W_K` rows permuted); both give the same logits.
+    """
+    folder = checkpoint_folder(name_or_path, download=download)
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{folder} has no config.json")
+    hf = json.loads(config_file.read_text())
+    config = config_from_hf(hf, rope=rope, attention=attention)
+    tensors, source = read_safetensors(folder)
+    state = state_dict_from_hf(tensors, hf["model_type"], config, f"{folder.name}/{source}")
+    model = GPT(config)
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True)
+    return model.to(dtype).eval()
+
+
+# =========================================================================== tokenizers
+
+
+class HFTokenizer:
+    """A Hugging Face tokenizer with the course's interface: ``encode``, ``decode``, ``show``."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+
+    def encode(self, text: str) -> torch.Tensor:
+        """``text`` → ids ``[N]`` (int64), without special tokens."""
+        return torch.tensor(self.tokenizer.encode(text, add_special_tokens=False))  # (N,)
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return self.tokenizer.decode(ids)
+
+    def show(self, ids) -> list[str]:
+        """One printable label per token (``␣`` for a leading space, ``⏎`` for a newline)."""
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        labels = [self.tokenizer.decode([i]) for i in ids]
+        return [s.replace(" ", "␣").replace("\n", "⏎") or "∅" for s in labels]
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer({self.tokenizer.name_or_path!r}, vocab_size={self.vocab_size})"
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids ``0..255``: the stand-in for a tiny random checkpoint."""
+
+    vocab_size = 256
+
+    def encode(self, text: str) -> torch.Tensor:
+        return torch.tensor(list(text.encode("utf-8")), dtype=torch.int64)  # (N,)
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def show(self, ids) -> list[str]:
+        return [{"\n": "⏎", " ": "␣"}.get(c, c) for c in self.decode(ids)]
+
+    def __repr__(self) -> str:
+        return "ByteTokenizer(vocab_size=256)"
+
+
+def load_tokenizer(folder: str | Path):
+    """The checkpoint's tokenizer (``transformers``), or bytes where the folder has none."""
+    folder = Path(folder)
+    if not any(folder.glob("tokenizer*")) and not (folder / "vocab.json").is_file():
+        return ByteTokenizer()
+    from transformers import AutoTokenizer
+
+    return HFTokenizer(AutoTokenizer.from_pretrained(folder))
+
+
+# =========================================================================== tiny checkpoints
+
+
+TINY = {
+    "gpt2": {"vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2},
+    "llama": {
+        "vocab_size": 256,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def make_tiny_checkpoint(family: str, folder: str | Path, *, seed: int = 0, **overrides) -> Path:
+    """Save a tiny *random* GPT-2 or Llama checkpoint with ``transformers``: a test model.
+
+    The same files as a real checkpoint (``config.json``, ``model.safetensors``), with every
+    weight drawn at random (LayerNorm gains near 1, biases non-zero) so that a mistake in any
+    mapping shows in the logits. Needs ``transformers`` (``pip install transformers``).
+    """
+    import transformers
+
+    if family not in TINY:
+        raise ValueError(f"family must be one of {sorted(TINY)}, got {family!r}")
+    cfg_class, model_class = {
+        "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel),
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+    }[family]
+    kwargs = dict(TINY[family], **overrides)
+    if family == "gpt2":  # the defaults' special tokens (50256) lie outside a tiny vocabulary
+        kwargs.update(bos_token_id=0, eos_token_id=0)
+    else:
+        kwargs.update(bos_token_id=0, eos_token_id=0, pad_token_id=None)
+    torch.manual_seed(seed)
+    model = model_class(cfg_class(**kwargs)).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            gain = name.endswith("weight") and p.ndim == 1  # a norm's gain
+            noise = torch.randn(p.shape, generator=gen)  # (*p.shape,)
+            p.copy_(1.0 + 0.1 * noise if gain else 0.2 * noise)
+    folder = Path(folder)
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
