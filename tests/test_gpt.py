@@ -529,7 +529,17 @@ def test_induction_probe_on_an_untrained_model():
 
 @pytest.mark.parametrize(
     "module",
-    ["model", "generate", "data", "training", "probes", "induction", "checkpoint", "ablations"],
+    [
+        "model",
+        "generate",
+        "data",
+        "training",
+        "probes",
+        "induction",
+        "checkpoint",
+        "ablations",
+        "pretrained",
+    ],
 )
 def test_the_package_hands_on_every_public_name(module):
     import importlib

@@ -149,7 +149,7 @@ def test_the_config_tables_map_each_family(folders):
         "gelu_tanh",
         True,
     )
-    assert (g.seq_len, g.d_model, g.num_layers, g.num_heads, g.ff_width) == (64, 32, 2, 2, 128)
+    assert (g.seq_len, g.d_model, g.num_layers, g.num_heads, g.ff_width) == (128, 32, 2, 2, 128)
     m = P.load_pretrained(folders["llama"]).config
     assert (m.positions, m.bias, m.norm, m.activation, m.rope_interleaved) == (
         "rope",

@@ -471,7 +471,7 @@ def load_tokenizer(folder: str | Path):
 
 
 TINY = {
-    "gpt2": {"vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2},
+    "gpt2": {"vocab_size": 256, "n_positions": 128, "n_embd": 32, "n_layer": 2, "n_head": 2},
     "llama": {
         "vocab_size": 256,
         "hidden_size": 64,
