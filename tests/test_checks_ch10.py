@@ -39,8 +39,8 @@ def test_10_1_the_conv1d_trap_is_named_even_though_the_shapes_fit():
     ex = get_exercise("10.1")
     trap = next(w for h, w in ex.mistakes.items() if "Conv1D trap" in h)
     case = cases_for("10.1")[0]
-    out = trap(*case.args)
-    block = ex.reference(*case.args)
+    out = dict(trap(*case.args))
+    block = dict(ex.reference(*case.args))
     assert all(out[k].shape == block[k].shape for k in block)  # it would load
     with pytest.raises(CheckFailed, match="Likely cause: your square matrices"):
         check("10.1", trap, quiet=True)
@@ -50,15 +50,16 @@ def test_10_1_missing_biases_and_wrong_types_are_explained():
     ex = get_exercise("10.1")
 
     def no_biases(tensors, i, d_model):
-        return {
-            k: v
-            for k, v in ex.reference(tensors, i, d_model).items()
-            if "W_" not in k or "weight" in k
-        }
+        pairs = ex.reference(tensors, i, d_model)
+        return [(k, v) for k, v in pairs if "W_" not in k or "weight" in k]
 
     with pytest.raises(CheckFailed, match="missing keys.*GPT-2 has a bias in every linear layer"):
         check("10.1", no_biases, quiet=True)
-    with pytest.raises(CheckFailed, match="expected a dict of the block's parameters"):
+    with pytest.raises(CheckFailed, match=r"got a dict: return list\(your_dict.items\(\)\)"):
+        check(
+            "10.1", lambda tensors, i, d_model: dict(ex.reference(tensors, i, d_model)), quiet=True
+        )
+    with pytest.raises(CheckFailed, match=r"expected a list of \(key, tensor\) pairs"):
         check("10.1", lambda tensors, i, d_model: list(tensors.values()), quiet=True)
 
 
@@ -72,7 +73,7 @@ def test_10_1_reference_loads_a_real_checkpoint_block(tmp_path):
         for k, v in load_file(folder / "model.safetensors").items()
     }
     model = P.load_pretrained(folder)
-    block = get_exercise("10.1").reference(tensors, 1, model.config.d_model)
+    block = dict(get_exercise("10.1").reference(tensors, 1, model.config.d_model))
     for name, value in block.items():
         assert torch.equal(model.blocks[1].state_dict()[name], value), name
     assert set(block) == set(model.blocks[1].state_dict())

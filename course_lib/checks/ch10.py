@@ -3,7 +3,8 @@ r"""Checks for chapter 10 (real models: GPT-2's and Llama's weights in the cours
 Three exercises, each a function the learner writes:
 
 * 10.1 ``gpt2_block_to_course(tensors, i, d_model)``: one GPT-2 block's tensors under the
-  course's names, Conv1D weights transposed, ``c_attn`` split into queries, keys, values
+  course's names, as ``(key, tensor)`` pairs (``dict(pairs)`` is what ``load_state_dict``
+  takes), Conv1D weights transposed, ``c_attn`` split into queries, keys, values
 * 10.2 ``half_to_interleaved_rows(w, num_heads)``: a Llama :math:`W_Q` / :math:`W_K`
   permuted within each head so that the course's interleaved RoPE reproduces the half split
 * 10.3 ``induction_heads(weights, period, threshold)``: the heads whose induction score
@@ -35,10 +36,10 @@ def _t(rng: np.random.Generator, *shape: int, std: float = 1.0) -> torch.Tensor:
 # --------------------------------------------------------------------------- 10.1 GPT-2 block
 
 
-def gpt2_block_reference(tensors: dict, i: int, d_model: int) -> dict:
+def gpt2_block_reference(tensors: dict, i: int, d_model: int) -> list:
     prefix = f"blocks.{i}."
     block = gpt2_block_state_dict(tensors, i, d_model)  # the loader's own table
-    return {k.removeprefix(prefix): v for k, v in block.items()}
+    return [(k.removeprefix(prefix), v) for k, v in block.items()]
 
 
 def _gpt2_block_twin(tensors, i, d_model, *, transpose="all", split_axis=1):
@@ -75,7 +76,7 @@ def _gpt2_block_twin(tensors, i, d_model, *, transpose="all", split_axis=1):
         "mlp.W_2.weight": lin(tensors[p + "mlp.c_proj.weight"], False),
         "mlp.W_2.bias": tensors[p + "mlp.c_proj.bias"],
     }
-    return out
+    return list(out.items())
 
 
 def gpt2_tensors(rng: np.random.Generator, num_layers: int, d_model: int) -> dict:
@@ -131,13 +132,25 @@ _GPT2_MISTAKES = {
 }
 
 
+def _as_pairs(got) -> dict | None:
+    """The learner's ``(key, tensor)`` pairs as a dict, or None when they are not pairs."""
+    if isinstance(got, (str, bytes, dict)) or not isinstance(got, (list, tuple)):
+        return None
+    if not all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in got):
+        return None
+    return {k: v for k, v in got}
+
+
 def _compare_state_dict(got, expected, case) -> str | None:
-    if not isinstance(got, dict):
+    pairs = _as_pairs(got)
+    if pairs is None:
+        kind = "a dict" if isinstance(got, dict) else type(got).__name__
         return Diagnosed(
-            f"expected a dict of the block's parameters (like Block.state_dict()), got "
-            f"{type(got).__name__}."
+            f"expected a list of (key, tensor) pairs, got {kind}: return "
+            "list(your_dict.items()) (dict(pairs) is what load_state_dict takes)."
         )
-    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    expected = dict(expected)
+    missing, extra = sorted(set(expected) - set(pairs)), sorted(set(pairs) - set(expected))
     if missing or extra:
         msg = f"missing keys {missing}" if missing else ""
         msg += ("; " if msg else "") + (f"unexpected keys {extra}" if extra else "")
@@ -148,19 +161,19 @@ def _compare_state_dict(got, expected, case) -> str | None:
             )
         return Diagnosed(msg + f" The keys are those of Block.state_dict(): {sorted(expected)}.")
     for key in expected:
-        msg = compare_values(got[key], expected[key], 1e-12, 0.0, where=key)
+        msg = compare_values(pairs[key], expected[key], 1e-12, 0.0, where=key)
         if msg:
-            return Diagnosed(msg + _likely_block_mistake(got, case))
+            return Diagnosed(msg + _likely_block_mistake(pairs, case))
     return None
 
 
-def _likely_block_mistake(got, case) -> str:
+def _likely_block_mistake(pairs: dict, case) -> str:
     for hint, twin in _GPT2_MISTAKES.items():
         try:
-            out = twin(*case.args, **case.kwargs)
+            out = dict(twin(*case.args, **case.kwargs))
         except Exception:
             continue
-        if all(compare_values(got[k], out[k], 1e-12, 0.0) is None for k in out):
+        if all(compare_values(pairs[k], out[k], 1e-12, 0.0) is None for k in out):
             return f"\n    Likely cause: {render_hint(hint, True)}"
     return (
         "\n    Hint: map each checkpoint tensor by the table: Conv1D weights transposed, "
