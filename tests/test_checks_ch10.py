@@ -81,13 +81,13 @@ def test_10_1_reference_loads_a_real_checkpoint_block(tmp_path):
 
 def test_10_2_reference_makes_interleaved_rope_equal_the_half_split():
     rng = np.random.default_rng(0)
-    heads, d_h, d = 2, 8, 12
-    w = torch.from_numpy(rng.normal(size=(heads * d_h, d)))  # (H d_h, d)
+    heads, head_dim, d = 2, 8, 12
+    w = torch.from_numpy(rng.normal(size=(heads * head_dim, d)))  # (H head_dim, d)
     x = torch.from_numpy(rng.normal(size=(5, d)))  # (N, d)
     w_new = get_exercise("10.2").reference(w, heads)
 
     def scores(weight, interleaved):
-        q = (x @ weight.T).reshape(5, heads, d_h).transpose(0, 1)  # (H, N, d_h)
+        q = (x @ weight.T).reshape(5, heads, head_dim).transpose(0, 1)  # (H, N, head_dim)
         q = apply_rope(q, interleaved=interleaved)
         return q @ q.transpose(-1, -2)  # (H, N, N)
 

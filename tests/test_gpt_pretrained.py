@@ -90,16 +90,16 @@ def test_the_two_rope_pairings_give_the_same_model(folders):
 
 
 def test_half_to_interleaved_rows_moves_each_pair_to_adjacent_rows():
-    d_h, heads, d = 8, 2, 5
-    w = torch.randn(heads * d_h, d, dtype=torch.float64)
+    head_dim, heads, d = 8, 2, 5
+    w = torch.randn(heads * head_dim, d, dtype=torch.float64)
     out = P.half_to_interleaved_rows(w, heads)  # (H d_h, d)
     for h in range(heads):
-        for i in range(d_h // 2):
-            assert torch.equal(out[h * d_h + 2 * i], w[h * d_h + i])
-            assert torch.equal(out[h * d_h + 2 * i + 1], w[h * d_h + i + d_h // 2])
+        for i in range(head_dim // 2):
+            assert torch.equal(out[h * head_dim + 2 * i], w[h * head_dim + i])
+            assert torch.equal(out[h * head_dim + 2 * i + 1], w[h * head_dim + i + head_dim // 2])
     # the rotation property: interleaved RoPE of the permuted q = permuted half RoPE of q
-    q = torch.randn(1, 1, 6, d_h, dtype=torch.float64)  # (B, H, N, d_h)
-    inverse = torch.argsort(rope_permutation(d_h))
+    q = torch.randn(1, 1, 6, head_dim, dtype=torch.float64)  # (B, H, N, head_dim)
+    inverse = torch.argsort(rope_permutation(head_dim))
     torch.testing.assert_close(
         apply_rope(q[..., inverse], interleaved=True),
         apply_rope(q, interleaved=False)[..., inverse],

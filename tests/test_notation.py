@@ -65,6 +65,7 @@ ALLOWED_FILES = {
 ALLOWED_LINE = re.compile(
     r"renamed_kwargs\(|renamed_attributes\(|warn_once\(|# retired"
     r"|\b(ref|m|torch_mha|mha_torch)\.out_proj\b"
+    r"|\bself_attn\.[qkv]_proj\.weight\b"  # a Hugging Face checkpoint's tensor name
 )
 
 
