@@ -279,7 +279,8 @@ class MLP(nn.Module):
         if self.activation == "swiglu":
             h = F.silu(h) * self.W_3(x)  # (B, N, d_ff)
         else:
-            h = F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
+            exact = "tanh" if self.activation == "gelu_tanh" else "none"
+            h = F.gelu(h, approximate=exact)  # (B, N, d_ff)
         return self.W_2(h)  # (B, N, d_model)
 
 
