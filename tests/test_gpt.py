@@ -337,11 +337,13 @@ def test_corpus_splits_by_module_without_leaks():
 
 def test_corpus_skips_modules_without_source(monkeypatch):
     real = gpt.module_source
-    monkeypatch.setattr(gpt, "module_source", lambda name: None if name == "csv" else real(name))
+    monkeypatch.setattr(
+        gpt.data, "module_source", lambda name: None if name == "csv" else real(name)
+    )
     with pytest.warns(UserWarning, match="csv"):
         corpus = gpt.load_corpus()
     assert corpus.missing == ["csv"] and "csv" not in corpus.train_modules
-    monkeypatch.setattr(gpt, "module_source", lambda name: None)
+    monkeypatch.setattr(gpt.data, "module_source", lambda name: None)
     with pytest.raises(RuntimeError, match="too little source text"), pytest.warns(UserWarning):
         gpt.load_corpus()
 
@@ -520,3 +522,32 @@ def test_induction_probe_on_an_untrained_model():
     probe = gpt.induction_probe(_model(cfg), period=6, batch_size=8)
     assert abs(probe["first_copy_loss"] - math.log(cfg.vocab_size)) < 0.3
     assert len(probe["induction"]) == 2 and len(probe["induction"][0]) == 2
+
+
+# --------------------------------------------------------------------------- the package
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["model", "generate", "data", "training", "probes", "induction", "checkpoint", "ablations"],
+)
+def test_the_package_hands_on_every_public_name(module):
+    import importlib
+
+    sub = importlib.import_module(f"course_lib.gpt.{module}")
+    for name in sub.__all__:
+        if name == module:  # generate.generate: the package's name is the module
+            continue
+        assert getattr(gpt, name) is getattr(sub, name), f"course_lib.gpt.{name} is not {module}'s"
+
+
+def test_model_reads_on_its_own():
+    """model.py imports only torch, the earlier chapters and the decoding loop."""
+    import ast
+    import inspect
+
+    from course_lib.gpt import model
+
+    tree = ast.parse(inspect.getsource(model))
+    local = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
+    assert local <= {"generate"}, f"model.py depends on {local - {'generate'}}"
