@@ -29,7 +29,9 @@ Window of Large Language Models via Positional Interpolation"); a larger ``base`
 500 000 in Llama 3) is the other common knob, and frequency-dependent scalings keep the
 fast pairs and interpolate only the slow ones: Llama 3.1's
 (:func:`llama3_scaled_frequencies`, to pass as ``apply_rope(..., frequencies=...)``) and
-YaRN's (:func:`yarn_scaled_frequencies`, with its temperature :func:`yarn_attention_factor`).
+YaRN's (:func:`yarn_scaled_frequencies`, as its released code and Hugging Face compute it,
+with its temperature :func:`yarn_attention_factor`; :func:`yarn_paper_frequencies` is the
+paper's equation, which differs from the code between the kept and the interpolated pairs).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ __all__ = [
     "sinusoidal_frequencies",
     "sinusoidal_shift_matrix",
     "yarn_attention_factor",
+    "yarn_correction_range",
+    "yarn_paper_frequencies",
     "yarn_scaled_frequencies",
 ]
 
@@ -377,14 +381,107 @@ def llama3_scaled_frequencies(
     return _ramp_interpolation(theta, factor, original_context, low_freq_factor, high_freq_factor)
 
 
+def yarn_correction_range(
+    d: int,
+    original_context: int,
+    *,
+    base: float = 10000.0,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
+) -> tuple[float, float]:
+    r"""The pair indices between which YaRN's ramp runs, as YaRN's reference code and
+    Hugging Face find them (``find_correction_range``).
+
+    Pair :math:`i` turns :math:`r_i = L\,b^{-2i/d}/2\pi` times over the original context
+    :math:`L`; solving :math:`r_i = eta` for :math:`i` gives the *correction dimension*
+
+    .. math:: i(eta) = rac{d\,\ln\!ig(L / (2\pieta)ig)}{2 \ln b} .
+
+    The ramp starts at :math:`i(eta_	ext{fast})` (pairs that turn :math:`eta_	ext{fast}`
+    = 32 times or more keep their speed) and ends at :math:`i(eta_	ext{slow})` (pairs that
+    turn less than :math:`eta_	ext{slow}` = 1 time are interpolated). With ``truncate``
+    (the default in both codes) the start is rounded down and the end up; both are then
+    clipped to :math:`[0, d-1]`. Returns ``(low, high)``.
+    """
+    d = as_int(d, "d")
+    check_even(d, "")
+    check_base(base)
+    if not original_context > 0:
+        raise ValueError(f"original_context must be positive, got {original_context!r}")
+    if not (0 < beta_slow < beta_fast):
+        raise ValueError(
+            "need 0 < beta_slow < beta_fast (turns over the original context: beta_fast = 32 "
+            f"marks the fast pairs kept, beta_slow = 1 the slow ones interpolated), got "
+            f"beta_fast={beta_fast!r}, beta_slow={beta_slow!r}"
+        )
+
+    def dim_for(turns: float) -> float:
+        return d * math.log(original_context / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dim_for(beta_fast), dim_for(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, d - 1)
+
+
 def yarn_scaled_frequencies(
+    d: int,
+    factor: float,
+    original_context: int,
+    *,
+    base: float = 10000.0,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
+) -> torch.Tensor:
+    r"""YaRN's "NTK-by-parts" frequencies as YaRN's reference code (Peng et al., 2023,
+    "YaRN: Efficient Context Window Extension of Large Language Models", github
+    jquesnelle/yarn), Hugging Face (``rope_type="yarn"``) and vLLM compute them;
+    ``[d/2]`` float64.
+
+    With ``(low, high)`` from :func:`yarn_correction_range`, the ramp is linear in the
+    **pair index** :math:`i`:
+
+    .. math:: \gamma_i = 1 - \mathrm{clip}\!\Big(rac{i - 	ext{low}}{	ext{high} - 	ext{low}},
+              0, 1\Big), \qquad 	heta_i' = (1 - \gamma_i)\,rac{	heta_i}{s} + \gamma_i\,	heta_i ,
+
+    :math:`	heta_i = b^{-2i/d}`, :math:`s` = ``factor``. Since :math:`i` is linear in
+    :math:`\ln r_i`, this is a ramp in the *logarithm* of the turns, not in the turns
+    :math:`r_i` themselves as the paper's equation writes it
+    (:func:`yarn_paper_frequencies`); both keep the same fast pairs and interpolate the same
+    slow ones, and differ in between. Checkpoints trained with YaRN (``rope_scaling`` type
+    ``"yarn"`` in ``config.json``) were trained with this one. The model also multiplies
+    :math:`q` and :math:`k` by :func:`yarn_attention_factor`.
+    """
+    if (isinstance(d, torch.Tensor) and d.ndim > 0) or isinstance(d, (list, tuple)):
+        raise TypeError(
+            "yarn_scaled_frequencies takes the head dimension d (an int) and finds the ramp "
+            "from d and base, as YaRN's reference code and Hugging Face do; for the paper's "
+            "ramp in r over given frequencies use yarn_paper_frequencies(theta, factor, "
+            "original_context, alpha=..., beta=...)"
+        )
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor >= 1):
+        raise ValueError(f"factor must be a number >= 1 (1 = no scaling), got {factor!r}")
+    low, high = yarn_correction_range(
+        d, original_context, base=base, beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate
+    )
+    if low == high:
+        high += 0.001  # as both codes do: a ramp of zero width is a step
+    theta = rope_frequencies(d, base)  # (d/2,)
+    i = torch.arange(d // 2, dtype=torch.float64)  # (d/2,)
+    gamma = 1 - ((i - low) / (high - low)).clamp(0.0, 1.0)  # (d/2,) 1 = keep, 0 = interpolate
+    return (1 - gamma) * theta / factor + gamma * theta  # (d/2,)
+
+
+def yarn_paper_frequencies(
     theta, factor: float, original_context: int, *, alpha: float = 1.0, beta: float = 32.0
 ) -> torch.Tensor:
-    r"""YaRN's "NTK-by-parts" frequencies (Peng et al., 2023, "YaRN: Efficient Context
-    Window Extension of Large Language Models"): the ramp of
-    :func:`llama3_scaled_frequencies` between :math:`r = \alpha` and :math:`r = \beta`
-    turns over the original context (the paper uses :math:`\alpha = 1, \beta = 32` for
-    Llama). YaRN also sharpens the softmax: :func:`yarn_attention_factor`."""
+    r"""YaRN's "NTK-by-parts" frequencies as the paper's equation writes them: the ramp of
+    :func:`llama3_scaled_frequencies`, linear in the turns :math:`r_i = L/\lambda_i`,
+    between :math:`r = lpha` and :math:`r = eta` (the paper: :math:`lpha = 1,
+    eta = 32` for Llama). The released code ramps in the pair index instead
+    (:func:`yarn_scaled_frequencies`); use that one to run a YaRN checkpoint."""
     return _ramp_interpolation(theta, factor, original_context, alpha, beta)
 
 
@@ -392,7 +489,9 @@ def yarn_attention_factor(factor: float) -> float:
     r"""YaRN's temperature, as the factor :math:`\sqrt{1/t} = 0.1 \ln s + 1` that multiplies
     both :math:`q` and :math:`k` (so the logits by :math:`1/t`), for a context extended
     :math:`s` times (Peng et al., 2023, who fit it for Llama models). Longer contexts
-    spread a softmax over more keys; the factor sharpens it back. 1 for :math:`s \le 1`."""
+    spread a softmax over more keys; the factor sharpens it back. 1 for :math:`s \le 1`.
+    YaRN's reference code (``mscale``) and Hugging Face (``attention_factor``, when the
+    config gives none) compute the same number and multiply cos and sin by it."""
     if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
         raise ValueError(f"factor must be a positive number, got {factor!r}")
     return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0

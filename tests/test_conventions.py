@@ -217,6 +217,69 @@ def test_hugging_face_users_llama3_rope_scaling():
     )
 
 
+def _hf_rope_config(d: int, base: float, rope: dict):
+    """A Llama config for transformers' RoPE functions: `rope_parameters` (transformers
+    5) or `rope_theta` + `rope_scaling` (4.x)."""
+    from transformers import LlamaConfig
+
+    common = dict(hidden_size=4 * d, num_attention_heads=4, head_dim=d)
+    common["max_position_embeddings"] = int(
+        rope["factor"] * rope["original_max_position_embeddings"]
+    )
+    try:
+        return LlamaConfig(**common, rope_parameters={"rope_theta": base, **rope})
+    except TypeError:  # pragma: no cover - transformers 4.x
+        return LlamaConfig(**common, rope_theta=base, rope_scaling=rope)
+
+
+@pytest.mark.parametrize(
+    "d, base, factor, context", [(128, 10_000.0, 4.0, 4096), (64, 1_000_000.0, 8.0, 32768)]
+)
+def test_hugging_face_users_yarn_rope_scaling(d, base, factor, context):
+    """HF's rope_type "yarn" (what a YaRN checkpoint's config.json names): its own
+    `_compute_yarn_parameters` gives the course's yarn_scaled_frequencies (float32 there)
+    and yarn_attention_factor; the paper's ramp in r is a different set of frequencies. Then
+    one Llama rotary layer: HF's cos/sin (already times the attention factor) on the
+    half-split pairing equal the course's apply_rope with those frequencies, times the
+    factor."""
+    pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import _compute_yarn_parameters
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    from course_lib.positional import (
+        yarn_attention_factor,
+        yarn_paper_frequencies,
+        yarn_scaled_frequencies,
+    )
+
+    rope = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": context}
+    config = _hf_rope_config(d, base, rope)
+    inv_freq, attention_factor = _compute_yarn_parameters(config, "cpu")
+    ours = yarn_scaled_frequencies(d, factor, context, base=base)
+    torch.testing.assert_close(inv_freq.to(DT), ours, rtol=1e-6, atol=0)
+    assert attention_factor == pytest.approx(yarn_attention_factor(factor), rel=1e-12)
+    paper = yarn_paper_frequencies(rope_frequencies(d, base), factor, context)
+    assert ((inv_freq.to(DT) / paper - 1).abs().max()) > 0.3  # not the paper's ramp
+
+    rotary = LlamaRotaryEmbedding(config)
+    q = torch.randn(1, 2, 4, d, generator=_gen(40))  # (B, H, N, d) float32
+    position_ids = torch.tensor([[3, 1000, 20_000, int(factor * context) - 1]])  # (B, N)
+    cos, sin = rotary(q, position_ids)  # (B, N, d)
+    theirs, _ = apply_rotary_pos_emb(q, q, cos, sin)
+    mine = yarn_attention_factor(factor) * apply_rope(
+        q.to(DT), position_ids, interleaved=False, frequencies=ours
+    )
+    # float32 angles of up to ~1e5 radians: HF's own rounding, not a convention difference
+    torch.testing.assert_close(theirs.to(DT), mine, rtol=0, atol=1e-2)
+    near = position_ids[0] < 2000
+    torch.testing.assert_close(theirs.to(DT)[:, :, near], mine[:, :, near], rtol=0, atol=1e-4)
+    # the paper's ramp in the same layer: wrong by more than the size of a feature
+    wrong = yarn_attention_factor(factor) * apply_rope(
+        q.to(DT), position_ids, interleaved=False, frequencies=paper
+    )
+    assert (theirs.to(DT) - wrong)[:, :, ~near].abs().max() > 1.0
+
+
 # --------------------------------------------------------------------------- Meta Llama / flash-attn
 
 

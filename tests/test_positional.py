@@ -416,19 +416,98 @@ def test_llama3_scaling_keeps_fast_pairs_interpolates_slow_ones_and_blends_betwe
         llama3_scaled_frequencies(theta, factor=0.5)
 
 
-def test_yarn_ramp_and_temperature():
+def _yarn_reference(d, base, factor, original_context, beta_fast=32.0, beta_slow=1.0):
+    """YaRN's frequencies written out from the reference code (jquesnelle/yarn,
+    ``LlamaYaRNScaledRotaryEmbedding.yarn``), one pair at a time in plain Python: the
+    correction dimension of r turns is d ln(L / (2 pi r)) / (2 ln base); the ramp runs from
+    floor(dim(beta_fast)) to ceil(dim(beta_slow)), clipped to [0, d - 1], linear in the pair
+    index; the mask 1 - ramp picks the original frequency, ramp the one divided by factor."""
+    low = math.floor(
+        d * math.log(original_context / (beta_fast * 2 * math.pi)) / (2 * math.log(base))
+    )
+    high = math.ceil(
+        d * math.log(original_context / (beta_slow * 2 * math.pi)) / (2 * math.log(base))
+    )
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    out = []
+    for i in range(d // 2):
+        extrapolation = 1.0 / base ** (2 * i / d)
+        interpolation = extrapolation / factor
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)
+        mask = 1 - ramp
+        out.append(interpolation * (1 - mask) + extrapolation * mask)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "d, base, factor, context",
+    [
+        (128, 10_000.0, 4.0, 4096),
+        (128, 10_000.0, 16.0, 4096),
+        (64, 1_000_000.0, 8.0, 32768),
+        (32, 10_000.0, 2.0, 2048),
+    ],
+)
+def test_yarn_frequencies_equal_the_reference_code(d, base, factor, context):
+    from course_lib.positional import yarn_scaled_frequencies
+
+    got = yarn_scaled_frequencies(d, factor, context, base=base)
+    torch.testing.assert_close(got, _yarn_reference(d, base, factor, context), rtol=1e-14, atol=0)
+    theta = rope_frequencies(d, base)
+    # the fast pairs keep their speed, the slow ones are interpolated, a ladder throughout
+    assert got[0] == theta[0] and torch.isclose(got[-1], theta[-1] / factor, rtol=1e-14)
+    assert torch.all(torch.diff(got) < 0)
+
+
+def test_yarn_correction_range_is_where_pairs_turn_beta_times():
+    from course_lib.positional import yarn_correction_range
+
+    d, base, context = 128, 10_000.0, 4096
+    low, high = yarn_correction_range(d, context, base=base, truncate=False)
+    turns = (
+        context * base ** (-2 * torch.tensor([low, high], dtype=torch.float64) / d) / (2 * math.pi)
+    )
+    torch.testing.assert_close(turns, torch.tensor([32.0, 1.0], dtype=torch.float64))
+    assert (
+        yarn_correction_range(d, context, base=base)
+        == (math.floor(low), math.ceil(high))
+        == (20, 46)
+    )
+    # clipped to the pairs there are: a tiny context puts both ends below 0
+    assert yarn_correction_range(8, 4, base=base) == (0, 0)
+    with pytest.raises(ValueError, match="beta_slow < beta_fast"):
+        yarn_correction_range(d, context, beta_fast=1.0, beta_slow=32.0)
+
+
+def test_yarn_paper_ramp_differs_from_the_code_in_between():
+    """The paper's equation ramps in r = L / lambda; the code in the pair index, i.e. in
+    ln r. Same ends, different middle: d = 128, factor 4, L = 4096 (issue 29's figures)."""
     from course_lib.positional import (
         llama3_scaled_frequencies,
-        yarn_attention_factor,
+        yarn_paper_frequencies,
         yarn_scaled_frequencies,
     )
 
-    theta = rope_frequencies(64, 10_000.0)
-    # the same ramp as Llama 3.1's, between alpha and beta turns over the original context
+    theta = rope_frequencies(128, 10_000.0)
+    paper = yarn_paper_frequencies(theta, 4.0, 4096)
+    code = yarn_scaled_frequencies(128, 4.0, 4096)
+    rel = (code / paper - 1).abs()  # (64,)
+    assert int((rel > 1e-12).sum()) == 25 and 0.7 < rel.max() < 0.75
+    assert torch.equal(rel[:20], torch.zeros(20, dtype=torch.float64))  # kept in both
+    # the paper's ramp is Llama 3.1's rule with alpha, beta for low, high
     torch.testing.assert_close(
-        yarn_scaled_frequencies(theta, 16.0, 4096, alpha=1.0, beta=4.0),
+        yarn_paper_frequencies(theta, 16.0, 4096, alpha=1.0, beta=4.0),
         llama3_scaled_frequencies(theta, 16.0, 1.0, 4.0, 4096),
     )
+    with pytest.raises(TypeError, match="yarn_paper_frequencies"):
+        yarn_scaled_frequencies(theta, 4.0, 4096)  # the old signature, refused by name
+
+
+def test_yarn_temperature():
+    from course_lib.positional import yarn_attention_factor
+
     assert yarn_attention_factor(16.0) == pytest.approx(1 + 0.1 * math.log(16.0))
     assert yarn_attention_factor(1.0) == 1.0
     with pytest.raises(ValueError, match="positive"):

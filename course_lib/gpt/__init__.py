@@ -8,6 +8,8 @@ r"""Chapter 07's GPT and the tools around it, one module per job.
 * :mod:`~course_lib.gpt.training`: the loss, the learning-rate schedule, the training loop;
 * :mod:`~course_lib.gpt.probes`: previous-token and induction scores on repeated tokens;
 * :mod:`~course_lib.gpt.induction`: the induction-head experiment's recipe and training run;
+* :mod:`~course_lib.gpt.circuits`: the induction circuit read from the weights (composition,
+  copying, matching) and tested by ablation (``from course_lib.gpt import circuits``);
 * :mod:`~course_lib.gpt.checkpoint`: saving and loading trained models;
 * :mod:`~course_lib.gpt.ablations`: the seeded ablations and the sample statistics;
 * :mod:`~course_lib.gpt.pretrained`: GPT-2 and Llama-family checkpoints loaded into
