@@ -158,7 +158,7 @@ def test_09_3_positions_must_be_an_integer_tensor():
         b = 2 * world_size - 1 - rank
         return list(range(rank * c, (rank + 1) * c)) + list(range(b * c, (b + 1) * c))
 
-    with pytest.raises(CheckFailed, match="expected a 1-D torch tensor of integers, got list"):
+    with pytest.raises(CheckFailed, match="expected a 1-D tensor of integer positions, got list"):
         check("09.3", as_list, quiet=True)
 
     def as_float(seq_len, world_size, rank):

@@ -27,12 +27,7 @@ from ..gpt import induction_scores, lr_schedule, top_k_probs
 from ..multihead import merge_heads, repeat_kv, split_heads
 from ..positional import apply_rope
 from .core import Case, Exercise, Hint, register
-
-DT = torch.float64
-
-
-def _t(rng: np.random.Generator, *shape: int, std: float = 1.0) -> torch.Tensor:
-    return torch.from_numpy(rng.normal(scale=std, size=shape)).to(DT)
+from .kit import randn
 
 
 def _tokens(rng: np.random.Generator, b: int, n: int, v: int) -> torch.Tensor:
@@ -55,7 +50,7 @@ def _nll(logits, targets, dim=-1):
 
 def _loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     def case(name, b, n, v, std=2.0):
-        return Case(name, (_t(rng, b, n, v, std=std), _tokens(rng, b, n, v)))
+        return Case(name, (randn(rng, b, n, v, std=std), _tokens(rng, b, n, v)))
 
     if not hidden:
         return [case("B=1, N=5 tokens, V=7", 1, 5, 7), case("B=2, N=6, V=11", 2, 6, 11)]
@@ -243,18 +238,18 @@ def block_forward_reference(x: torch.Tensor, params: dict, num_heads: int) -> to
 
 def _block_case(rng, name, b, n, d, h, d_ff):
     p = {
-        "ln_1.weight": 1.0 + 0.3 * _t(rng, d),
-        "ln_1.bias": 0.3 * _t(rng, d),
-        "W_Q": _t(rng, d, d, std=1 / math.sqrt(d)),
-        "W_K": _t(rng, d, d, std=1 / math.sqrt(d)),
-        "W_V": _t(rng, d, d, std=1 / math.sqrt(d)),
-        "W_O": _t(rng, d, d, std=1 / math.sqrt(d)),
-        "ln_2.weight": 1.0 + 0.3 * _t(rng, d),
-        "ln_2.bias": 0.3 * _t(rng, d),
-        "W_1": _t(rng, d, d_ff, std=1 / math.sqrt(d)),
-        "W_2": _t(rng, d_ff, d, std=1 / math.sqrt(d_ff)),
+        "ln_1.weight": 1.0 + 0.3 * randn(rng, d),
+        "ln_1.bias": 0.3 * randn(rng, d),
+        "W_Q": randn(rng, d, d, std=1 / math.sqrt(d)),
+        "W_K": randn(rng, d, d, std=1 / math.sqrt(d)),
+        "W_V": randn(rng, d, d, std=1 / math.sqrt(d)),
+        "W_O": randn(rng, d, d, std=1 / math.sqrt(d)),
+        "ln_2.weight": 1.0 + 0.3 * randn(rng, d),
+        "ln_2.bias": 0.3 * randn(rng, d),
+        "W_1": randn(rng, d, d_ff, std=1 / math.sqrt(d)),
+        "W_2": randn(rng, d_ff, d, std=1 / math.sqrt(d_ff)),
     }
-    return Case(name, (_t(rng, b, n, d, std=2.0), p, h))
+    return Case(name, (randn(rng, b, n, d, std=2.0), p, h))
 
 
 def _block_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -380,14 +375,14 @@ def _topk(
 def _topk_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("B=2, V=10, k=3, temperature 0.7", (_t(rng, 2, 10, std=2.0), 3, 0.7)),
-            Case("B=3, V=8, k=2, temperature 2.0", (_t(rng, 3, 8, std=2.0), 2, 2.0)),
+            Case("B=2, V=10, k=3, temperature 0.7", (randn(rng, 2, 10, std=2.0), 3, 0.7)),
+            Case("B=3, V=8, k=2, temperature 2.0", (randn(rng, 3, 8, std=2.0), 2, 2.0)),
         ]
     return [
-        Case("k=1: all the mass on the arg max", (_t(rng, 2, 9), 1, 1.0)),
-        Case("k=None: no filtering, only the temperature", (_t(rng, 2, 12), None, 0.5)),
-        Case("k = V: no filtering", (_t(rng, 1, 6), 6, 1.3)),
-        Case("V=97, k=10, temperature 0.8", (_t(rng, 4, 97, std=3.0), 10, 0.8)),
+        Case("k=1: all the mass on the arg max", (randn(rng, 2, 9), 1, 1.0)),
+        Case("k=None: no filtering, only the temperature", (randn(rng, 2, 12), None, 0.5)),
+        Case("k = V: no filtering", (randn(rng, 1, 6), 6, 1.3)),
+        Case("V=97, k=10, temperature 0.8", (randn(rng, 4, 97, std=3.0), 10, 0.8)),
     ]
 
 
@@ -504,15 +499,15 @@ def _decode(
 
 def _rope_case(rng, name, b, h, h_kv, t, d):
     pos = torch.arange(t)  # (past,) the cached keys were rotated at their own positions
-    k_cache = apply_rope(_t(rng, b, h_kv, t, d), pos)  # (B, Hkv, past, d)
+    k_cache = apply_rope(randn(rng, b, h_kv, t, d), pos)  # (B, Hkv, past, d)
     return Case(
         name,
         (
-            _t(rng, b, h, 1, d),
-            _t(rng, b, h_kv, 1, d),
-            _t(rng, b, h_kv, 1, d),
+            randn(rng, b, h, 1, d),
+            randn(rng, b, h_kv, 1, d),
+            randn(rng, b, h_kv, 1, d),
             k_cache,
-            _t(rng, b, h_kv, t, d),
+            randn(rng, b, h_kv, t, d),
         ),
     )
 
@@ -641,7 +636,7 @@ def _ind(
 
 
 def _causal_weights(rng, b, h, n, std=2.0):
-    scores = _t(rng, b, h, n, n, std=std)  # (B, H, N, N)
+    scores = randn(rng, b, h, n, n, std=std)  # (B, H, N, N)
     mask = torch.ones(n, n, dtype=torch.bool).tril()  # (N, N)
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (B, H, N, N)
 
