@@ -152,14 +152,20 @@ def test_09_2_learner_mistakes_are_named():
         )
 
 
-def test_09_3_positions_must_be_an_integer_tensor():
+def test_09_3_positions_must_be_integers_a_list_of_ints_is_right():
     def as_list(seq_len, world_size, rank):
         c = seq_len // (2 * world_size)
         b = 2 * world_size - 1 - rank
         return list(range(rank * c, (rank + 1) * c)) + list(range(b * c, (b + 1) * c))
 
-    with pytest.raises(CheckFailed, match="expected a 1-D tensor of integer positions, got list"):
-        check("09.3", as_list, quiet=True)
+    assert check("09.3", as_list, quiet=True).passed
+    assert check("09.3", as_list, hidden=True, quiet=True).passed
+
+    def as_float_list(seq_len, world_size, rank):
+        return [float(p) for p in as_list(seq_len, world_size, rank)]
+
+    with pytest.raises(CheckFailed, match="expected a list of int positions, got a list of float"):
+        check("09.3", as_float_list, quiet=True)
 
     def as_float(seq_len, world_size, rank):
         return torch.tensor(as_list(seq_len, world_size, rank), dtype=torch.float32)

@@ -591,6 +591,14 @@ def _clip_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             _clip_args(rng, [(6, 6), (6,)], 1e6, 1.0),
         ),
         Case("one tensor, exactly at the norm", ([_t(np.array([0.6, 0.8]))], 1.0)),
+        Case(
+            "three small gradients (global norm below max_norm = 5): unchanged",
+            _clip_args(rng, [(2, 5), (5,), (3,)], 0.3, 5.0),
+        ),
+        Case(
+            "zero gradients in two tensors (a frozen layer): norm 0, nothing to divide",
+            ([torch.zeros(4, dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64)], 0.1),
+        ),
     ]
 
 

@@ -254,6 +254,10 @@ def _padding_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     return [
         Case(f"{b} random lengths, n_k = {n_k}", (rng.integers(1, n_k + 1, size=b), n_k)),
         Case("a length-0 sequence among others", (np.array([0, 3]), 3)),
+        Case(
+            f"{b} sequences all shorter than n_k = {n_k + 2} (every one padded)",
+            (rng.integers(1, n_k + 1, size=b), n_k + 2),
+        ),
     ]
 
 

@@ -252,6 +252,10 @@ def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             "one tile holds everything",
             (rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), 16),
         ),
+        Case(
+            "a key tile scoring about +750 before one about -750, another draw",
+            _plus_minus_750(rng),
+        ),
     ]
 
 

@@ -461,6 +461,18 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         _ring_case(rng, "the first token (position 0)", 2, 2, 1, 5, 4, 0),
         _ring_case(rng, "position W-1: the ring becomes full", 1, 3, 3, 6, 2, 5),
         _ring_case(rng, "position 100, window 7, multi-query", 2, 4, 1, 7, 3, 100),
+        _ring_case(rng, "position 13, window 5, 6 query heads on 3 KV heads", 1, 6, 3, 5, 2, 13),
+        _ring_case(
+            rng,
+            "position 9 into a full ring of 6, its key all zeros",
+            2,
+            2,
+            2,
+            6,
+            4,
+            9,
+            zero_key=True,
+        ),
     ]
 
 

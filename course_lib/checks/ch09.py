@@ -100,6 +100,15 @@ def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             "part b saw nothing at all",
             (o1, l1, torch.zeros_like(o1), torch.full_like(l1, NEG_INF)),
         ),
+        Case(
+            "row 0 saw no key in either part: it must stay 0 and -inf, not NaN",
+            (
+                torch.cat([torch.zeros(1, 4, dtype=DT), o1[1:]]),
+                torch.cat([torch.full((1,), NEG_INF, dtype=DT), l1[1:]]),
+                torch.cat([torch.zeros(1, 4, dtype=DT), o2[1:]]),
+                torch.cat([torch.full((1,), NEG_INF, dtype=DT), l2[1:]]),
+            ),
+        ),
     ]
 
 
@@ -269,6 +278,11 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             "the block is masked out entirely: the state must not change",
             (q, k, v, out, lse, torch.zeros(6, 5, dtype=torch.bool)),
         ),
+        Case(
+            "a first step (out = 0, lse = -inf), d_v = 3 != d = 4, on a block that query 0 "
+            "may not see: it must stay out = 0, lse = -inf",
+            (q, k, v[:, :3], *_empty_state(6, 3), mask),
+        ),
     ]
 
 
@@ -400,6 +414,7 @@ _positions_compare = integer_compare(
     "positions",
     "positions index tensors (x[..., positions, :]), which needs integers; torch.arange of ints "
     "(use `//`, not `/`, for the chunk size) gives int64.",
+    accept_lists=True,  # a list of ints is a right answer too (torch.tensor(list) indexes)
 )
 
 
