@@ -168,6 +168,33 @@ def test_07_6_learner_mistakes_are_named():
         check("07.6", unguarded, quiet=True)
 
 
+def _learner_schedule(num_steps, max_lr, min_lr, warmup_steps, *, warm, angle):
+    out = []
+    for s in range(num_steps):
+        if s < warmup_steps:
+            out.append(warm(s, warmup_steps) * max_lr)
+        else:
+            progress = (s - warmup_steps) / max(num_steps - 1 - warmup_steps, 1)
+            out.append(min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(angle * progress)))
+    return np.array(out)
+
+
+def test_07_6_mistakes_of_a_learner_who_derives_the_schedule_are_named():
+    """The statement gives properties, not the formula: the two ways of misreading them."""
+    from_zero_to_w_minus_1 = lambda *a: _learner_schedule(  # noqa: E731
+        *a, warm=lambda s, w: s / max(w - 1, 1), angle=math.pi
+    )
+    with pytest.raises(CheckFailed, match="from 0 at step 0 to max_lr at step W - 1"):
+        check("07.6", from_zero_to_w_minus_1, quiet=True)
+    whole_period = lambda *a: _learner_schedule(  # noqa: E731
+        *a, warm=lambda s, w: (s + 1) / w, angle=2 * math.pi
+    )
+    with pytest.raises(CheckFailed, match="runs a whole period"):
+        check("07.6", whole_period, quiet=True)
+    right = lambda *a: _learner_schedule(*a, warm=lambda s, w: (s + 1) / w, angle=math.pi)  # noqa: E731
+    assert check("07.6", right, quiet=True).passed
+
+
 def test_07_6_a_float32_schedule_is_a_right_answer():
     """float32 holds a learning rate to about 7 digits, far more than training needs."""
 

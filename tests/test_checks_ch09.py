@@ -130,6 +130,25 @@ def test_09_1_weights_without_a_last_axis_are_named():
         check("09.1", no_axis, quiet=True)
 
 
+def test_09_1_misderived_merges_are_named():
+    """The statement asks for the derivation: the two ways of getting it wrong by algebra."""
+    from course_lib.context_parallel import merge_attention
+
+    def lse_added(out_a, lse_a, out_b, lse_b):
+        return merge_attention(out_a, lse_a, out_b, lse_b)[0], lse_a + lse_b
+
+    with pytest.raises(CheckFailed, match="you added the two LSEs"):
+        check("09.1", lse_added, quiet=True)
+
+    def weighted_by_lse(out_a, lse_a, out_b, lse_b):
+        w_a = (lse_a / (lse_a + lse_b))[..., None]
+        out = w_a * out_a + (1 - w_a) * out_b
+        return out, merge_attention(out_a, lse_a, out_b, lse_b)[1]
+
+    with pytest.raises(CheckFailed, match="you weighted each output by its LSE"):
+        check("09.1", weighted_by_lse, quiet=True)
+
+
 def _learner_ring_step(q, k, v, out, lse, mask, *, fill=-math.inf, scale_by=None):
     from course_lib.context_parallel import merge_attention
 

@@ -738,11 +738,16 @@ def _sched(
     whole_run=False,
     linear=False,
     unguarded=False,
+    warm_span=0,
+    period=1.0,
 ):
     out = []
     lo = 0.0 if to_zero else min_lr
     for s in range(num_steps):
         if s < warmup_steps:
+            if warm_span:  # from 0 at step 0 to max_lr at step W - 1
+                out.append(max_lr * s / max(warmup_steps - warm_span, 1))
+                continue
             out.append(max_lr * (s if warm_from_zero else s + 1) / warmup_steps)
             continue
         if whole_run:
@@ -755,7 +760,7 @@ def _sched(
         if linear:
             out.append(max_lr - (max_lr - lo) * progress)
         else:
-            out.append(lo + 0.5 * (max_lr - lo) * (1 + math.cos(math.pi * progress)))
+            out.append(lo + 0.5 * (max_lr - lo) * (1 + math.cos(period * math.pi * progress)))
     return np.array(out)
 
 
@@ -798,6 +803,12 @@ register(
                 "max_lr.",
             ): partial(_sched, warm_from_zero=True),
             Hint(
+                "your warm-up runs from 0 at step 0 to max_lr at step W - 1: step 0 does not "
+                "move the weights, and each step adds max_lr / (W - 1).",
+                "Step s runs at the fraction of the warm-up completed once it is done: "
+                "(s + 1) / W of max_lr (1/W at step 0, 1 at step W - 1).",
+            ): partial(_sched, warm_span=1),
+            Hint(
                 "your cosine never reaches min_lr: it spans one step too many.",
                 "The last step (s = num_steps - 1) must give exactly min_lr: divide by "
                 "num_steps - 1 - warmup_steps, not num_steps - warmup_steps.",
@@ -817,14 +828,21 @@ register(
                 "min_lr + (max_lr - min_lr) * (1 + cos(pi * progress)) / 2.",
             ): partial(_sched, linear=True),
             Hint(
+                "your cosine runs a whole period: it comes back up to max_lr at the last step.",
+                "Half a period: the angle goes from 0 to pi (not 2 pi) over the decay steps, "
+                "cos(pi * progress) with progress from 0 to 1.",
+            ): partial(_sched, period=2.0),
+            Hint(
                 "when num_steps - 1 - warmup_steps is 0, your progress is 0 / 0.",
-                "The statement's rule: divide by max(num_steps - 1 - warmup_steps, 1).",
+                "A single step after the warm-up is at max_lr (progress 0): divide by "
+                "max(num_steps - 1 - warmup_steps, 1).",
             ): partial(_sched, unguarded=True),
         },
         errors={
             r"ZeroDivisionError": Hint(
                 "you divided by num_steps - 1 - warmup_steps, which is 0 here.",
-                "The statement's rule: divide by max(num_steps - 1 - warmup_steps, 1).",
+                "A single step after the warm-up is at max_lr (progress 0): divide by "
+                "max(num_steps - 1 - warmup_steps, 1).",
             ),
         },
         hint=Hint(

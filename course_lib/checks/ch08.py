@@ -205,8 +205,8 @@ register(
             ): twin(_slopes_wrong, how="truncate next power"),
             Hint(
                 "the extra slopes are the first H - H_0 slopes of 2 H_0 heads.",
-                "Take *every other* slope of 2 H_0 heads (h = 1, 3, 5, ...: those that fall "
-                "between the first H_0), the first H - H_0 of those.",
+                "Take *every other* slope of 2 H_0 heads (h = 1, 3, 5, ...: the ones step 1 "
+                "does not already have), the first H - H_0 of those.",
             ): twin(_slopes_wrong, how="first ones"),
             Hint(
                 "your extra slopes repeat slopes you already have: at even h the slopes of "

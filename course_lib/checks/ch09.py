@@ -142,6 +142,18 @@ def _merge_nan_when_empty(out_a, lse_a, out_b, lse_b):
     return (w_a / (w_a + w_b))[..., None] * out_a + (w_b / (w_a + w_b))[..., None] * out_b, lse
 
 
+def _merge_lse_added(out_a, lse_a, out_b, lse_b):
+    """The LSEs added: the product of the two denominators, not their sum."""
+    return _merge(out_a, lse_a, out_b, lse_b)[0], lse_a + lse_b
+
+
+def _merge_weighted_by_lse(out_a, lse_a, out_b, lse_b):
+    """Each output weighted by its LSE itself, L_a / (L_a + L_b), instead of by e^L."""
+    total = lse_a + lse_b
+    w_a, w_b = lse_a / total, lse_b / total  # (..., Nq)
+    return w_a[..., None] * out_a + w_b[..., None] * out_b, _merge(out_a, lse_a, out_b, lse_b)[1]
+
+
 def _merge_raw_exp(out_a, lse_a, out_b, lse_b):
     l_a, l_b = torch.exp(lse_a), torch.exp(lse_b)
     total = l_a + l_b
@@ -175,6 +187,17 @@ register(
                 "The denominators add: lse = log(exp(lse_a) + exp(lse_b)) = m + "
                 "log(exp(lse_a - m) + exp(lse_b - m)).",
             ): _merge_lse_max,
+            Hint(
+                "you added the two LSEs: that is the log of the *product* of the denominators.",
+                "The denominators add, so their logs combine by log-sum-exp: "
+                "lse = log(exp(lse_a) + exp(lse_b)), computed as m + log(exp(lse_a - m) + "
+                "exp(lse_b - m)).",
+            ): _merge_lse_added,
+            Hint(
+                "you weighted each output by its LSE, L_a / (L_a + L_b).",
+                "A part's share of the denominator is e^{L_a} / (e^{L_a} + e^{L_b}) = "
+                "exp(lse_a - lse): the LSE is a log, so exponentiate (differences of) it.",
+            ): _merge_weighted_by_lse,
             Hint(
                 "you swapped the weights.",
                 "out_a gets exp(lse_a - lse), the share of part a.",
