@@ -13,7 +13,7 @@ from course_lib import gpt
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.core import cases_for, get_exercise
 
-IDS = ["07.1", "07.2", "07.3", "07.4", "07.5", "07.6"]
+IDS = ["07.1", "07.2", "07.3", "07.4", "07.5", "07.6", "07.7"]
 
 
 def test_mistakes_are_told_apart():
@@ -311,3 +311,28 @@ def test_07_6_accepts_a_list_and_matches_training():
     ref = get_exercise("07.6").reference(40, 1e-2, 1e-3, 4)
     np.testing.assert_allclose(history.lr, ref, rtol=1e-12)
     assert math.isclose(ref[-1], 1e-3) and math.isclose(ref.max(), 1e-2)
+
+
+def _learner_initial_loss(vocab_size, d_model, seed, *, bits=False):
+    """07.7 written another way: its own batch shape and F.cross_entropy on shifted targets."""
+    torch.manual_seed(seed + 1)
+    cfg = gpt.GPTConfig(
+        vocab_size=vocab_size, seq_len=32, d_model=d_model, num_layers=1, num_heads=2
+    )
+    model = gpt.GPT(cfg)
+    tokens = torch.randint(0, vocab_size, (4, 32))
+    with torch.no_grad():
+        logits = model(tokens)
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab_size), tokens[:, 1:].reshape(-1))
+    return float(loss) / (math.log(2) if bits else 1.0)
+
+
+def test_07_7_another_correct_experiment_passes_and_shows_the_prediction(capsys):
+    assert check("07.7", _learner_initial_loss, prediction=lambda v, d, s: math.log(v)).passed
+    assert check("07.7", _learner_initial_loss, hidden=True).passed
+    assert "you predicted 4.575, measured 4.5" in capsys.readouterr().out
+
+
+def test_07_7_a_loss_in_bits_is_named():
+    with pytest.raises(CheckFailed, match="your loss is in bits"):
+        check("07.7", lambda *a: _learner_initial_loss(*a, bits=True), quiet=True)

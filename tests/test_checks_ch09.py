@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.core import cases_for, get_exercise
 
-IDS = ["09.1", "09.2", "09.3", "09.4", "09.5", "09.6"]
+IDS = ["09.1", "09.2", "09.3", "09.4", "09.5", "09.6", "09.7"]
 
 
 @pytest.mark.parametrize("ex_id", IDS)
@@ -237,3 +237,25 @@ def test_09_6_learner_mistakes_are_named():
         check("09.6", lambda *a: _learner_backward(*a, D="block"), quiet=True)
     with pytest.raises(CheckFailed, match="not transposed"):
         check("09.6", lambda *a: _learner_backward(*a, dv="plain"), quiet=True)
+
+
+def _learner_imbalance(seq_len, world_size, layout, *, inverted=False):
+    """09.7 written another way: the causal work of a query at position p is p + 1 keys."""
+    from course_lib import context_parallel as cp
+
+    work = [
+        int((cp.shard_positions(seq_len, world_size, r, layout) + 1).sum())
+        for r in range(world_size)
+    ]
+    return min(work) / max(work) if inverted else max(work) / min(work)
+
+
+def test_09_7_another_correct_count_passes_and_shows_the_prediction(capsys):
+    assert check("09.7", _learner_imbalance, prediction=lambda n, p, lay: p).passed
+    assert check("09.7", _learner_imbalance, hidden=True).passed
+    assert "you predicted 4, measured 6.977: your prediction is 43% low" in capsys.readouterr().out
+
+
+def test_09_7_an_inverted_ratio_is_named():
+    with pytest.raises(CheckFailed, match="your ratio is the least busy rank over the busiest"):
+        check("09.7", lambda *a: _learner_imbalance(*a, inverted=True), quiet=True)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .core import Case, Exercise, Hint, register
-from .kit import BROADCAST_ERROR, softmax_rows
+from .kit import BROADCAST_ERROR, softmax_rows, within
 
 # --------------------------------------------------------------------------- 03.1
 
@@ -541,6 +541,81 @@ register(
             "∂L/∂s = Jᵀ g with J = diag(p) − p pᵀ: multiply it out instead of building J.",
             "diag(p) g = p * g and p pᵀ g = p (pᵀ g): ∂L/∂s = p * (g - (p * g).sum(-1, "
             "keepdim=True)).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 03.7 predict, measure
+
+
+def max_weight_reference(d_k: int, num_keys: int, scaled: bool, trials: int, seed: int) -> float:
+    r"""The mean largest attention weight of one query over ``num_keys`` keys, q and k with
+    i.i.d. :math:`N(0, 1)` components; scores :math:`q\cdot k` divided by :math:`\sqrt{d_k}`
+    when ``scaled``. Averaged over ``trials`` draws."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(trials, 1, d_k))  # (T, 1, d_k)
+    k = rng.normal(size=(trials, num_keys, d_k))  # (T, n, d_k)
+    s = (q * k).sum(-1) / (math.sqrt(d_k) if scaled else 1.0)  # (T, n)
+    return float(torch.softmax(torch.from_numpy(s), -1).amax(-1).mean())
+
+
+def _max_weight_scaled_by(d_k, num_keys, trials, seed, divisor):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(trials, 1, d_k))
+    k = rng.normal(size=(trials, num_keys, d_k))
+    s = (q * k).sum(-1) / divisor
+    return float(torch.softmax(torch.from_numpy(s), -1).amax(-1).mean())
+
+
+def _max_weight_always_scaled(d_k, num_keys, scaled, trials, seed):
+    return max_weight_reference(d_k, num_keys, True, trials, seed)
+
+
+def _max_weight_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("d_k = 256, 32 keys, unscaled, 300 trials", (256, 32, False, 300, 0)),
+            Case("d_k = 256, 32 keys, scaled by 1/sqrt(d_k), 300 trials", (256, 32, True, 300, 1)),
+            Case("d_k = 16, 32 keys, unscaled, 500 trials", (16, 32, False, 500, 2)),
+        ]
+    return [
+        Case("d_k = 64, 8 keys, scaled, 1000 trials", (64, 8, True, 1000, int(rng.integers(999)))),
+        Case("d_k = 128, 64 keys, unscaled, 300 trials", (128, 64, False, 300, 5)),
+    ]
+
+
+register(
+    Exercise(
+        id="03.7",
+        title="predict, then measure: the largest weight with and without 1/sqrt(d_k)",
+        points=1,
+        target="measure_max_weight",
+        cases=_max_weight_cases,
+        reference=max_weight_reference,
+        atol=0.05,
+        rtol=0.0,
+        compare=within(0.05, relative=False),
+        measures="the mean largest attention weight",
+        mistakes={
+            Hint(
+                "you divided the scores by d_k, not sqrt(d_k): they are too small, and the "
+                "weights close to uniform (1 / num_keys).",
+                "Var(q . k) = d_k, so the standard deviation is sqrt(d_k): divide by that.",
+            ): lambda d_k, n, scaled, trials, seed: _max_weight_scaled_by(
+                d_k, n, trials, seed, d_k if scaled else 1.0
+            ),
+            Hint(
+                "you scaled the scores even when `scaled` is False.",
+                "Divide by sqrt(d_k) only when scaled is True: the unscaled case is the "
+                "experiment's point.",
+            ): _max_weight_always_scaled,
+        },
+        hint=Hint(
+            "draw one query and num_keys keys per trial, softmax the scores, keep the largest "
+            "weight, average over the trials.",
+            "s = (q * k).sum(-1) (divided by sqrt(d_k) when scaled), shapes (trials, 1, d_k) "
+            "and (trials, num_keys, d_k); return softmax(s, -1).max(-1).mean().",
         ),
     )
 )

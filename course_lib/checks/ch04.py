@@ -24,7 +24,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, repeat_kv, split_heads
 from .core import Case, Exercise, Hint, register
-from .kit import DT, byte_compare, randn, twin
+from .kit import DT, byte_compare, randn, twin, within
 
 # --------------------------------------------------------------------------- 04.1 split heads
 
@@ -779,6 +779,91 @@ register(
             "04.5's step, with the cache cut to its last `window` tokens after appending.",
             "k = cat([k_cache, k_new], dim=-2)[..., -window:, :] (the same for v); repeat the "
             "KV heads; attend; return (out, k, v).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 04.9 predict, measure
+
+
+def _decode_scores(num_tokens, num_heads, head_dim, seed, *, cached, count_fn=None):
+    """Decode ``num_tokens`` tokens (random q, k, v), with or without a KV cache, and count
+    the query-key dot products the score products compute."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (randn(rng, 1, num_heads, num_tokens, head_dim) for _ in range(3))  # (1,H,T,d)
+    count = 0
+    for t in range(1, num_tokens + 1):  # the sequence holds t tokens at this step
+        q_t = q[:, :, t - 1 : t] if cached else q[:, :, :t]  # (1, H, 1 or t, d)
+        scores = q_t @ k[:, :, :t].transpose(-2, -1)  # (1, H, 1 or t, t)
+        count += scores.numel() if count_fn is None else count_fn(scores, t)
+        _ = torch.softmax(scores, -1) @ v[:, :, :t]  # (1, H, 1 or t, d)
+    return count
+
+
+def cache_saving_reference(num_tokens: int, num_heads: int, head_dim: int, seed: int) -> float:
+    r"""How many times more query-key dot products decoding computes without a KV cache
+    (every step recomputes all :math:`t` queries against :math:`t` keys) than with one
+    (one new query against :math:`t` keys): :math:`\sum t^2 / \sum t = (2T+1)/3`."""
+    full = _decode_scores(num_tokens, num_heads, head_dim, seed, cached=False)
+    return full / _decode_scores(num_tokens, num_heads, head_dim, seed, cached=True)
+
+
+def _saving_last_step(num_tokens, num_heads, head_dim, seed):
+    return float(num_tokens)  # T^2 / T: the last step only
+
+
+def _saving_causal_half(num_tokens, num_heads, head_dim, seed):
+    half = _decode_scores(
+        num_tokens,
+        num_heads,
+        head_dim,
+        seed,
+        cached=False,
+        count_fn=lambda s, t: s.numel() // t * (t + 1) // 2,
+    )
+    return half / _decode_scores(num_tokens, num_heads, head_dim, seed, cached=True)
+
+
+def _saving_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("T = 8 tokens, 2 heads of 4", (8, 2, 4, 0)),
+            Case("T = 64 tokens, 4 heads of 8", (64, 4, 8, 1)),
+        ]
+    return [
+        Case("T = 100 tokens, 1 head of 2", (100, 1, 2, int(rng.integers(999)))),
+        Case("T = 2 tokens, 3 heads of 4", (2, 3, 4, 3)),
+    ]
+
+
+register(
+    Exercise(
+        id="04.9",
+        title="predict, then measure: the work a KV cache saves",
+        points=1,
+        target="measure_cache_saving",
+        cases=_saving_cases,
+        reference=cache_saving_reference,
+        atol=0.0,
+        rtol=1e-9,
+        compare=within(1e-9),
+        measures="dot products without a cache / with one",
+        mistakes={
+            Hint(
+                "your ratio is T: you compared the last step alone (T x T against 1 x T).",
+                "Add up every step t = 1 .. T on both sides before dividing.",
+            ): _saving_last_step,
+            Hint(
+                "you counted only the unmasked half of each recomputed score matrix.",
+                "q @ k.T computes all t x t dot products; the causal mask discards half of "
+                "them afterwards, but they were computed. Count scores.numel().",
+            ): _saving_causal_half,
+        },
+        hint=Hint(
+            "run both decoding loops and add up scores.numel() over the steps, then divide.",
+            "at step t (t = 1 .. T tokens) the cache-less loop computes q[:t] @ k[:t].T (t x t "
+            "per head), the cached one q[t-1:t] @ k[:t].T (1 x t); sum t^2 / sum t = (2T+1)/3.",
         ),
     )
 )

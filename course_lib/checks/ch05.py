@@ -27,7 +27,7 @@ from ..positional import (
     sinusoidal_encoding,
 )
 from .core import Case, Exercise, Hint, compare_values, register
-from .kit import DT, randn, refuse_complex, twin, unless_different, with_note
+from .kit import DT, randn, refuse_complex, twin, unless_different, with_note, within
 
 BASE = 10000.0
 
@@ -574,6 +574,74 @@ register(
             "factor, blend linearly in between.",
             "lambda = 2 pi / theta; gamma = clamp((original_context / lambda - low) / (high - "
             "low), 0, 1); return (1 - gamma) * theta / factor + gamma * theta.",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 05.6 predict, measure
+
+
+def _turns(head_dim, base, context_len, *, exponent=lambda i, d: 2 * i / d, last=None, turn=1.0):
+    theta = base ** (-exponent(torch.arange(head_dim // 2, dtype=DT), head_dim))  # (d/2,)
+    p = context_len - 1 if last is None else last
+    angle = p * theta  # (d/2,) how far pair i has turned at the last position
+    return int((angle >= turn * 2 * torch.pi).sum())
+
+
+def full_turns_reference(head_dim: int, base: float, context_len: int) -> int:
+    r"""How many of RoPE's :math:`d/2` pairs turn at least once (:math:`2\pi`) between
+    positions 0 and ``context_len - 1``, with :math:`\theta_i = b^{-2i/d}`."""
+    return _turns(head_dim, base, context_len)
+
+
+def _turns_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("d = 128, base 10000, 2048 positions", (128, 10000.0, 2048)),
+            Case("d = 128, base 500000 (Llama 3), 8192 positions", (128, 500000.0, 8192)),
+            Case("d = 64, base 10000, 512 positions", (64, 10000.0, 512)),
+            Case("d = 32, base 10000, 7 positions: does even pair 0 turn?", (32, 10000.0, 7)),
+        ]
+    return [
+        Case("d = 128, base 10000, 131072 positions", (128, 10000.0, 131072)),
+        Case("d = 16, base 100, 64 positions", (16, 100.0, 64)),
+        Case("d = 128, base 10000, 7 positions", (128, 10000.0, 7)),
+        Case("d = 128, base 10000, 8 positions: pair 0 turns once", (128, 10000.0, 8)),
+    ]
+
+
+register(
+    Exercise(
+        id="05.6",
+        title="predict, then measure: how many RoPE pairs turn once within a context",
+        points=1,
+        target="count_full_turns",
+        cases=_turns_cases,
+        reference=full_turns_reference,
+        atol=0.5,
+        rtol=0.0,
+        compare=within(0.5, relative=False),
+        measures="the pairs that turn at least once",
+        mistakes={
+            Hint(
+                "your frequencies use the exponent i/d: they fall off twice as slowly.",
+                "theta_i = base^(-2i/d) for pair i = 0 .. d/2 - 1.",
+            ): twin(_turns, exponent=lambda i, d: i / d),
+            Hint(
+                "you counted half turns (angle >= pi).",
+                "A full turn is an angle of 2 pi: after it, the pair points where it started.",
+            ): twin(_turns, turn=0.5),
+            Hint(
+                "you counted the whole context's length as the last position.",
+                "Positions run 0 .. context_len - 1: the largest angle is "
+                "(context_len - 1) * theta_i.",
+            ): unless_different(lambda d, b, n: _turns(d, b, n, last=n), full_turns_reference),
+        },
+        hint=Hint(
+            "compute each pair's angle at the last position and count those of at least 2 pi.",
+            "theta = base ** (-2 * arange(d // 2) / d); angle = (context_len - 1) * theta; "
+            "return int((angle >= 2 * pi).sum()).",
         ),
     )
 )

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .core import Case, Exercise, Hint, register
-from .kit import twin, with_note
+from .kit import twin, with_note, within
 
 # --------------------------------------------------------------------------- 06.1 online softmax
 
@@ -742,5 +742,72 @@ register(
             "out = torch.softmax(s, -1) @ v[:, :, None]; reshape both back to H heads.",
         ),
         outputs=("output", "lse"),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 06.7 predict, measure
+
+
+def _rescales(n_scores, block_size, rows, seed, *, per_element=False, count_first=True):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, n_scores // block_size, block_size))  # (R, T, B) scores
+    block_max = x.reshape(rows, -1, 1) if per_element else x.max(-1, keepdims=True)
+    running = np.maximum.accumulate(block_max[..., 0], axis=1)  # (R, T) m after each block
+    raised = (running[:, 1:] > running[:, :-1]).sum(axis=1)  # (R,) blocks after the first
+    return float(raised.mean() + (1.0 if count_first else 0.0))
+
+
+def rescale_count_reference(n_scores: int, block_size: int, rows: int, seed: int) -> float:
+    r"""How many key blocks raise the running maximum of an online softmax (so that the
+    accumulator is rescaled), per row of ``n_scores`` i.i.d. :math:`N(0,1)` scores taken
+    ``block_size`` at a time, the first block included (it replaces :math:`-\infty`);
+    averaged over ``rows`` rows. In expectation :math:`H_{n/B} = \sum_{j=1}^{n/B} 1/j`."""
+    return _rescales(n_scores, block_size, rows, seed)
+
+
+def _rescale_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("1024 scores, one at a time (blocks of 1), 2000 rows", (1024, 1, 2000, 0)),
+            Case("1024 scores in blocks of 64, 2000 rows", (1024, 64, 2000, 1)),
+        ]
+    return [
+        Case("4096 scores in blocks of 128, 1000 rows", (4096, 128, 1000, int(rng.integers(999)))),
+        Case("256 scores in blocks of 16, 4000 rows", (256, 16, 4000, int(rng.integers(999)))),
+        Case("64 scores in one block", (64, 64, 100, 5)),
+    ]
+
+
+register(
+    Exercise(
+        id="06.7",
+        title="predict, then measure: how often the online softmax rescales",
+        points=1,
+        target="measure_rescales",
+        cases=_rescale_cases,
+        reference=rescale_count_reference,
+        atol=0.0,
+        rtol=0.05,
+        compare=within(0.05),
+        measures="key blocks that raise the running max, per row",
+        mistakes={
+            Hint(
+                "you counted the scores that raise the maximum one by one, ignoring the blocks.",
+                "The kernel updates m once per block, from the block's own maximum: count the "
+                "blocks whose maximum exceeds the running m.",
+            ): twin(_rescales, per_element=True),
+            Hint(
+                "you did not count the first block.",
+                "The first block raises m from -inf: it counts (that is why a single block "
+                "gives 1).",
+            ): twin(_rescales, count_first=False),
+        },
+        hint=Hint(
+            "per row: the maximum of each block, the running maximum over blocks, and how many "
+            "times it goes up (the first block included).",
+            "x.reshape(rows, n // B, B).max(-1) gives the block maxima; "
+            "np.maximum.accumulate(..., axis=1) the running max; count its increases, plus 1.",
+        ),
     )
 )

@@ -27,7 +27,7 @@ from ..gpt import induction_scores, lr_schedule, top_k_probs
 from ..multihead import merge_heads, repeat_kv, split_heads
 from ..positional import apply_rope
 from .core import Case, Exercise, Hint, register
-from .kit import randn
+from .kit import randn, within
 
 
 def _tokens(rng: np.random.Generator, b: int, n: int, v: int) -> torch.Tensor:
@@ -850,6 +850,70 @@ register(
             "min_lr at the last step.",
             "for s < W: max_lr * (s+1) / W; else progress = (s - W) / max(num_steps - 1 - W, 1) "
             "and min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * progress)).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 07.7 predict, measure
+
+
+def initial_loss_reference(vocab_size: int, d_model: int, seed: int) -> float:
+    r"""The language-modelling loss (nats per token) of course_lib's GPT at initialisation:
+    one layer, two heads, ``d_model`` wide, on 8 sequences of 32 uniformly random tokens."""
+    from .. import gpt
+
+    torch.manual_seed(seed)
+    cfg = gpt.GPTConfig(
+        vocab_size=vocab_size, seq_len=32, d_model=d_model, num_layers=1, num_heads=2
+    )
+    model = gpt.GPT(cfg)
+    tokens = torch.randint(0, vocab_size, (8, 32))  # (B, N)
+    with torch.no_grad():
+        return float(gpt.causal_lm_loss(model(tokens), tokens))
+
+
+def _initial_loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("97 characters, d_model = 64", (97, 64, 0)),
+            Case("a vocabulary of 1000, d_model = 32", (1000, 32, 1)),
+        ]
+    return [
+        Case("50 tokens, d_model = 128", (50, 128, int(rng.integers(999)))),
+        Case("4096 tokens, d_model = 16", (4096, 16, int(rng.integers(999)))),
+    ]
+
+
+register(
+    Exercise(
+        id="07.7",
+        title="predict, then measure: the loss of an untrained model",
+        points=1,
+        target="measure_initial_loss",
+        cases=_initial_loss_cases,
+        reference=initial_loss_reference,
+        atol=0.0,
+        rtol=0.03,
+        compare=within(0.03),
+        measures="the loss at initialisation (nats per token)",
+        mistakes={
+            Hint(
+                "your loss is in bits (log base 2).",
+                "The course's loss, like F.cross_entropy, is in nats (natural log).",
+            ): lambda v, d, seed: initial_loss_reference(v, d, seed) / math.log(2),
+            Hint(
+                "you added the losses of the tokens instead of averaging them.",
+                "The loss is per predicted token: the mean over the B x (N - 1) positions "
+                "(gpt.causal_lm_loss, or F.cross_entropy's default reduction).",
+            ): lambda v, d, seed: initial_loss_reference(v, d, seed) * 8 * 31,
+        },
+        hint=Hint(
+            "build the small model, feed it random tokens, and compute the next-token loss "
+            "without training.",
+            "torch.manual_seed(seed); model = gpt.GPT(gpt.GPTConfig(vocab_size=V, seq_len=32, "
+            "d_model=d, num_layers=1, num_heads=2)); tokens = torch.randint(0, V, (8, 32)); "
+            "return float(gpt.causal_lm_loss(model(tokens), tokens)).",
         ),
     )
 )

@@ -25,7 +25,7 @@ from ..flex import tile_map
 from ..mask_mods import document_ids, index_grids
 from ..multihead import repeat_kv
 from .core import Case, Exercise, Hint, NotThisMistake, register
-from .kit import BROADCAST_ERROR, DT, byte_compare, randn, twin
+from .kit import BROADCAST_ERROR, DT, byte_compare, randn, twin, unless_different, within
 
 # --------------------------------------------------------------------------- 08.1 document mask
 
@@ -875,6 +875,69 @@ register(
             "fk = elu(k_t) + 1; state = state + fk[..., :, None] * v_t[..., None, :]; "
             "normalizer = normalizer + fk; o = (fq[..., None, :] @ state)[..., 0, :] / "
             "(fq * normalizer).sum(-1, keepdim=True).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 08.8 predict, measure
+
+
+def _skipped(seq_len, window, block, *, elements=False, causal_only=False):
+    mask = _causal(seq_len) if causal_only else _window(seq_len, window)  # (N, N)
+    if elements:
+        return 1.0 - mask.double().mean().item()
+    return float((tile_map(mask, block, block) == 0).double().mean())
+
+
+def skipped_tiles_reference(seq_len: int, window: int, block: int) -> float:
+    r"""The fraction of ``block`` x ``block`` tiles a causal sliding-window mask (query
+    :math:`i` sees keys :math:`i - w < j \le i`) lets FlexAttention skip entirely."""
+    return _skipped(seq_len, window, block)
+
+
+def _skipped_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("N = 1024, window 128, tiles of 64", (1024, 128, 64)),
+            Case("N = 2048, window 256, tiles of 128", (2048, 256, 128)),
+            Case("N = 512, window 512 (as causal), tiles of 64", (512, 512, 64)),
+        ]
+    return [
+        Case("N = 1536, window 100, tiles of 64 (a window not a multiple)", (1536, 100, 64)),
+        Case("N = 1000, window 64, tiles of 32 (N not a multiple)", (1000, 64, 32)),
+    ]
+
+
+register(
+    Exercise(
+        id="08.8",
+        title="predict, then measure: how much of the score matrix a sliding window skips",
+        points=1,
+        target="measure_skipped_tiles",
+        cases=_skipped_cases,
+        reference=skipped_tiles_reference,
+        atol=1e-9,
+        rtol=0.0,
+        compare=within(1e-9, relative=False),
+        measures="the fraction of tiles skipped",
+        mistakes={
+            Hint(
+                "you measured the masked *entries*, not the skipped tiles.",
+                "A kernel skips a whole tile only when none of its entries may attend: a tile "
+                "the window's edge crosses is computed (and masked) in full. Count tiles with "
+                "tile_map(mask, B, B) == 0.",
+            ): twin(_skipped, elements=True),
+            Hint(
+                "your mask is causal only: the window is missing.",
+                "Query i sees keys i - window < j <= i: both conditions.",
+            ): unless_different(twin(_skipped, causal_only=True), skipped_tiles_reference),
+        },
+        hint=Hint(
+            "build the causal sliding-window mask, classify its tiles, and take the share of "
+            "empty ones.",
+            "i, j = arange(N)[:, None], arange(N)[None, :]; mask = (j <= i) & (i - j < window); "
+            "return float((tile_map(mask, block, block) == 0).double().mean()).",
         ),
     )
 )

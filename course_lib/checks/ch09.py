@@ -31,7 +31,17 @@ from ..context_parallel.merge import merge_attention as _merge
 from ..context_parallel.sharding import shard_positions
 from ..context_parallel.ulysses import all_to_all_seq_to_head
 from .core import Case, Exercise, Hint, NotThisMistake, register
-from .kit import BROADCAST_ERROR, DT, NEG_INF, byte_compare, integer_compare, randn
+from .kit import (
+    BROADCAST_ERROR,
+    DT,
+    NEG_INF,
+    byte_compare,
+    integer_compare,
+    randn,
+    twin,
+    unless_different,
+    within,
+)
 
 
 def _partial(rng, n_q, n_k, d, d_v, mask=None, scale=1.0):
@@ -884,6 +894,74 @@ register(
             "S = q @ k_block.T / sqrt(d) (masked with -inf); P = exp(S - lse[:, None]); "
             "dv = P.T @ dout; dP = dout @ v_block.T; D = (dout * out).sum(-1); "
             "dS = P * (dP - D[:, None]); dq = dS @ k_block / sqrt(d); dk = dS.T @ q / sqrt(d).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 09.7 predict, measure
+
+
+def _work(seq_len, world_size, layout, *, causal=True, ratio=lambda w: w.max() / w.min()):
+    work = []
+    for rank in range(world_size):
+        pos = shard_positions(seq_len, world_size, rank, layout)  # (N / P,) this rank's queries
+        keys = torch.arange(seq_len)  # every key of the sequence reaches the rank in a ring
+        mask = causal_mask_from_positions(pos, keys) if causal else torch.ones(len(pos), seq_len)
+        work.append(int(mask.sum()))  # query-key pairs this rank must score
+    return float(ratio(np.array(work, dtype=np.float64)))
+
+
+def load_imbalance_reference(seq_len: int, world_size: int, layout: str) -> float:
+    r"""Causal attention's work on the busiest rank over the least busy one: the query-key
+    pairs each rank's queries may attend to, for the ``"contiguous"`` or ``"zigzag"`` split."""
+    return _work(seq_len, world_size, layout)
+
+
+def _imbalance_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("N = 1024, P = 4, contiguous", (1024, 4, "contiguous")),
+            Case("N = 1024, P = 4, zigzag", (1024, 4, "zigzag")),
+            Case("N = 64, P = 2, contiguous", (64, 2, "contiguous")),
+        ]
+    return [
+        Case("N = 2048, P = 8, contiguous", (2048, 8, "contiguous")),
+        Case("N = 2048, P = 8, zigzag", (2048, 8, "zigzag")),
+        Case("N = 48, P = 3, contiguous", (48, 3, "contiguous")),
+    ]
+
+
+register(
+    Exercise(
+        id="09.7",
+        title="predict, then measure: the busiest rank's share of causal attention",
+        points=1,
+        target="measure_load_imbalance",
+        cases=_imbalance_cases,
+        reference=load_imbalance_reference,
+        atol=0.0,
+        rtol=1e-9,
+        compare=within(1e-9),
+        measures="the busiest rank's work over the least busy rank's",
+        mistakes={
+            Hint(
+                "you counted every key for every query: without the causal mask all ranks "
+                "do the same work whatever the split.",
+                "Count only the pairs a query may attend to (key position <= query position).",
+            ): unless_different(twin(_work, causal=False), load_imbalance_reference),
+            Hint(
+                "your ratio is the least busy rank over the busiest (below 1).",
+                "Divide the busiest rank's work by the least busy rank's: max / min.",
+            ): unless_different(
+                twin(_work, ratio=lambda w: w.min() / w.max()), load_imbalance_reference
+            ),
+        },
+        hint=Hint(
+            "for each rank, count the (query, key) pairs its queries may attend to; divide the "
+            "largest count by the smallest.",
+            "pos = shard_positions(N, P, rank, layout); work = causal_mask_from_positions(pos, "
+            "torch.arange(N)).sum(); return max(work) / min(work).",
         ),
     )
 )
