@@ -10,7 +10,7 @@ from course_lib.checks import CheckFailed, check, core, get_exercise
 from course_lib.checks.ch01 import clip_grad_norm_reference
 from course_lib.checks.core import Hint
 
-IDS = ["01.1", "01.2", "01.3", "01.4", "01.5"]
+IDS = ["01.1", "01.2", "01.3", "01.4", "01.5", "01.6"]
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +20,7 @@ def _fresh_hint_tiers():
     core._FAILED_BEFORE.clear()
 
 
-def test_the_chapter_declares_five_exercises_worth_eleven_points():
+def test_the_chapter_declares_six_exercises_worth_twelve_points():
     exercises = [get_exercise(i) for i in IDS]
     assert [e.target for e in exercises] == [
         "rnn_forward",
@@ -28,8 +28,9 @@ def test_the_chapter_declares_five_exercises_worth_eleven_points():
         "jacobian_norms_through_time",
         "critical_path",
         "clip_grad_norm",
+        "measure_growth_rate",
     ]
-    assert sum(e.points for e in exercises) == 11
+    assert sum(e.points for e in exercises) == 12
 
 
 def test_every_hint_has_a_nudge_and_a_detail():
@@ -197,3 +198,27 @@ def test_the_cheap_01_3_twins_equal_their_definitions():
     torch.testing.assert_close(
         ch01._previous_state(x, W_xh, W_hh, b), J[-2].pow(2).sum(dim=(0, 2)).sqrt()
     )  # dh_{N-1}/dx_t
+
+
+def _learner_growth(d_hidden, rho, num_steps, seed, *, by="eigenvalues"):
+    """01.6 written another way: torch's generator, the matrix power, the norm of W^T h0."""
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(d_hidden, d_hidden, generator=g, dtype=torch.float64)
+    if by == "eigenvalues":
+        W = W * rho / torch.linalg.eigvals(W).abs().max()
+    else:
+        W = W * rho / torch.linalg.matrix_norm(W, ord=2)
+    h0 = torch.randn(d_hidden, generator=g, dtype=torch.float64)
+    hT = torch.linalg.matrix_power(W, num_steps) @ h0
+    return float((hT.norm() / h0.norm()) ** (1 / num_steps))
+
+
+def test_01_6_another_correct_experiment_passes_and_shows_the_prediction(capsys):
+    assert check("01.6", _learner_growth, prediction=lambda d, rho, t, s: rho).passed
+    assert check("01.6", _learner_growth, hidden=True).passed
+    assert "you predicted 0.9, measured 0.88" in capsys.readouterr().out
+
+
+def test_01_6_scaling_by_the_singular_value_is_named():
+    with pytest.raises(CheckFailed, match="you scaled W by its largest singular value"):
+        check("01.6", lambda *a: _learner_growth(*a, by="singular value"), quiet=True)

@@ -8,7 +8,7 @@ import pytest
 from course_lib.checks import CheckFailed, ch02, check, core, get_exercise
 from course_lib.checks.core import Hint
 
-IDS = ["02.1", "02.2", "02.3", "02.4", "02.5", "02.6"]
+IDS = ["02.1", "02.2", "02.3", "02.4", "02.5", "02.6", "02.7"]
 
 
 @pytest.fixture(autouse=True)
@@ -18,7 +18,7 @@ def _fresh_hint_tiers():
     core._FAILED_BEFORE.clear()
 
 
-def test_six_exercises_with_points_and_two_tier_hints():
+def test_seven_exercises_with_points_and_two_tier_hints():
     exercises = [get_exercise(i) for i in IDS]
     assert [e.target for e in exercises] == [
         "attention",
@@ -27,6 +27,7 @@ def test_six_exercises_with_points_and_two_tier_hints():
         "masked_softmax",
         "attention_weights",
         "padded_attention",
+        "measure_self_weight",
     ]
     assert all(1 <= e.points <= 2 for e in exercises)
     for e in exercises:
@@ -210,3 +211,27 @@ def test_padded_attention_with_a_nan_row_is_named():
 
     with pytest.raises(CheckFailed, match=r"(?s)left padding, causal.*gives NaN"):
         check("02.6", padded_attention, quiet=True)
+
+
+def _learner_self_weight(num_tokens, d, trials, seed, *, scale=True):
+    """02.7 written another way: one trial at a time, torch's generator and softmax."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for _ in range(trials):
+        x = torch.randn(num_tokens, d, generator=g, dtype=torch.float64)
+        w = torch.softmax(x @ x.T / (d**0.5 if scale else 1.0), dim=-1)
+        total += float(w.diagonal().mean())
+    return total / trials
+
+
+def test_02_7_another_correct_experiment_passes_and_shows_the_prediction(capsys):
+    assert check("02.7", _learner_self_weight, prediction=0.99).passed
+    assert check("02.7", _learner_self_weight, hidden=True).passed
+    assert "you predicted 0.99, measured 0.98" in capsys.readouterr().out
+
+
+def test_02_7_unscaled_scores_are_named():
+    with pytest.raises(CheckFailed, match="not scaled by 1/sqrt"):
+        check("02.7", lambda *a: _learner_self_weight(*a, scale=False), quiet=True)

@@ -10,10 +10,10 @@ from course_lib import scaling
 from course_lib.checks import CheckFailed, check, get_exercise
 from course_lib.checks.core import cases_for
 
-IDS = ["03.1", "03.2", "03.3", "03.4", "03.5", "03.6"]
+IDS = ["03.1", "03.2", "03.3", "03.4", "03.5", "03.6", "03.7"]
 
 
-def test_six_exercises_with_points():
+def test_seven_exercises_with_points():
     exercises = [get_exercise(i) for i in IDS]
     assert [e.target for e in exercises] == [
         "dot_product_variance",
@@ -22,6 +22,7 @@ def test_six_exercises_with_points():
         "attention_entropy",
         "multihead_scores",
         "softmax_backward",
+        "measure_max_weight",
     ]
     assert all(1 <= e.points <= 2 for e in exercises)
     assert all(e.mistakes for e in exercises)
@@ -173,3 +174,25 @@ def test_softmax_backward_reference_is_autograds_gradient():
     torch.testing.assert_close(
         scaling.softmax_backward(s.softmax(-1).detach(), grad_p), auto, rtol=0, atol=1e-14
     )
+
+
+def _learner_max_weight(d_k, num_keys, scaled, trials, seed, *, divisor=None):
+    """03.7 written another way: torch's generator, one matrix product per trial batch."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(trials, d_k, generator=g, dtype=torch.float64)
+    k = torch.randn(trials, num_keys, d_k, generator=g, dtype=torch.float64)
+    s = torch.einsum("td,tnd->tn", q, k)
+    if scaled:
+        s = s / (d_k**0.5 if divisor is None else divisor(d_k))
+    return float(torch.softmax(s, -1).amax(-1).mean())
+
+
+def test_03_7_another_correct_experiment_passes_and_shows_the_prediction(capsys):
+    assert check("03.7", _learner_max_weight, prediction=lambda *a: 0.9 if not a[2] else 0.2).passed
+    assert check("03.7", _learner_max_weight, hidden=True).passed
+    assert "you predicted 0.9, measured 0.9" in capsys.readouterr().out
+
+
+def test_03_7_dividing_by_d_k_is_named():
+    with pytest.raises(CheckFailed, match="you divided the scores by d_k, not sqrt"):
+        check("03.7", lambda *a: _learner_max_weight(*a, divisor=lambda d: d), quiet=True)

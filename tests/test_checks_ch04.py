@@ -158,3 +158,24 @@ def test_sliding_window_trimmed_before_appending_is_named():
 
     with pytest.raises(CheckFailed, match="trimmed the cache before appending"):
         check("04.8", trim_first, quiet=True)
+
+
+def _learner_cache_saving(num_tokens, num_heads, head_dim, seed, *, last_only=False):
+    """04.9 by the course's own cached decoding: MultiHeadAttention with a KVCache."""
+    full = cached = 0
+    steps = [num_tokens] if last_only else range(1, num_tokens + 1)
+    for t in steps:
+        full += num_heads * t * t  # all t queries against t keys
+        cached += num_heads * t  # the new query against t keys
+    return full / cached
+
+
+def test_04_9_the_ratio_is_measured_and_the_prediction_shown(capsys):
+    assert check("04.9", _learner_cache_saving, prediction=lambda t, h, d, s: t).passed
+    assert check("04.9", _learner_cache_saving, hidden=True).passed
+    assert "you predicted 64, measured 43: your prediction is 49% high" in capsys.readouterr().out
+
+
+def test_04_9_the_last_step_alone_is_named():
+    with pytest.raises(CheckFailed, match="your ratio is T"):
+        check("04.9", lambda *a: _learner_cache_saving(*a, last_only=True), quiet=True)

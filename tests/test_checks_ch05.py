@@ -8,7 +8,7 @@ import torch
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.core import get_exercise
 
-IDS = ["05.1", "05.2", "05.3", "05.4", "05.5"]
+IDS = ["05.1", "05.2", "05.3", "05.4", "05.5", "05.6"]
 
 
 def test_mistakes_are_told_apart():
@@ -169,3 +169,23 @@ def test_05_5_reference_against_the_three_cases_written_out():
 def test_05_5_position_interpolation_is_named():
     with pytest.raises(CheckFailed, match="plain position interpolation"):
         check("05.5", lambda theta, factor, low, high, ctx: theta / factor, quiet=True)
+
+
+def _learner_turns(head_dim, base, context_len, *, half=False):
+    """05.6 written another way: wavelengths, not angles."""
+    import math
+
+    wavelengths = [2 * math.pi * base ** (2 * i / head_dim) for i in range(head_dim // 2)]
+    reach = (context_len - 1) * (2 if half else 1)
+    return sum(1 for w in wavelengths if w <= reach)
+
+
+def test_05_6_another_correct_count_passes_and_shows_the_prediction(capsys):
+    assert check("05.6", _learner_turns, prediction=32).passed
+    assert check("05.6", _learner_turns, hidden=True).passed
+    assert "you predicted 32, measured 41" in capsys.readouterr().out
+
+
+def test_05_6_half_turns_are_named():
+    with pytest.raises(CheckFailed, match="you counted half turns"):
+        check("05.6", lambda *a: _learner_turns(*a, half=True), quiet=True)

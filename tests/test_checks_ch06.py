@@ -278,3 +278,28 @@ def test_gqa_learner_mistakes_are_named():
     # repeating K and V is allowed by the checks (it gives the same numbers); the statement
     # asks for a view, and the reference shows one
     assert check("06.6", _naive_gqa, quiet=True).passed
+
+
+def _learner_rescales(n_scores, block_size, rows, seed, *, per_block=True):
+    """06.7 written another way: torch's generator, a Python loop over the blocks."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, n_scores, generator=g, dtype=torch.float64)
+    step = block_size if per_block else 1
+    m = torch.full((rows,), float("-inf"), dtype=torch.float64)
+    count = torch.zeros(rows)
+    for start in range(0, n_scores, step):
+        new = torch.maximum(m, x[:, start : start + step].amax(-1))
+        count += (new > m).double()
+        m = new
+    return float(count.mean())
+
+
+def test_06_7_another_correct_experiment_passes_and_shows_the_prediction(capsys):
+    assert check("06.7", _learner_rescales, prediction=lambda n, b, r, s: n / b).passed
+    assert check("06.7", _learner_rescales, hidden=True).passed
+    assert "you predicted 1024, measured 7.5" in capsys.readouterr().out
+
+
+def test_06_7_counting_scores_not_blocks_is_named():
+    with pytest.raises(CheckFailed, match="ignoring the blocks"):
+        check("06.7", lambda *a: _learner_rescales(*a, per_block=False), quiet=True)

@@ -13,7 +13,7 @@ from course_lib import gpt
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.core import cases_for, get_exercise
 
-IDS = ["07.1", "07.2", "07.3", "07.4", "07.5", "07.6"]
+IDS = ["07.1", "07.2", "07.3", "07.4", "07.5", "07.6", "07.7"]
 
 
 def test_mistakes_are_told_apart():
@@ -167,11 +167,48 @@ def test_07_6_learner_mistakes_are_named():
     with pytest.raises(CheckFailed, match="which is 0 here"):
         check("07.6", unguarded, quiet=True)
 
+
+def _learner_schedule(num_steps, max_lr, min_lr, warmup_steps, *, warm, angle):
+    out = []
+    for s in range(num_steps):
+        if s < warmup_steps:
+            out.append(warm(s, warmup_steps) * max_lr)
+        else:
+            progress = (s - warmup_steps) / max(num_steps - 1 - warmup_steps, 1)
+            out.append(min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(angle * progress)))
+    return np.array(out)
+
+
+def test_07_6_mistakes_of_a_learner_who_derives_the_schedule_are_named():
+    """The statement gives properties, not the formula: the two ways of misreading them."""
+    from_zero_to_w_minus_1 = lambda *a: _learner_schedule(  # noqa: E731
+        *a, warm=lambda s, w: s / max(w - 1, 1), angle=math.pi
+    )
+    with pytest.raises(CheckFailed, match="from 0 at step 0 to max_lr at step W - 1"):
+        check("07.6", from_zero_to_w_minus_1, quiet=True)
+    whole_period = lambda *a: _learner_schedule(  # noqa: E731
+        *a, warm=lambda s, w: (s + 1) / w, angle=2 * math.pi
+    )
+    with pytest.raises(CheckFailed, match="runs a whole period"):
+        check("07.6", whole_period, quiet=True)
+    right = lambda *a: _learner_schedule(*a, warm=lambda s, w: (s + 1) / w, angle=math.pi)  # noqa: E731
+    assert check("07.6", right, quiet=True).passed
+
+
+def test_07_6_a_float32_schedule_is_a_right_answer():
+    """float32 holds a learning rate to about 7 digits, far more than training needs."""
+
     def float32(num_steps, max_lr, min_lr, warmup_steps):
         return torch.tensor(gpt.lr_schedule(num_steps, max_lr, min_lr, warmup_steps)).float()
 
-    with pytest.raises(CheckFailed, match="your values are float32"):
-        check("07.6", float32, quiet=True)
+    assert check("07.6", float32, quiet=True).passed
+    assert check("07.6", float32, hidden=True, quiet=True).passed
+
+    def float16(num_steps, max_lr, min_lr, warmup_steps):  # 3 digits: too coarse
+        return torch.tensor(gpt.lr_schedule(num_steps, max_lr, min_lr, warmup_steps)).half()
+
+    with pytest.raises(CheckFailed):
+        check("07.6", float16, quiet=True)
 
 
 def test_07_2_reference_equals_the_models_block():
@@ -274,3 +311,28 @@ def test_07_6_accepts_a_list_and_matches_training():
     ref = get_exercise("07.6").reference(40, 1e-2, 1e-3, 4)
     np.testing.assert_allclose(history.lr, ref, rtol=1e-12)
     assert math.isclose(ref[-1], 1e-3) and math.isclose(ref.max(), 1e-2)
+
+
+def _learner_initial_loss(vocab_size, d_model, seed, *, bits=False):
+    """07.7 written another way: its own batch shape and F.cross_entropy on shifted targets."""
+    torch.manual_seed(seed + 1)
+    cfg = gpt.GPTConfig(
+        vocab_size=vocab_size, seq_len=32, d_model=d_model, num_layers=1, num_heads=2
+    )
+    model = gpt.GPT(cfg)
+    tokens = torch.randint(0, vocab_size, (4, 32))
+    with torch.no_grad():
+        logits = model(tokens)
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab_size), tokens[:, 1:].reshape(-1))
+    return float(loss) / (math.log(2) if bits else 1.0)
+
+
+def test_07_7_another_correct_experiment_passes_and_shows_the_prediction(capsys):
+    assert check("07.7", _learner_initial_loss, prediction=lambda v, d, s: math.log(v)).passed
+    assert check("07.7", _learner_initial_loss, hidden=True).passed
+    assert "you predicted 4.575, measured 4.5" in capsys.readouterr().out
+
+
+def test_07_7_a_loss_in_bits_is_named():
+    with pytest.raises(CheckFailed, match="your loss is in bits"):
+        check("07.7", lambda *a: _learner_initial_loss(*a, bits=True), quiet=True)

@@ -236,3 +236,30 @@ def test_linear_step_mistakes_a_learner_makes_are_named():
         check("08.7", lambda *a: _learner_linear_step(*a, phi=torch.nn.functional.elu), quiet=True)
     with pytest.raises(CheckFailed, match="do not line up"):
         check("08.7", lambda *a: _learner_linear_step(*a, keepdim=False), quiet=True)
+
+
+def _learner_skipped(seq_len, window, block, *, entries=False):
+    """08.8 written another way: a mask_mod on index grids, then tiles counted by hand."""
+    q = torch.arange(seq_len)[:, None]
+    k = torch.arange(seq_len)[None, :]
+    mask = (k <= q) & (q - k < window)
+    if entries:
+        return 1.0 - mask.float().mean().item()
+    t = -(-seq_len // block)
+    empty = sum(
+        not mask[i * block : (i + 1) * block, j * block : (j + 1) * block].any()
+        for i in range(t)
+        for j in range(t)
+    )
+    return empty / (t * t)
+
+
+def test_08_8_another_correct_measurement_passes_and_shows_the_prediction(capsys):
+    assert check("08.8", _learner_skipped, prediction=0.8125).passed
+    assert check("08.8", _learner_skipped, hidden=True).passed
+    assert "you predicted 0.8125, measured 0.8242: right on" in capsys.readouterr().out
+
+
+def test_08_8_masked_entries_instead_of_tiles_are_named():
+    with pytest.raises(CheckFailed, match="you measured the masked \\*entries\\*"):
+        check("08.8", lambda *a: _learner_skipped(*a, entries=True), quiet=True)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.core import cases_for, get_exercise
 
-IDS = ["09.1", "09.2", "09.3", "09.4", "09.5", "09.6"]
+IDS = ["09.1", "09.2", "09.3", "09.4", "09.5", "09.6", "09.7"]
 
 
 @pytest.mark.parametrize("ex_id", IDS)
@@ -130,6 +130,25 @@ def test_09_1_weights_without_a_last_axis_are_named():
         check("09.1", no_axis, quiet=True)
 
 
+def test_09_1_misderived_merges_are_named():
+    """The statement asks for the derivation: the two ways of getting it wrong by algebra."""
+    from course_lib.context_parallel import merge_attention
+
+    def lse_added(out_a, lse_a, out_b, lse_b):
+        return merge_attention(out_a, lse_a, out_b, lse_b)[0], lse_a + lse_b
+
+    with pytest.raises(CheckFailed, match="you added the two LSEs"):
+        check("09.1", lse_added, quiet=True)
+
+    def weighted_by_lse(out_a, lse_a, out_b, lse_b):
+        w_a = (lse_a / (lse_a + lse_b))[..., None]
+        out = w_a * out_a + (1 - w_a) * out_b
+        return out, merge_attention(out_a, lse_a, out_b, lse_b)[1]
+
+    with pytest.raises(CheckFailed, match="you weighted each output by its LSE"):
+        check("09.1", weighted_by_lse, quiet=True)
+
+
 def _learner_ring_step(q, k, v, out, lse, mask, *, fill=-math.inf, scale_by=None):
     from course_lib.context_parallel import merge_attention
 
@@ -152,14 +171,20 @@ def test_09_2_learner_mistakes_are_named():
         )
 
 
-def test_09_3_positions_must_be_an_integer_tensor():
+def test_09_3_positions_must_be_integers_a_list_of_ints_is_right():
     def as_list(seq_len, world_size, rank):
         c = seq_len // (2 * world_size)
         b = 2 * world_size - 1 - rank
         return list(range(rank * c, (rank + 1) * c)) + list(range(b * c, (b + 1) * c))
 
-    with pytest.raises(CheckFailed, match="expected a 1-D torch tensor of integers, got list"):
-        check("09.3", as_list, quiet=True)
+    assert check("09.3", as_list, quiet=True).passed
+    assert check("09.3", as_list, hidden=True, quiet=True).passed
+
+    def as_float_list(seq_len, world_size, rank):
+        return [float(p) for p in as_list(seq_len, world_size, rank)]
+
+    with pytest.raises(CheckFailed, match="expected a list of int positions, got a list of float"):
+        check("09.3", as_float_list, quiet=True)
 
     def as_float(seq_len, world_size, rank):
         return torch.tensor(as_list(seq_len, world_size, rank), dtype=torch.float32)
@@ -212,3 +237,25 @@ def test_09_6_learner_mistakes_are_named():
         check("09.6", lambda *a: _learner_backward(*a, D="block"), quiet=True)
     with pytest.raises(CheckFailed, match="not transposed"):
         check("09.6", lambda *a: _learner_backward(*a, dv="plain"), quiet=True)
+
+
+def _learner_imbalance(seq_len, world_size, layout, *, inverted=False):
+    """09.7 written another way: the causal work of a query at position p is p + 1 keys."""
+    from course_lib import context_parallel as cp
+
+    work = [
+        int((cp.shard_positions(seq_len, world_size, r, layout) + 1).sum())
+        for r in range(world_size)
+    ]
+    return min(work) / max(work) if inverted else max(work) / min(work)
+
+
+def test_09_7_another_correct_count_passes_and_shows_the_prediction(capsys):
+    assert check("09.7", _learner_imbalance, prediction=lambda n, p, lay: p).passed
+    assert check("09.7", _learner_imbalance, hidden=True).passed
+    assert "you predicted 4, measured 6.977: your prediction is 43% low" in capsys.readouterr().out
+
+
+def test_09_7_an_inverted_ratio_is_named():
+    with pytest.raises(CheckFailed, match="your ratio is the least busy rank over the busiest"):
+        check("09.7", lambda *a: _learner_imbalance(*a, inverted=True), quiet=True)

@@ -250,3 +250,57 @@ def test_byte_counts_as_floats_say_only_that_when_the_value_is_right():
     assert "2 times the right size" in off and not isinstance(off, Diagnosed)
     assert "got str" in byte_count_message("big", 2**34, advice)
     assert "got bool" in byte_count_message(True, 1, advice)
+
+
+# ----------------------------------------------------------------------- predict, then measure
+
+
+def test_a_prediction_is_shown_beside_each_measurement(capsys):
+    from course_lib.checks.ch06 import rescale_count_reference
+
+    def predicted(n_scores, block_size, rows, seed):
+        return 7.0
+
+    check("06.7", rescale_count_reference, prediction=predicted)
+    out = capsys.readouterr().out
+    assert "you predicted 7, measured 7.46: your prediction is 6% low" in out  # H_1024 = 7.51
+    assert "you predicted 7, measured 3.3" in out and "% high" in out  # H_16 = 3.38
+    assert "all 2 cases passed" in out
+
+
+def test_a_missing_or_broken_prediction_is_said_and_never_graded(capsys):
+    from course_lib.checks.ch06 import rescale_count_reference
+    from course_lib.checks.core import PLACEHOLDER_MARK
+
+    def blank(*args):
+        raise NotImplementedError(f"Exercise 06.7 {PLACEHOLDER_MARK}: replace this line")
+
+    assert check("06.7", rescale_count_reference, prediction=blank).passed
+    assert "no prediction written yet" in capsys.readouterr().out
+    assert check("06.7", rescale_count_reference, prediction="about seven").passed
+    assert "should be a number, got str" in capsys.readouterr().out
+    assert check("06.7", rescale_count_reference, prediction=lambda *a: 1 / 0).passed
+    assert "your prediction raised ZeroDivisionError" in capsys.readouterr().out
+
+
+def test_a_failed_measurement_still_shows_the_prediction():
+    def off(n_scores, block_size, rows, seed):
+        return 100.0
+
+    with pytest.raises(CheckFailed) as failure:
+        check("06.7", off, prediction=7.5, quiet=True)
+    msg = str(failure.value)
+    assert "your measurement 100 is off" in msg and "(you predicted 7.5, measured 100" in msg
+
+
+def test_prediction_line_says_high_low_or_a_factor():
+    from course_lib.checks.core import prediction_line
+
+    case = Case("c")
+    assert prediction_line(1.02, case, 1.0).endswith("right on")
+    assert prediction_line(1.5, case, 1.0).endswith("your prediction is 50% high")
+    assert prediction_line(0.5, case, 1.0).endswith("your prediction is 50% low")
+    assert prediction_line(1000.0, case, 1.0).endswith("a factor 1000 too high")
+    assert prediction_line(0.01, case, 1.0).endswith("a factor 100 too low")
+    assert prediction_line(-1.0, case, 1.0).endswith("the wrong sign")
+    assert prediction_line(None, case, 1.0).startswith("no prediction written yet")

@@ -64,6 +64,17 @@ def test_the_visible_cases_already_catch_each_mistake(ex_id):
 
 
 @pytest.mark.parametrize("ex_id", IDS)
+def test_the_hidden_cases_alone_catch_and_name_each_mistake(ex_id):
+    """A grader (or the notebook's hidden check) running the hidden cases alone rejects every
+    known mistake and names it: the hidden set does not lean on the visible one."""
+    ex = get_exercise(ex_id)
+    for hint, wrong in ex.mistakes.items():
+        message = _failure(ex_id, wrong, hidden=True)
+        assert message, f"{ex_id}: {hint[:60]!r}... passes the hidden checks"
+        assert hint in message, f"{ex_id}: hidden checks do not name {hint[:60]!r}..."
+
+
+@pytest.mark.parametrize("ex_id", IDS)
 def test_a_blank_exercise_says_not_implemented(ex_id, capsys):
     def blank(*args, **kwargs):
         raise NotImplementedError(f"Exercise {ex_id} {PLACEHOLDER_MARK}: replace this line")

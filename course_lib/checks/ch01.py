@@ -18,6 +18,7 @@ import torch
 
 from .. import rnn as R
 from .core import Case, Exercise, Hint, register
+from .kit import within
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
@@ -591,6 +592,14 @@ def _clip_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             _clip_args(rng, [(6, 6), (6,)], 1e6, 1.0),
         ),
         Case("one tensor, exactly at the norm", ([_t(np.array([0.6, 0.8]))], 1.0)),
+        Case(
+            "three small gradients (global norm below max_norm = 5): unchanged",
+            _clip_args(rng, [(2, 5), (5,), (3,)], 0.3, 5.0),
+        ),
+        Case(
+            "zero gradients in two tensors (a frozen layer): norm 0, nothing to divide",
+            ([torch.zeros(4, dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64)], 0.1),
+        ),
     ]
 
 
@@ -684,6 +693,86 @@ register(
             "one norm for all the tensors together, one factor for all of them.",
             "norm = sqrt(sum(g.pow(2).sum() for g in grads)); factor = max_norm / norm if "
             "norm > max_norm else 1; return [g * factor for g in grads], float(norm).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 01.6 predict, measure
+
+
+def growth_rate_reference(d_hidden: int, rho: float, num_steps: int, seed: int) -> float:
+    r"""The measured growth per step of a linear recurrence :math:`h_t = W h_{t-1}`.
+
+    A random :math:`W` (normal entries) scaled to spectral radius :math:`\rho`, a random
+    :math:`h_0`, then :math:`(\lVert h_T\rVert / \lVert h_0\rVert)^{1/T}`; it tends to
+    :math:`\rho` (the largest singular value only bounds one step)."""
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(d_hidden, d_hidden))  # (d, d)
+    W *= rho / np.abs(np.linalg.eigvals(W)).max()
+    h0 = rng.normal(size=d_hidden)  # (d,)
+    h = h0.copy()
+    for _ in range(num_steps):
+        h = W @ h  # (d,)
+    return float((np.linalg.norm(h) / np.linalg.norm(h0)) ** (1.0 / num_steps))
+
+
+def _growth_by_singular_value(d_hidden, rho, num_steps, seed):
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(d_hidden, d_hidden))
+    W *= rho / np.linalg.norm(W, 2)  # the largest singular value, not the spectral radius
+    h0 = rng.normal(size=d_hidden)
+    h = np.linalg.matrix_power(W, num_steps) @ h0
+    return float((np.linalg.norm(h) / np.linalg.norm(h0)) ** (1.0 / num_steps))
+
+
+def _growth_total(d_hidden, rho, num_steps, seed):
+    return growth_rate_reference(d_hidden, rho, num_steps, seed) ** num_steps
+
+
+def _growth_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("d = 16, rho = 0.9, 200 steps", (16, 0.9, 200, 0)),
+            Case("d = 16, rho = 1.1, 200 steps", (16, 1.1, 200, 1)),
+            Case("d = 64, rho = 1.05, 200 steps", (64, 1.05, 200, 2)),
+        ]
+    return [
+        Case("d = 8, rho = 0.5, 100 steps", (8, 0.5, 100, int(rng.integers(1000)))),
+        Case("d = 32, rho = 0.95, 300 steps", (32, 0.95, 300, int(rng.integers(1000)))),
+    ]
+
+
+register(
+    Exercise(
+        id="01.6",
+        title="predict, then measure: how fast a recurrence grows or fades",
+        points=1,
+        target="measure_growth_rate",
+        cases=_growth_cases,
+        reference=growth_rate_reference,
+        atol=0.0,
+        rtol=0.05,
+        compare=within(0.05),
+        measures="the growth of the state per step",
+        mistakes={
+            Hint(
+                "you scaled W by its largest singular value: your states fade much faster than "
+                "rho per step.",
+                "Scale by the spectral radius, the largest |eigenvalue| "
+                "(np.abs(np.linalg.eigvals(W)).max()): it, not the largest singular value, "
+                "sets the growth over many steps.",
+            ): _growth_by_singular_value,
+            Hint(
+                "you returned the growth over all the steps, not per step.",
+                "Take the T-th root: (norm(h_T) / norm(h_0)) ** (1 / T).",
+            ): _growth_total,
+        },
+        hint=Hint(
+            "build W, rescale it to spectral radius rho, iterate h = W h, and compare the "
+            "norms at the end and at the start, per step.",
+            "W *= rho / np.abs(np.linalg.eigvals(W)).max(); after T steps return "
+            "(norm(h_T) / norm(h_0)) ** (1 / T).",
         ),
     )
 )

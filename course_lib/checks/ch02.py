@@ -15,6 +15,7 @@ import numpy as np
 
 from ..attention import numpy_attention, numpy_causal_mask, numpy_masked_softmax
 from .core import Case, Exercise, Hint, register
+from .kit import within
 
 
 def _plain_softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -254,6 +255,10 @@ def _padding_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     return [
         Case(f"{b} random lengths, n_k = {n_k}", (rng.integers(1, n_k + 1, size=b), n_k)),
         Case("a length-0 sequence among others", (np.array([0, 3]), 3)),
+        Case(
+            f"{b} sequences all shorter than n_k = {n_k + 2} (every one padded)",
+            (rng.integers(1, n_k + 1, size=b), n_k + 2),
+        ),
     ]
 
 
@@ -703,6 +708,80 @@ register(
             "keep = (tokens != pad_id)[:, None, :]; if is_causal: keep = keep & "
             "np.tril(np.ones((N, N), dtype=bool)); then the NaN-safe softmax of 02.4 over "
             "np.where(keep, scores, -inf), and output = weights @ v.",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 02.7 predict, measure
+
+
+def _row_softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def self_weight_reference(num_tokens: int, d: int, trials: int, seed: int) -> float:
+    r"""The mean weight a token gives itself when :math:`Q = K = X` (no projections):
+    the diagonal of :math:`\mathrm{softmax}(XX^\top/\sqrt d)`, averaged over ``trials``
+    random :math:`X` of ``num_tokens`` i.i.d. :math:`N(0, I_d)` rows."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(trials, num_tokens, d))  # (T, N, d)
+    w = _row_softmax(x @ x.transpose(0, 2, 1) / np.sqrt(d))  # (T, N, N)
+    return float(np.diagonal(w, axis1=1, axis2=2).mean())
+
+
+def _self_weight_unscaled(num_tokens, d, trials, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(trials, num_tokens, d))
+    w = _row_softmax(x @ x.transpose(0, 2, 1))  # no 1/sqrt(d)
+    return float(np.diagonal(w, axis1=1, axis2=2).mean())
+
+
+def _self_weight_all(num_tokens, d, trials, seed):
+    return 1.0 / num_tokens  # the mean of every weight, not of the diagonal
+
+
+def _self_weight_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("N = 16 tokens, d = 64, 200 trials", (16, 64, 200, 0)),
+            Case("N = 16 tokens, d = 4, 500 trials", (16, 4, 500, 1)),
+        ]
+    return [
+        Case("N = 64 tokens, d = 16, 100 trials", (64, 16, 100, int(rng.integers(1000)))),
+        Case("N = 8 tokens, d = 2, 1000 trials", (8, 2, 1000, int(rng.integers(1000)))),
+    ]
+
+
+register(
+    Exercise(
+        id="02.7",
+        title="predict, then measure: attention without projections",
+        points=1,
+        target="measure_self_weight",
+        cases=_self_weight_cases,
+        reference=self_weight_reference,
+        atol=0.02,
+        rtol=0.0,
+        compare=within(0.02, relative=False),
+        measures="the mean weight a token gives itself",
+        mistakes={
+            Hint(
+                "your scores are not scaled by 1/sqrt(d): a token's score with itself, "
+                "|x|^2 ~ d, then dwarfs the others even more.",
+                "Scores are X X^T / sqrt(d), as in scaled dot-product attention.",
+            ): _self_weight_unscaled,
+            Hint(
+                "you averaged every weight: that is 1/N whatever the inputs, since each row "
+                "sums to 1.",
+                "Average only the diagonal w[i, i], the weight of token i on itself.",
+            ): _self_weight_all,
+        },
+        hint=Hint(
+            "draw X, take softmax(X X^T / sqrt(d)) row by row, average the diagonal.",
+            "x = rng.normal(size=(trials, N, d)); w = softmax(x @ x.transpose(0, 2, 1) / "
+            "sqrt(d)) over the last axis; return the mean of np.diagonal(w, axis1=1, axis2=2).",
         ),
     )
 )

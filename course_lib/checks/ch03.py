@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .core import Case, Exercise, Hint, register
+from .kit import BROADCAST_ERROR, softmax_rows, within
 
 # --------------------------------------------------------------------------- 03.1
 
@@ -220,10 +221,6 @@ def jacobian_reference(p: torch.Tensor) -> torch.Tensor:
     return torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., n, n)
 
 
-def _softmax_rows(rng: np.random.Generator, shape, scale=1.0) -> torch.Tensor:
-    return torch.softmax(torch.tensor(rng.normal(scale=scale, size=shape)), -1)
-
-
 def _dot_not_outer(p):
     pp = p @ p if p.ndim == 1 else p.transpose(-2, -1) @ p  # () or (n, n): not per row
     return torch.diag_embed(p) - pp
@@ -232,15 +229,15 @@ def _dot_not_outer(p):
 def _jacobian_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("one row of 4 weights", (_softmax_rows(rng, (4,)),)),
-            Case("a (3, 5) batch of rows", (_softmax_rows(rng, (3, 5)),)),
+            Case("one row of 4 weights", (softmax_rows(rng, (4,)),)),
+            Case("a (3, 5) batch of rows", (softmax_rows(rng, (3, 5)),)),
         ]
     onehot = torch.zeros(2, 6, dtype=torch.float64)
     onehot[0, 2] = onehot[1, 5] = 1.0
     return [
-        Case("a (2, 3, 7) batch", (_softmax_rows(rng, (2, 3, 7)),)),
+        Case("a (2, 3, 7) batch", (softmax_rows(rng, (2, 3, 7)),)),
         Case("one-hot rows: the Jacobian is all zeros", (onehot,)),
-        Case("nearly saturated rows (scores of std 30)", (_softmax_rows(rng, (4, 8), 30.0),)),
+        Case("nearly saturated rows (scores of std 30)", (softmax_rows(rng, (4, 8), 30.0),)),
     ]
 
 
@@ -311,13 +308,13 @@ def _entropy_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         uniform = torch.full((1, 8), 1 / 8, dtype=torch.float64)
         return [
             Case("uniform over 8 keys: log 8", (uniform,)),
-            Case("4 attention rows over 6 keys", (_softmax_rows(rng, (4, 6)),)),
+            Case("4 attention rows over 6 keys", (softmax_rows(rng, (4, 6)),)),
             Case("causal rows with exact zeros (0 log 0 = 0)", (causal,)),
         ]
     return [
         Case("causal rows, another draw", (causal,)),
         Case("one-hot rows: entropy 0", (torch.eye(4, dtype=torch.float64),)),
-        Case("a (2, 3, 10) batch", (_softmax_rows(rng, (2, 3, 10), 3.0),)),
+        Case("a (2, 3, 10) batch", (softmax_rows(rng, (2, 3, 10), 3.0),)),
     ]
 
 
@@ -469,13 +466,13 @@ def softmax_backward_reference(p: torch.Tensor, grad_p: torch.Tensor) -> torch.T
 def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     t = lambda shape: torch.tensor(rng.normal(size=shape))
     if not hidden:
-        masked = _softmax_rows(rng, (3, 6))
+        masked = softmax_rows(rng, (3, 6))
         masked[:, 4:] = 0.0  # two masked keys per row: weight 0
         masked = masked / masked.sum(-1, keepdim=True)
         return [
-            Case("one row of 5 weights", (_softmax_rows(rng, (5,)), t((5,)))),
-            Case("a (4, 4) batch: 4 rows of 4 keys", (_softmax_rows(rng, (4, 4)), t((4, 4)))),
-            Case("a (2, 3, 6) batch", (_softmax_rows(rng, (2, 3, 6)), t((2, 3, 6)))),
+            Case("one row of 5 weights", (softmax_rows(rng, (5,)), t((5,)))),
+            Case("a (4, 4) batch: 4 rows of 4 keys", (softmax_rows(rng, (4, 4)), t((4, 4)))),
+            Case("a (2, 3, 6) batch", (softmax_rows(rng, (2, 3, 6)), t((2, 3, 6)))),
             Case("rows with masked keys (weight exactly 0)", (masked, t((3, 6)))),
         ]
     onehot = torch.zeros(3, 5, dtype=torch.float64)
@@ -485,9 +482,9 @@ def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("one key per row (n = 1)", (torch.ones(4, 1, dtype=torch.float64), t((4, 1)))),
         Case(
             "(2, 4, 8, 8) batch, nearly saturated",
-            (_softmax_rows(rng, (2, 4, 8, 8), 6.0), t((2, 4, 8, 8))),
+            (softmax_rows(rng, (2, 4, 8, 8), 6.0), t((2, 4, 8, 8))),
         ),
-        Case("a long row: 1000 keys", (_softmax_rows(rng, (2, 1000)), t((2, 1000)))),
+        Case("a long row: 1000 keys", (softmax_rows(rng, (2, 1000)), t((2, 1000)))),
     ]
 
 
@@ -534,7 +531,7 @@ register(
             ): lambda p, g: p * (g - (p * g).sum(-1)),
         },
         errors={
-            r"size of tensor a \(\d+\) must match the size of tensor b \(\d+\)": Hint(
+            BROADCAST_ERROR: Hint(
                 "your row sums could not be broadcast against p (keepdim missing?).",
                 "(p * g).sum(-1) drops the last axis; keep it with keepdim=True so that it "
                 "has shape (..., 1) and lines up with each row.",
@@ -544,6 +541,81 @@ register(
             "∂L/∂s = Jᵀ g with J = diag(p) − p pᵀ: multiply it out instead of building J.",
             "diag(p) g = p * g and p pᵀ g = p (pᵀ g): ∂L/∂s = p * (g - (p * g).sum(-1, "
             "keepdim=True)).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 03.7 predict, measure
+
+
+def max_weight_reference(d_k: int, num_keys: int, scaled: bool, trials: int, seed: int) -> float:
+    r"""The mean largest attention weight of one query over ``num_keys`` keys, q and k with
+    i.i.d. :math:`N(0, 1)` components; scores :math:`q\cdot k` divided by :math:`\sqrt{d_k}`
+    when ``scaled``. Averaged over ``trials`` draws."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(trials, 1, d_k))  # (T, 1, d_k)
+    k = rng.normal(size=(trials, num_keys, d_k))  # (T, n, d_k)
+    s = (q * k).sum(-1) / (math.sqrt(d_k) if scaled else 1.0)  # (T, n)
+    return float(torch.softmax(torch.from_numpy(s), -1).amax(-1).mean())
+
+
+def _max_weight_scaled_by(d_k, num_keys, trials, seed, divisor):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(trials, 1, d_k))
+    k = rng.normal(size=(trials, num_keys, d_k))
+    s = (q * k).sum(-1) / divisor
+    return float(torch.softmax(torch.from_numpy(s), -1).amax(-1).mean())
+
+
+def _max_weight_always_scaled(d_k, num_keys, scaled, trials, seed):
+    return max_weight_reference(d_k, num_keys, True, trials, seed)
+
+
+def _max_weight_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("d_k = 256, 32 keys, unscaled, 300 trials", (256, 32, False, 300, 0)),
+            Case("d_k = 256, 32 keys, scaled by 1/sqrt(d_k), 300 trials", (256, 32, True, 300, 1)),
+            Case("d_k = 16, 32 keys, unscaled, 500 trials", (16, 32, False, 500, 2)),
+        ]
+    return [
+        Case("d_k = 64, 8 keys, scaled, 1000 trials", (64, 8, True, 1000, int(rng.integers(999)))),
+        Case("d_k = 128, 64 keys, unscaled, 300 trials", (128, 64, False, 300, 5)),
+    ]
+
+
+register(
+    Exercise(
+        id="03.7",
+        title="predict, then measure: the largest weight with and without 1/sqrt(d_k)",
+        points=1,
+        target="measure_max_weight",
+        cases=_max_weight_cases,
+        reference=max_weight_reference,
+        atol=0.05,
+        rtol=0.0,
+        compare=within(0.05, relative=False),
+        measures="the mean largest attention weight",
+        mistakes={
+            Hint(
+                "you divided the scores by d_k, not sqrt(d_k): they are too small, and the "
+                "weights close to uniform (1 / num_keys).",
+                "Var(q . k) = d_k, so the standard deviation is sqrt(d_k): divide by that.",
+            ): lambda d_k, n, scaled, trials, seed: _max_weight_scaled_by(
+                d_k, n, trials, seed, d_k if scaled else 1.0
+            ),
+            Hint(
+                "you scaled the scores even when `scaled` is False.",
+                "Divide by sqrt(d_k) only when scaled is True: the unscaled case is the "
+                "experiment's point.",
+            ): _max_weight_always_scaled,
+        },
+        hint=Hint(
+            "draw one query and num_keys keys per trial, softmax the scores, keep the largest "
+            "weight, average over the trials.",
+            "s = (q * k).sum(-1) (divided by sqrt(d_k) when scaled), shapes (trials, 1, d_k) "
+            "and (trials, num_keys, d_k); return softmax(s, -1).max(-1).mean().",
         ),
     )
 )

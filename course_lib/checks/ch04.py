@@ -23,14 +23,8 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, repeat_kv, split_heads
-from .core import Case, Exercise, Hint, byte_count_message, register
-
-DT = torch.float64
-
-
-def _t(rng: np.random.Generator, *shape: int) -> torch.Tensor:
-    return torch.from_numpy(rng.normal(size=shape)).to(DT)
-
+from .core import Case, Exercise, Hint, register
+from .kit import DT, byte_compare, randn, twin, within
 
 # --------------------------------------------------------------------------- 04.1 split heads
 
@@ -46,12 +40,12 @@ def _split_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "x of shape (1, 3, 8) into 2 heads (features 0..3 and 4..7)",
                 (torch.arange(24, dtype=DT).reshape(1, 3, 8), 2),
             ),
-            Case("x of shape (2, 5, 12) into 4 heads", (_t(rng, 2, 5, 12), 4)),
+            Case("x of shape (2, 5, 12) into 4 heads", (randn(rng, 2, 5, 12), 4)),
         ]
     return [
-        Case("one head: only a new axis", (_t(rng, 2, 3, 6), 1)),
-        Case("d_h = 1: one feature per head", (_t(rng, 3, 4, 5), 5)),
-        Case("x of shape (2, 7, 24) into 3 heads", (_t(rng, 2, 7, 24), 3)),
+        Case("one head: only a new axis", (randn(rng, 2, 3, 6), 1)),
+        Case("d_h = 1: one feature per head", (randn(rng, 3, 4, 5), 5)),
+        Case("x of shape (2, 7, 24) into 3 heads", (randn(rng, 2, 7, 24), 3)),
     ]
 
 
@@ -109,12 +103,12 @@ def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "2 heads of shape (3, 4) each, batch 1",
                 (torch.arange(24, dtype=DT).reshape(1, 2, 3, 4),),
             ),
-            Case("x of shape (2, 4, 5, 3)", (_t(rng, 2, 4, 5, 3),)),
+            Case("x of shape (2, 4, 5, 3)", (randn(rng, 2, 4, 5, 3),)),
         ]
     return [
-        Case("one head", (_t(rng, 2, 1, 3, 6),)),
-        Case("x of shape (3, 6, 7, 2)", (_t(rng, 3, 6, 7, 2),)),
-        Case("a single token", (_t(rng, 2, 3, 1, 4),)),
+        Case("one head", (randn(rng, 2, 1, 3, 6),)),
+        Case("x of shape (3, 6, 7, 2)", (randn(rng, 3, 6, 7, 2),)),
+        Case("a single token", (randn(rng, 2, 3, 1, 4),)),
     ]
 
 
@@ -197,8 +191,8 @@ def mha_forward_reference(x, W_Q, W_K, W_V, W_O, num_heads):
 
 
 def _mha_case(rng, name, b, n, d, h):
-    ws = tuple(_t(rng, d, d) / math.sqrt(d) for _ in range(4))
-    return Case(name, (_t(rng, b, n, d),) + ws + (h,))
+    ws = tuple(randn(rng, d, d) / math.sqrt(d) for _ in range(4))
+    return Case(name, (randn(rng, b, n, d),) + ws + (h,))
 
 
 def _mha_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -229,13 +223,13 @@ register(
                 "you scaled the scores by 1/sqrt(d_model).",
                 "Each head is an attention in d_h = d_model / H dimensions: divide by sqrt(d_h).",
             ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, scale_dim=x.shape[-1]),
-            Hint(
-                "you forgot the output projection.", "MultiHead = Concat(heads) @ W_O."
-            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, use_wo=False),
+            Hint("you forgot the output projection.", "MultiHead = Concat(heads) @ W_O."): twin(
+                _mha, use_wo=False
+            ),
             Hint(
                 "you applied the weights transposed (x @ W.T, as nn.Linear stores them).",
                 "Here the matrices are (d_in, d_out) and the projection is x @ W.",
-            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, transpose=True),
+            ): twin(_mha, transpose=True),
             Hint(
                 "your softmax normalises over the queries (dim=-2).",
                 "Each query's weights over the keys must sum to 1: softmax over the last axis.",
@@ -255,7 +249,7 @@ register(
                 "the heads are split correctly but merged by a plain reshape of (B, H, N, d_h) "
                 "to (B, N, D): tokens and heads get mixed up.",
                 "transpose(1, 2) before the reshape (exercise 04.2).",
-            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, merge=_merge_no_transpose),
+            ): twin(_mha, merge=_merge_no_transpose),
         },
         hint=Hint(
             "project, split into heads, attend per head, merge, project out.",
@@ -278,12 +272,12 @@ def _repeat_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
             Case("2 KV heads filled with their index, G=2: heads 0,0,1,1", (labelled, 2)),
-            Case("x of shape (2, 3, 4, 5), G=2", (_t(rng, 2, 3, 4, 5), 2)),
+            Case("x of shape (2, 3, 4, 5), G=2", (randn(rng, 2, 3, 4, 5), 2)),
         ]
     return [
-        Case("G=1: plain multi-head attention, unchanged", (_t(rng, 2, 4, 3, 2), 1)),
-        Case("multi-query: one KV head for 6 query heads", (_t(rng, 2, 1, 5, 4), 6)),
-        Case("Llama-3-8B-like grouping: 8 KV heads, G=4", (_t(rng, 1, 8, 3, 2), 4)),
+        Case("G=1: plain multi-head attention, unchanged", (randn(rng, 2, 4, 3, 2), 1)),
+        Case("multi-query: one KV head for 6 query heads", (randn(rng, 2, 1, 5, 4), 6)),
+        Case("Llama-3-8B-like grouping: 8 KV heads, G=4", (randn(rng, 1, 8, 3, 2), 4)),
     ]
 
 
@@ -367,11 +361,11 @@ def _decode_case(rng, name, b, h, h_kv, t, d):
     return Case(
         name,
         (
-            _t(rng, b, h, 1, d),
-            _t(rng, b, h_kv, 1, d),
-            _t(rng, b, h_kv, 1, d),
-            _t(rng, b, h_kv, t, d),
-            _t(rng, b, h_kv, t, d),
+            randn(rng, b, h, 1, d),
+            randn(rng, b, h_kv, 1, d),
+            randn(rng, b, h_kv, 1, d),
+            randn(rng, b, h_kv, t, d),
+            randn(rng, b, h_kv, t, d),
         ),
     )
 
@@ -405,34 +399,34 @@ register(
                 "the new token does not attend to itself.",
                 "Append k_new and v_new to the cache *before* attending (key j <= i includes "
                 "j = i).",
-            ): lambda *a: _decode_wrong(*a, append_first=False),
+            ): twin(_decode_wrong, append_first=False),
             Hint(
                 "the new token attends only to itself.",
                 "It must attend to every cached token plus itself.",
-            ): lambda *a: _decode_wrong(*a, only_new=True),
+            ): twin(_decode_wrong, only_new=True),
             Hint(
                 "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1).",
                 "Query head i reads KV head i // G.",
-            ): lambda *a: _decode_wrong(*a, tile=True),
+            ): twin(_decode_wrong, tile=True),
             Hint(
                 "you passed is_causal=True: its triangle is aligned top-left, so the single new "
                 "query (row 0) sees only key 0, the oldest cached token.",
                 "The new token is the *last* position, T: it may see all T+1 keys, so no mask is "
                 "needed here (with several new tokens the triangle must be shifted by the cache "
                 "length T, bottom-right).",
-            ): lambda *a: _decode_wrong(*a, top_left_causal=True),
+            ): twin(_decode_wrong, top_left_causal=True),
             Hint(
                 "your attention output is right but you returned the *repeated* caches, "
                 "[B, H, T+1, d]: G times the memory GQA is there to save.",
                 "Repeat the KV heads only for the attention; return the caches with their "
                 "H_kv heads, cat([k_cache, k_new], dim=-2) of shape [B, H_kv, T+1, d].",
-            ): lambda *a: _decode_wrong(*a, return_repeated=True),
+            ): twin(_decode_wrong, return_repeated=True),
             Hint(
                 "your attention output is right but the returned caches put the new key/value "
                 "first.",
                 "Append at the end, cat([k_cache, k_new], dim=-2), so that position t stays at "
                 "index t.",
-            ): lambda *a: _decode_wrong(*a, prepend=True),
+            ): twin(_decode_wrong, prepend=True),
         },
         errors={
             r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
@@ -519,14 +513,10 @@ def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _bytes_compare(got, expected, case) -> str | None:
-    """A byte count is an int; show both as integers with their size in GiB."""
-    return byte_count_message(
-        got,
-        expected,
-        "In Python 3, `/` always returns a float (hidden_size / num_attention_heads is 128.0): "
-        "use `//` for head_dim, or wrap the product in int().",
-    )
+_bytes_compare = byte_compare(
+    "In Python 3, `/` always returns a float (hidden_size / num_attention_heads is 128.0): "
+    "use `//` for head_dim, or wrap the product in int()."
+)
 
 
 register(
@@ -544,23 +534,23 @@ register(
             Hint(
                 "you counted only the keys (or only the values).",
                 "The cache holds both K and V, a factor 2.",
-            ): lambda c, n, b, p: _bytes(c, n, b, p, kv_factor=1),
+            ): twin(_bytes, kv_factor=1),
             Hint(
                 "your cache is as wide as hidden_size per layer and token, as in plain "
                 "multi-head attention.",
                 "With GQA only num_key_value_heads heads are cached, each of size head_dim = "
                 "hidden_size // num_attention_heads (not hidden_size // num_kv_heads).",
-            ): lambda c, n, b, p: _bytes(c, n, b, p, kv_key="num_attention_heads"),
-            Hint(
-                "you forgot the layers.", "Every layer caches its own keys and values."
-            ): lambda c, n, b, p: _bytes(c, n, b, p, layers=False),
+            ): twin(_bytes, kv_key="num_attention_heads"),
+            Hint("you forgot the layers.", "Every layer caches its own keys and values."): twin(
+                _bytes, layers=False
+            ),
             Hint(
                 "you forgot the batch.", "Each of the batch_size sequences has its own cache."
-            ): lambda c, n, b, p: _bytes(c, n, b, p, batch=False),
+            ): twin(_bytes, batch=False),
             Hint(
                 "your answer is 8 times too large: that is bits.",
                 "bytes_per_value already counts bytes (2 for bf16/fp16, 4 for fp32).",
-            ): lambda c, n, b, p: _bytes(c, n, b, p, bits=True),
+            ): twin(_bytes, bits=True),
         },
         hint=Hint(
             "count what one layer caches for one token, then multiply by layers, tokens, "
@@ -614,13 +604,13 @@ def _pool_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "[0.5, 0.5, 2.5, 2.5]",
                 (labelled, 4, 2),
             ),
-            Case("W (8, 24): 6 heads of d_h 4 into 2 KV heads", (_t(rng, 8, 24), 6, 2)),
-            Case("W (6, 12): 4 heads of d_h 3 into 1 KV head (MQA)", (_t(rng, 6, 12), 4, 1)),
+            Case("W (8, 24): 6 heads of d_h 4 into 2 KV heads", (randn(rng, 8, 24), 6, 2)),
+            Case("W (6, 12): 4 heads of d_h 3 into 1 KV head (MQA)", (randn(rng, 6, 12), 4, 1)),
         ]
     return [
-        Case("H_kv = H: nothing changes", (_t(rng, 5, 12), 4, 4)),
-        Case("Llama-3-8B-like grouping: 32 heads into 8, d_h 4", (_t(rng, 6, 128), 32, 8)),
-        Case("W (4, 36): 9 heads of d_h 4 into 3 KV heads", (_t(rng, 4, 36), 9, 3)),
+        Case("H_kv = H: nothing changes", (randn(rng, 5, 12), 4, 4)),
+        Case("Llama-3-8B-like grouping: 32 heads into 8, d_h 4", (randn(rng, 6, 128), 32, 8)),
+        Case("W (4, 36): 9 heads of d_h 4 into 3 KV heads", (randn(rng, 4, 36), 9, 3)),
     ]
 
 
@@ -640,21 +630,21 @@ register(
                 "GQA's groups are *consecutive* query heads (query head i reads KV head i // G, "
                 "as repeat_kv's 0,0,1,1): reshape the columns as (H_kv, G, d_h) and average "
                 "over G.",
-            ): lambda W, h, hkv: _pool_wrong(W, h, hkv, how="strided"),
+            ): twin(_pool_wrong, how="strided"),
             Hint(
                 "you added the heads of a group instead of averaging them.",
                 "Mean-pooling divides by G: the pooled head is the average of the group's heads.",
-            ): lambda W, h, hkv: _pool_wrong(W, h, hkv, how="sum"),
+            ): twin(_pool_wrong, how="sum"),
             Hint(
                 "you kept the first head of each group.",
                 "That is one of the alternatives Ainslie et al. compare; this exercise asks for "
                 "the mean of the group's G heads, which worked best in their uptraining.",
-            ): lambda W, h, hkv: _pool_wrong(W, h, hkv, how="first"),
+            ): twin(_pool_wrong, how="first"),
             Hint(
                 "you cut each group's columns as (d_h, G), averaging features of one head.",
                 "A group's G·d_h columns are G heads one after the other, each d_h wide: "
                 "reshape to (D, H_kv, G, d_h), then mean over axis 2.",
-            ): lambda W, h, hkv: _pool_wrong(W, h, hkv, how="feature_order"),
+            ): twin(_pool_wrong, how="feature_order"),
         },
         hint=Hint(
             "every group of G = H / H_kv consecutive heads becomes one head, their average.",
@@ -718,11 +708,11 @@ def _window_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         return Case(
             name,
             (
-                _t(rng, b, h, 1, d),
-                _t(rng, b, h_kv, 1, d),
-                _t(rng, b, h_kv, 1, d),
-                _t(rng, b, h_kv, t, d),
-                _t(rng, b, h_kv, t, d),
+                randn(rng, b, h, 1, d),
+                randn(rng, b, h_kv, 1, d),
+                randn(rng, b, h_kv, 1, d),
+                randn(rng, b, h_kv, t, d),
+                randn(rng, b, h_kv, t, d),
                 window,
             ),
         )
@@ -756,25 +746,25 @@ register(
                 "you trimmed the cache before appending: the new token sees window + 1 keys.",
                 "Append first, then keep the last `window` keys, the new one included: "
                 "cat([k_cache, k_new], dim=-2)[..., -window:, :].",
-            ): lambda *a: _window_wrong(*a, how="truncate_first"),
+            ): twin(_window_wrong, how="truncate_first"),
             Hint(
                 "you kept the *first* `window` tokens: the oldest ones, not the most recent.",
                 "A sliding window keeps the last `window` positions: [..., -window:, :].",
-            ): lambda *a: _window_wrong(*a, how="first"),
+            ): twin(_window_wrong, how="first"),
             Hint(
                 "you kept window − 1 tokens: off by one.",
                 "The window counts the new token: it sees itself and the window − 1 tokens "
                 "before it, `window` keys in all.",
-            ): lambda *a: _window_wrong(*a, how="one_short"),
+            ): twin(_window_wrong, how="one_short"),
             Hint(
                 "your returned caches are trimmed, but the attention still used every token.",
                 "Attend over the same `window` keys and values you keep.",
-            ): lambda *a: _window_wrong(*a, how="attend_all"),
+            ): twin(_window_wrong, how="attend_all"),
             Hint(
                 "your attention is windowed, but the returned caches keep growing.",
                 "Return the trimmed caches, so that the memory stops growing at `window` "
                 "tokens: that is the point of the rolling buffer.",
-            ): lambda *a: _window_wrong(*a, how="keep_all"),
+            ): twin(_window_wrong, how="keep_all"),
         },
         errors={
             r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
@@ -789,6 +779,91 @@ register(
             "04.5's step, with the cache cut to its last `window` tokens after appending.",
             "k = cat([k_cache, k_new], dim=-2)[..., -window:, :] (the same for v); repeat the "
             "KV heads; attend; return (out, k, v).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 04.9 predict, measure
+
+
+def _decode_scores(num_tokens, num_heads, head_dim, seed, *, cached, count_fn=None):
+    """Decode ``num_tokens`` tokens (random q, k, v), with or without a KV cache, and count
+    the query-key dot products the score products compute."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (randn(rng, 1, num_heads, num_tokens, head_dim) for _ in range(3))  # (1,H,T,d)
+    count = 0
+    for t in range(1, num_tokens + 1):  # the sequence holds t tokens at this step
+        q_t = q[:, :, t - 1 : t] if cached else q[:, :, :t]  # (1, H, 1 or t, d)
+        scores = q_t @ k[:, :, :t].transpose(-2, -1)  # (1, H, 1 or t, t)
+        count += scores.numel() if count_fn is None else count_fn(scores, t)
+        _ = torch.softmax(scores, -1) @ v[:, :, :t]  # (1, H, 1 or t, d)
+    return count
+
+
+def cache_saving_reference(num_tokens: int, num_heads: int, head_dim: int, seed: int) -> float:
+    r"""How many times more query-key dot products decoding computes without a KV cache
+    (every step recomputes all :math:`t` queries against :math:`t` keys) than with one
+    (one new query against :math:`t` keys): :math:`\sum t^2 / \sum t = (2T+1)/3`."""
+    full = _decode_scores(num_tokens, num_heads, head_dim, seed, cached=False)
+    return full / _decode_scores(num_tokens, num_heads, head_dim, seed, cached=True)
+
+
+def _saving_last_step(num_tokens, num_heads, head_dim, seed):
+    return float(num_tokens)  # T^2 / T: the last step only
+
+
+def _saving_causal_half(num_tokens, num_heads, head_dim, seed):
+    half = _decode_scores(
+        num_tokens,
+        num_heads,
+        head_dim,
+        seed,
+        cached=False,
+        count_fn=lambda s, t: s.numel() // t * (t + 1) // 2,
+    )
+    return half / _decode_scores(num_tokens, num_heads, head_dim, seed, cached=True)
+
+
+def _saving_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("T = 8 tokens, 2 heads of 4", (8, 2, 4, 0)),
+            Case("T = 64 tokens, 4 heads of 8", (64, 4, 8, 1)),
+        ]
+    return [
+        Case("T = 100 tokens, 1 head of 2", (100, 1, 2, int(rng.integers(999)))),
+        Case("T = 2 tokens, 3 heads of 4", (2, 3, 4, 3)),
+    ]
+
+
+register(
+    Exercise(
+        id="04.9",
+        title="predict, then measure: the work a KV cache saves",
+        points=1,
+        target="measure_cache_saving",
+        cases=_saving_cases,
+        reference=cache_saving_reference,
+        atol=0.0,
+        rtol=1e-9,
+        compare=within(1e-9),
+        measures="dot products without a cache / with one",
+        mistakes={
+            Hint(
+                "your ratio is T: you compared the last step alone (T x T against 1 x T).",
+                "Add up every step t = 1 .. T on both sides before dividing.",
+            ): _saving_last_step,
+            Hint(
+                "you counted only the unmasked half of each recomputed score matrix.",
+                "q @ k.T computes all t x t dot products; the causal mask discards half of "
+                "them afterwards, but they were computed. Count scores.numel().",
+            ): _saving_causal_half,
+        },
+        hint=Hint(
+            "run both decoding loops and add up scores.numel() over the steps, then divide.",
+            "at step t (t = 1 .. T tokens) the cache-less loop computes q[:t] @ k[:t].T (t x t "
+            "per head), the cached one q[t-1:t] @ k[:t].T (1 x t); sum t^2 / sum t = (2T+1)/3.",
         ),
     )
 )

@@ -26,14 +26,10 @@ from ..positional import (
     rope_permutation,
     sinusoidal_encoding,
 )
-from .core import Case, Exercise, Hint, NotThisMistake, compare_values, register
+from .core import Case, Exercise, Hint, compare_values, register
+from .kit import DT, randn, refuse_complex, twin, unless_different, with_note, within
 
-DT = torch.float64
 BASE = 10000.0
-
-
-def _t(rng: np.random.Generator, *shape: int) -> torch.Tensor:
-    return torch.from_numpy(rng.normal(size=shape)).to(DT)
 
 
 # --------------------------------------------------------------------------- 05.1 sinusoids
@@ -147,22 +143,26 @@ def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "two tokens (1, 0) at positions 1 and 2, d = 2: rotations by 1 and 2 radians",
                 (torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DT), torch.tensor([1, 2])),
             ),
-            Case("x (5, 8) at positions 0..4", (_t(rng, 5, 8), torch.arange(5))),
+            Case("x (5, 8) at positions 0..4", (randn(rng, 5, 8), torch.arange(5))),
             Case(
                 "x (2, 3, 6, 16) at positions 10..15 (new tokens after a KV cache of 10)",
-                (_t(rng, 2, 3, 6, 16), torch.arange(10, 16)),
+                (randn(rng, 2, 3, 6, 16), torch.arange(10, 16)),
             ),
             Case(
                 "x (3, 8) at positions 5000..5002 (deep into a long context)",
-                (_t(rng, 3, 8), torch.arange(5000, 5003)),
+                (randn(rng, 3, 8), torch.arange(5000, 5003)),
             ),
         ]
     return [
-        Case("positions out of order with a repeat", (_t(rng, 4, 8), torch.tensor([7, 0, 7, 3]))),
-        Case("x (2, 4, 9, 64), positions 100..108", (_t(rng, 2, 4, 9, 64), torch.arange(100, 109))),
+        Case(
+            "positions out of order with a repeat", (randn(rng, 4, 8), torch.tensor([7, 0, 7, 3]))
+        ),
+        Case(
+            "x (2, 4, 9, 64), positions 100..108", (randn(rng, 2, 4, 9, 64), torch.arange(100, 109))
+        ),
         Case(
             "random positions below 300",
-            (_t(rng, 3, 7, 12), torch.from_numpy(rng.integers(0, 300, size=7))),
+            (randn(rng, 3, 7, 12), torch.from_numpy(rng.integers(0, 300, size=7))),
         ),
     ]
 
@@ -187,13 +187,12 @@ def _rope_with(
     return torch.stack((ya, yb), dim=-1).flatten(-2)  # (..., N, d) as a'0 b'0 a'1 b'1 ...
 
 
-def _rope_compare(got, expected, case) -> str | None:
-    """The usual comparison, plus a clear word when the only problem is float32 angles."""
-    msg = compare_values(got, expected, _ROPE_ATOL, _ROPE_RTOL)
-    if msg is None or compare_values(got, expected, 1e-2, 0.0) is not None:
-        return msg
+def _float32_angles(got, expected, case) -> str | None:
+    """A clear word when the only problem is float32 angles (right to 1e-2)."""
+    if compare_values(got, expected, 1e-2, 0.0) is not None:
+        return None
     return (
-        msg + " Your rotation is right but not precise enough: an angle p * theta "
+        "Your rotation is right but not precise enough: an angle p * theta "
         "computed in float32 (about 7 significant digits) is off by about p * 1e-7 "
         "radian, i.e. 5e-4 at position 5000. Compute theta and the angles in float64 "
         "(positions.to(torch.float64)), as long-context code must."
@@ -201,6 +200,7 @@ def _rope_compare(got, expected, case) -> str | None:
 
 
 _ROPE_ATOL, _ROPE_RTOL = 1e-6, 1e-5
+_rope_compare = with_note(_ROPE_ATOL, _ROPE_RTOL, _float32_angles)
 
 register(
     Exercise(
@@ -282,17 +282,17 @@ def _rel_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             ),
             Case(
                 "4 random (q, k) pairs in d = 8, delta in -20..20",
-                (_t(rng, 4, 8), _t(rng, 4, 8), torch.from_numpy(rng.integers(-20, 21, 4))),
+                (randn(rng, 4, 8), randn(rng, 4, 8), torch.from_numpy(rng.integers(-20, 21, 4))),
             ),
         ]
     return [
         Case(
             "d = 64, delta = 0, -1, 1, 150, -150",
-            (_t(rng, 5, 64), _t(rng, 5, 64), torch.tensor([0, -1, 1, 150, -150])),
+            (randn(rng, 5, 64), randn(rng, 5, 64), torch.tensor([0, -1, 1, 150, -150])),
         ),
         Case(
             "d = 16, random delta below 300 in size",
-            (_t(rng, 6, 16), _t(rng, 6, 16), torch.from_numpy(rng.integers(-300, 300, 6))),
+            (randn(rng, 6, 16), randn(rng, 6, 16), torch.from_numpy(rng.integers(-300, 300, 6))),
         ),
     ]
 
@@ -315,29 +315,17 @@ def _rel(
 
 
 def _unless_same(wrong):
-    """A wrong twin that refuses (raises) on inputs where it agrees with the reference.
-
-    There it cannot explain a failure; without this, a complex result whose real part is
-    right would "match" e.g. the i/d-exponent twin on a d = 2 case, where i/d = 2i/d = 0.
-    """
-
-    def twin(q, k, delta):
-        out = wrong(q, k, delta)  # (B,)
-        if torch.allclose(out, relative_score_reference(q, k, delta), atol=1e-9, rtol=0):
-            raise NotThisMistake("this mistake makes no difference on this input")
-        return out
-
-    return twin
+    """Never named where it agrees with the reference: a complex result whose real part is
+    right would "match" e.g. the i/d-exponent twin on a d = 2 case, where i/d = 2i/d = 0."""
+    return unless_different(wrong, relative_score_reference)
 
 
-def _rel_compare(got, expected, case) -> str | None:
-    """Refuse complex results (numpy would silently drop the imaginary part)."""
-    if (isinstance(got, torch.Tensor) and got.is_complex()) or np.iscomplexobj(got):
-        return (
-            f"your result is complex (dtype {got.dtype}), but a score is a real number: "
-            "return the REAL part of the sum, (...).real, a real tensor of shape (B,)."
-        )
-    return compare_values(got, expected, 1e-6, 1e-5)
+_rel_compare = refuse_complex(
+    1e-6,
+    1e-5,
+    "but a score is a real number: return the REAL part of the sum, (...).real, a real "
+    "tensor of shape (B,).",
+)
 
 
 register(
@@ -360,7 +348,7 @@ register(
             Hint(
                 "you forgot the complex conjugate of k.",
                 "The real dot product of two pairs is Re(z_q * conj(z_k)), not Re(z_q * z_k).",
-            ): _unless_same(lambda q, k, d: _rel(q, k, d, conj=False)),
+            ): _unless_same(twin(_rel, conj=False)),
             Hint(
                 "your exponent is i/d (the angles turn too slowly).",
                 "theta_i = 10000^(-2i/d) with i the pair index.",
@@ -374,11 +362,11 @@ register(
                 "you took the modulus |…| of the complex sum instead of its real part.",
                 "The score is Re(sum_i z_q,i conj(z_k,i) e^{i delta theta_i}): .real, not "
                 ".abs(). The modulus is never negative and ignores the rotation's direction.",
-            ): _unless_same(lambda q, k, d: _rel(q, k, d, part="abs")),
+            ): _unless_same(twin(_rel, part="abs")),
             Hint(
                 "you paired features (i, i + d/2).",
                 "This chapter's RoPE pairs neighbours: z_i = x[..., 2i] + 1j * x[..., 2i+1].",
-            ): _unless_same(lambda q, k, d: _rel(q, k, d, half=True)),
+            ): _unless_same(twin(_rel, half=True)),
         },
         hint=Hint(
             "read each pair as a complex number; the score is the real part of a sum of "
@@ -410,13 +398,13 @@ def _conv_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "one head, W = the column indices 0..7 (d_model 1, d_h 8)",
                 (torch.arange(8, dtype=DT)[None, :], 1),
             ),
-            Case("W (12, 16), 2 heads of d_h 8", (_t(rng, 12, 16), 2)),
-            Case("a square W (16, 16), 2 heads of d_h 8", (_t(rng, 16, 16), 2)),
+            Case("W (12, 16), 2 heads of d_h 8", (randn(rng, 12, 16), 2)),
+            Case("a square W (16, 16), 2 heads of d_h 8", (randn(rng, 16, 16), 2)),
         ]
     return [
-        Case("W (6, 24), 4 heads of d_h 6", (_t(rng, 6, 24), 4)),
-        Case("W (32, 64), 1 head of d_h 64", (_t(rng, 32, 64), 1)),
-        Case("W (8, 48), 3 heads of d_h 16", (_t(rng, 8, 48), 3)),
+        Case("W (6, 24), 4 heads of d_h 6", (randn(rng, 6, 24), 4)),
+        Case("W (32, 64), 1 head of d_h 64", (randn(rng, 32, 64), 1)),
+        Case("W (8, 48), 3 heads of d_h 16", (randn(rng, 8, 48), 3)),
     ]
 
 
@@ -558,34 +546,102 @@ register(
                 "Only pairs with a wavelength longer than original_context / low_freq_factor "
                 "are divided by factor; pairs shorter than original_context / "
                 "high_freq_factor keep their speed; the ones in between are blended.",
-            ): lambda *a: _llama3_wrong(*a, how="pi"),
+            ): twin(_llama3_wrong, how="pi"),
             Hint(
                 "your blend runs the wrong way: fast pairs end up slowed, slow pairs kept.",
                 "With gamma = (L / lambda - low) / (high - low) clipped to [0, 1], the new "
                 "theta is (1 - gamma) * theta / factor + gamma * theta: gamma = 1 (many turns "
                 "in the original context) keeps theta.",
-            ): lambda *a: _llama3_wrong(*a, how="swapped"),
+            ): twin(_llama3_wrong, how="swapped"),
             Hint(
                 "your wavelengths are 1 / theta, without the 2 pi.",
                 "A pair turning theta radians per position comes back after "
                 "lambda = 2 pi / theta positions.",
-            ): lambda *a: _llama3_wrong(*a, how="no_two_pi"),
+            ): twin(_llama3_wrong, how="no_two_pi"),
             Hint(
                 "you measured the turns over the *new* context (original_context x factor).",
                 "The thresholds are about what the model saw in training: "
                 "r = original_context / lambda.",
-            ): lambda *a: _llama3_wrong(*a, how="new_context"),
+            ): twin(_llama3_wrong, how="new_context"),
             Hint(
                 "you applied the blend to every pair without clipping gamma to [0, 1].",
                 "Outside the ramp gamma is 0 (slow pairs: theta / factor) or 1 (fast pairs: "
                 "theta): clamp it, or use the three cases.",
-            ): lambda *a: _llama3_wrong(*a, how="no_clip"),
+            ): twin(_llama3_wrong, how="no_clip"),
         },
         hint=Hint(
             "three regimes by wavelength: keep the fast pairs, divide the slow ones by the "
             "factor, blend linearly in between.",
             "lambda = 2 pi / theta; gamma = clamp((original_context / lambda - low) / (high - "
             "low), 0, 1); return (1 - gamma) * theta / factor + gamma * theta.",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 05.6 predict, measure
+
+
+def _turns(head_dim, base, context_len, *, exponent=lambda i, d: 2 * i / d, last=None, turn=1.0):
+    theta = base ** (-exponent(torch.arange(head_dim // 2, dtype=DT), head_dim))  # (d/2,)
+    p = context_len - 1 if last is None else last
+    angle = p * theta  # (d/2,) how far pair i has turned at the last position
+    return int((angle >= turn * 2 * torch.pi).sum())
+
+
+def full_turns_reference(head_dim: int, base: float, context_len: int) -> int:
+    r"""How many of RoPE's :math:`d/2` pairs turn at least once (:math:`2\pi`) between
+    positions 0 and ``context_len - 1``, with :math:`\theta_i = b^{-2i/d}`."""
+    return _turns(head_dim, base, context_len)
+
+
+def _turns_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("d = 128, base 10000, 2048 positions", (128, 10000.0, 2048)),
+            Case("d = 128, base 500000 (Llama 3), 8192 positions", (128, 500000.0, 8192)),
+            Case("d = 64, base 10000, 512 positions", (64, 10000.0, 512)),
+            Case("d = 32, base 10000, 7 positions: does even pair 0 turn?", (32, 10000.0, 7)),
+        ]
+    return [
+        Case("d = 128, base 10000, 131072 positions", (128, 10000.0, 131072)),
+        Case("d = 16, base 100, 64 positions", (16, 100.0, 64)),
+        Case("d = 128, base 10000, 7 positions", (128, 10000.0, 7)),
+        Case("d = 128, base 10000, 8 positions: pair 0 turns once", (128, 10000.0, 8)),
+    ]
+
+
+register(
+    Exercise(
+        id="05.6",
+        title="predict, then measure: how many RoPE pairs turn once within a context",
+        points=1,
+        target="count_full_turns",
+        cases=_turns_cases,
+        reference=full_turns_reference,
+        atol=0.5,
+        rtol=0.0,
+        compare=within(0.5, relative=False),
+        measures="the pairs that turn at least once",
+        mistakes={
+            Hint(
+                "your frequencies use the exponent i/d: they fall off twice as slowly.",
+                "theta_i = base^(-2i/d) for pair i = 0 .. d/2 - 1.",
+            ): twin(_turns, exponent=lambda i, d: i / d),
+            Hint(
+                "you counted half turns (angle >= pi).",
+                "A full turn is an angle of 2 pi: after it, the pair points where it started.",
+            ): twin(_turns, turn=0.5),
+            Hint(
+                "you counted the whole context's length as the last position.",
+                "Positions run 0 .. context_len - 1: the largest angle is "
+                "(context_len - 1) * theta_i.",
+            ): unless_different(lambda d, b, n: _turns(d, b, n, last=n), full_turns_reference),
+        },
+        hint=Hint(
+            "compute each pair's angle at the last position and count those of at least 2 pi.",
+            "theta = base ** (-2 * arange(d // 2) / d); angle = (context_len - 1) * theta; "
+            "return int((angle >= 2 * pi).sum()).",
         ),
     )
 )

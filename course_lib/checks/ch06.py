@@ -26,7 +26,8 @@ import math
 import numpy as np
 import torch
 
-from .core import Case, Exercise, Hint, compare_values, get_exercise, register
+from .core import Case, Exercise, Hint, register
+from .kit import twin, with_note, within
 
 # --------------------------------------------------------------------------- 06.1 online softmax
 
@@ -251,6 +252,10 @@ def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             "one tile holds everything",
             (rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), 16),
         ),
+        Case(
+            "a key tile scoring about +750 before one about -750, another draw",
+            _plus_minus_750(rng),
+        ),
     ]
 
 
@@ -269,19 +274,19 @@ register(
                 "your accumulator A is not rescaled when the running max grows.",
                 "Multiply A by alpha = exp(m - m_new), row by row (alpha[:, None] * A), before "
                 "adding P_tile @ V_j.",
-            ): lambda Q, K, V, b: _tiled(Q, K, V, b, rescale=False),
+            ): twin(_tiled, rescale=False),
             Hint(
                 "your scores are not scaled.",
                 "S = Qi @ Kj.T / sqrt(d_h), with d_h = Q.shape[1].",
-            ): lambda Q, K, V, b: _tiled(Q, K, V, b, scaled=False),
+            ): twin(_tiled, scaled=False),
             Hint(
                 "your L is the running max m only.",
                 "The log-sum-exp is L = m + log(l): m alone ignores how many keys share the max.",
-            ): lambda Q, K, V, b: _tiled(Q, K, V, b, lse_log=False),
+            ): twin(_tiled, lse_log=False),
             Hint(
                 "your L is log(l) without the max: l was summed relative to m.",
                 "l = sum_j exp(S_j - m), so log(sum_j exp(S_j)) = m + log(l).",
-            ): lambda Q, K, V, b: _tiled(Q, K, V, b, lse_plus_m=False),
+            ): twin(_tiled, lse_plus_m=False),
             Hint(
                 "your new max comes from the current tile alone (m_new = rowmax(S)), so it can "
                 "go down: then alpha = exp(m - m_new) > 1, and exp(750 - (-750)) overflows to "
@@ -289,7 +294,7 @@ register(
                 "The running max is m_new = np.maximum(m, S.max(axis=1)). (With exact "
                 "arithmetic any reference point would do, which is why the other cases pass; "
                 "floating point needs the largest score seen so far.)",
-            ): lambda Q, K, V, b: _tiled(Q, K, V, b, tile_max_only=True),
+            ): twin(_tiled, tile_max_only=True),
         },
         hint=Hint(
             "for each query tile keep m, l and A; for each key tile update them with the "
@@ -362,24 +367,26 @@ def _flash_exp2(q, k, v):
     return flash_forward_reference(q * math.log(2.0), k, v)
 
 
-def _flash_compare(got, expected, case: Case) -> str | None:
-    """The default comparison, plus a diagnosis when only the last, partial query block is
-    wrong: the grid launched n // 16 programs instead of cdiv(n, 16)."""
-    ex = get_exercise("06.3")
-    msg = compare_values(got, expected, ex.atol, ex.rtol)
-    if msg is None or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-        return msg
+def _last_block_missing(got, expected, case: Case) -> str | None:
+    """Only the last, partial query block is wrong: the grid launched n // 16 programs
+    instead of cdiv(n, 16)."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return None
     n = expected.shape[0]
     full = n // TRITON_BLOCK * TRITON_BLOCK  # rows covered by whole blocks
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()  # (N, d_h)
-    bad_rows = (~torch.isclose(g, e, rtol=ex.rtol, atol=ex.atol)).any(dim=1).nonzero()
+    bad_rows = (~torch.isclose(g, e, rtol=_FLASH_RTOL, atol=_FLASH_ATOL)).any(dim=1).nonzero()
     if n % TRITON_BLOCK and bad_rows.numel() and int(bad_rows.min()) >= full:
-        msg += (
+        return (
             f"\n    Likely cause: only rows {full}..{n - 1}, the last partial tile of "
             f"queries, are wrong: no program computed them. Launch "
             f"triton.cdiv(n, {TRITON_BLOCK}) programs, not n // {TRITON_BLOCK}."
         )
-    return msg
+    return None
+
+
+_FLASH_ATOL, _FLASH_RTOL = 1e-5, 1e-4  # float32 accumulation over <= 50 keys: errors ~1e-6
+_flash_compare = with_note(_FLASH_ATOL, _FLASH_RTOL, _last_block_missing)
 
 
 def _flash_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -410,8 +417,8 @@ register(
         target="flash_forward",
         cases=_flash_cases,
         reference=flash_forward_reference,
-        atol=1e-5,
-        rtol=1e-4,  # float32 accumulation over <= 50 keys: errors ~1e-6
+        atol=_FLASH_ATOL,
+        rtol=_FLASH_RTOL,
         mistakes={
             Hint(
                 "keys past the end of the sequence take part in the softmax: tl.load(..., "
@@ -542,25 +549,25 @@ register(
                 "you left out D, the second term of the softmax Jacobian: without it the "
                 "gradients of q and k are wrong.",
                 "dS = P * (dP - D[..., None]) with D = (dO * O).sum(-1).",
-            ): lambda *a: _backward(*a, use_delta=False),
+            ): twin(_backward, use_delta=False),
             Hint(
                 "your D is rowsum(dO), without O.",
                 "D_i = sum_j P_ij dP_ij = dO_i . O_i: D = (do * o).sum(-1), an elementwise "
                 "product before the sum.",
-            ): lambda *a: _backward(*a, delta_without_o=True),
+            ): twin(_backward, delta_without_o=True),
             Hint(
                 "your dS is P * dP - D: D must be subtracted inside, before multiplying by P.",
                 "dS = P * (dP - D[..., None]): every entry of the row is P_ij (dP_ij - D_i), so "
                 "masked or tiny P_ij give tiny dS_ij.",
-            ): lambda *a: _backward(*a, ds_precedence=True),
+            ): twin(_backward, ds_precedence=True),
             Hint(
                 "dQ and dK miss the factor scale.",
                 "S = scale * Q K^T, so dQ = scale * dS K and dK = scale * dS^T Q.",
-            ): lambda *a: _backward(*a, scaled=False),
+            ): twin(_backward, scaled=False),
             Hint(
                 "your dV multiplies P, not its transpose.",
                 "dV = P^T dO (keys on the rows): P.transpose(-2, -1) @ do.",
-            ): lambda *a: _backward(*a, transpose_p=False),
+            ): twin(_backward, transpose_p=False),
         },
         hint=Hint(
             "recompute P from the LSE, then follow the chain rule back through O = P V, the "
@@ -711,21 +718,21 @@ register(
                 "repeat_interleave would give), not h % H_kv (what k.repeat(1, G, 1, 1) gives).",
                 "q.view(B, H_kv, G, Nq, d) puts heads h*G .. h*G + G - 1 next to key/value head "
                 "h; then k[:, :, None] broadcasts over G.",
-            ): lambda q, k, v, c: _gqa(q, k, v, c, interleaved=True),
+            ): twin(_gqa, interleaved=True),
             Hint(
                 "your causal mask is aligned top-left (query i sees keys j <= i): with a cache the "
                 "new queries come last, so query i sees keys j <= i + Nk - Nq.",
                 "torch.ones(Nq, Nk, dtype=torch.bool).tril(Nk - Nq) is the bottom-right mask.",
-            ): lambda q, k, v, c: _gqa(q, k, v, c, top_left=True),
+            ): twin(_gqa, top_left=True),
             Hint(
                 "you did not apply the causal mask when is_causal is True.",
                 "Set the scores of keys j > i + Nk - Nq to -inf before the softmax and the "
                 "log-sum-exp.",
-            ): lambda q, k, v, c: _gqa(q, k, v, c, masked=False),
+            ): twin(_gqa, masked=False),
             Hint(
                 "your scores are not scaled.",
                 "Divide q k^T by sqrt(d_h), d_h = q.shape[-1].",
-            ): lambda q, k, v, c: _gqa(q, k, v, c, scaled=False),
+            ): twin(_gqa, scaled=False),
         },
         hint=Hint(
             "group the query heads (a view, no copy), let k and v broadcast over the group, "
@@ -735,5 +742,72 @@ register(
             "out = torch.softmax(s, -1) @ v[:, :, None]; reshape both back to H heads.",
         ),
         outputs=("output", "lse"),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 06.7 predict, measure
+
+
+def _rescales(n_scores, block_size, rows, seed, *, per_element=False, count_first=True):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, n_scores // block_size, block_size))  # (R, T, B) scores
+    block_max = x.reshape(rows, -1, 1) if per_element else x.max(-1, keepdims=True)
+    running = np.maximum.accumulate(block_max[..., 0], axis=1)  # (R, T) m after each block
+    raised = (running[:, 1:] > running[:, :-1]).sum(axis=1)  # (R,) blocks after the first
+    return float(raised.mean() + (1.0 if count_first else 0.0))
+
+
+def rescale_count_reference(n_scores: int, block_size: int, rows: int, seed: int) -> float:
+    r"""How many key blocks raise the running maximum of an online softmax (so that the
+    accumulator is rescaled), per row of ``n_scores`` i.i.d. :math:`N(0,1)` scores taken
+    ``block_size`` at a time, the first block included (it replaces :math:`-\infty`);
+    averaged over ``rows`` rows. In expectation :math:`H_{n/B} = \sum_{j=1}^{n/B} 1/j`."""
+    return _rescales(n_scores, block_size, rows, seed)
+
+
+def _rescale_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("1024 scores, one at a time (blocks of 1), 2000 rows", (1024, 1, 2000, 0)),
+            Case("1024 scores in blocks of 64, 2000 rows", (1024, 64, 2000, 1)),
+        ]
+    return [
+        Case("4096 scores in blocks of 128, 1000 rows", (4096, 128, 1000, int(rng.integers(999)))),
+        Case("256 scores in blocks of 16, 4000 rows", (256, 16, 4000, int(rng.integers(999)))),
+        Case("64 scores in one block", (64, 64, 100, 5)),
+    ]
+
+
+register(
+    Exercise(
+        id="06.7",
+        title="predict, then measure: how often the online softmax rescales",
+        points=1,
+        target="measure_rescales",
+        cases=_rescale_cases,
+        reference=rescale_count_reference,
+        atol=0.0,
+        rtol=0.05,
+        compare=within(0.05),
+        measures="key blocks that raise the running max, per row",
+        mistakes={
+            Hint(
+                "you counted the scores that raise the maximum one by one, ignoring the blocks.",
+                "The kernel updates m once per block, from the block's own maximum: count the "
+                "blocks whose maximum exceeds the running m.",
+            ): twin(_rescales, per_element=True),
+            Hint(
+                "you did not count the first block.",
+                "The first block raises m from -inf: it counts (that is why a single block "
+                "gives 1).",
+            ): twin(_rescales, count_first=False),
+        },
+        hint=Hint(
+            "per row: the maximum of each block, the running maximum over blocks, and how many "
+            "times it goes up (the first block included).",
+            "x.reshape(rows, n // B, B).max(-1) gives the block maxima; "
+            "np.maximum.accumulate(..., axis=1) the running max; count its increases, plus 1.",
+        ),
     )
 )

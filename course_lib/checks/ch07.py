@@ -27,12 +27,7 @@ from ..gpt import induction_scores, lr_schedule, top_k_probs
 from ..multihead import merge_heads, repeat_kv, split_heads
 from ..positional import apply_rope
 from .core import Case, Exercise, Hint, register
-
-DT = torch.float64
-
-
-def _t(rng: np.random.Generator, *shape: int, std: float = 1.0) -> torch.Tensor:
-    return torch.from_numpy(rng.normal(scale=std, size=shape)).to(DT)
+from .kit import randn, within
 
 
 def _tokens(rng: np.random.Generator, b: int, n: int, v: int) -> torch.Tensor:
@@ -55,7 +50,7 @@ def _nll(logits, targets, dim=-1):
 
 def _loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     def case(name, b, n, v, std=2.0):
-        return Case(name, (_t(rng, b, n, v, std=std), _tokens(rng, b, n, v)))
+        return Case(name, (randn(rng, b, n, v, std=std), _tokens(rng, b, n, v)))
 
     if not hidden:
         return [case("B=1, N=5 tokens, V=7", 1, 5, 7), case("B=2, N=6, V=11", 2, 6, 11)]
@@ -243,18 +238,18 @@ def block_forward_reference(x: torch.Tensor, params: dict, num_heads: int) -> to
 
 def _block_case(rng, name, b, n, d, h, d_ff):
     p = {
-        "ln_1.weight": 1.0 + 0.3 * _t(rng, d),
-        "ln_1.bias": 0.3 * _t(rng, d),
-        "W_Q": _t(rng, d, d, std=1 / math.sqrt(d)),
-        "W_K": _t(rng, d, d, std=1 / math.sqrt(d)),
-        "W_V": _t(rng, d, d, std=1 / math.sqrt(d)),
-        "W_O": _t(rng, d, d, std=1 / math.sqrt(d)),
-        "ln_2.weight": 1.0 + 0.3 * _t(rng, d),
-        "ln_2.bias": 0.3 * _t(rng, d),
-        "W_1": _t(rng, d, d_ff, std=1 / math.sqrt(d)),
-        "W_2": _t(rng, d_ff, d, std=1 / math.sqrt(d_ff)),
+        "ln_1.weight": 1.0 + 0.3 * randn(rng, d),
+        "ln_1.bias": 0.3 * randn(rng, d),
+        "W_Q": randn(rng, d, d, std=1 / math.sqrt(d)),
+        "W_K": randn(rng, d, d, std=1 / math.sqrt(d)),
+        "W_V": randn(rng, d, d, std=1 / math.sqrt(d)),
+        "W_O": randn(rng, d, d, std=1 / math.sqrt(d)),
+        "ln_2.weight": 1.0 + 0.3 * randn(rng, d),
+        "ln_2.bias": 0.3 * randn(rng, d),
+        "W_1": randn(rng, d, d_ff, std=1 / math.sqrt(d)),
+        "W_2": randn(rng, d_ff, d, std=1 / math.sqrt(d_ff)),
     }
-    return Case(name, (_t(rng, b, n, d, std=2.0), p, h))
+    return Case(name, (randn(rng, b, n, d, std=2.0), p, h))
 
 
 def _block_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -380,14 +375,14 @@ def _topk(
 def _topk_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("B=2, V=10, k=3, temperature 0.7", (_t(rng, 2, 10, std=2.0), 3, 0.7)),
-            Case("B=3, V=8, k=2, temperature 2.0", (_t(rng, 3, 8, std=2.0), 2, 2.0)),
+            Case("B=2, V=10, k=3, temperature 0.7", (randn(rng, 2, 10, std=2.0), 3, 0.7)),
+            Case("B=3, V=8, k=2, temperature 2.0", (randn(rng, 3, 8, std=2.0), 2, 2.0)),
         ]
     return [
-        Case("k=1: all the mass on the arg max", (_t(rng, 2, 9), 1, 1.0)),
-        Case("k=None: no filtering, only the temperature", (_t(rng, 2, 12), None, 0.5)),
-        Case("k = V: no filtering", (_t(rng, 1, 6), 6, 1.3)),
-        Case("V=97, k=10, temperature 0.8", (_t(rng, 4, 97, std=3.0), 10, 0.8)),
+        Case("k=1: all the mass on the arg max", (randn(rng, 2, 9), 1, 1.0)),
+        Case("k=None: no filtering, only the temperature", (randn(rng, 2, 12), None, 0.5)),
+        Case("k = V: no filtering", (randn(rng, 1, 6), 6, 1.3)),
+        Case("V=97, k=10, temperature 0.8", (randn(rng, 4, 97, std=3.0), 10, 0.8)),
     ]
 
 
@@ -504,15 +499,15 @@ def _decode(
 
 def _rope_case(rng, name, b, h, h_kv, t, d):
     pos = torch.arange(t)  # (past,) the cached keys were rotated at their own positions
-    k_cache = apply_rope(_t(rng, b, h_kv, t, d), pos)  # (B, Hkv, past, d)
+    k_cache = apply_rope(randn(rng, b, h_kv, t, d), pos)  # (B, Hkv, past, d)
     return Case(
         name,
         (
-            _t(rng, b, h, 1, d),
-            _t(rng, b, h_kv, 1, d),
-            _t(rng, b, h_kv, 1, d),
+            randn(rng, b, h, 1, d),
+            randn(rng, b, h_kv, 1, d),
+            randn(rng, b, h_kv, 1, d),
             k_cache,
-            _t(rng, b, h_kv, t, d),
+            randn(rng, b, h_kv, t, d),
         ),
     )
 
@@ -641,7 +636,7 @@ def _ind(
 
 
 def _causal_weights(rng, b, h, n, std=2.0):
-    scores = _t(rng, b, h, n, n, std=std)  # (B, H, N, N)
+    scores = randn(rng, b, h, n, n, std=std)  # (B, H, N, N)
     mask = torch.ones(n, n, dtype=torch.bool).tril()  # (N, N)
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (B, H, N, N)
 
@@ -743,11 +738,16 @@ def _sched(
     whole_run=False,
     linear=False,
     unguarded=False,
+    warm_span=0,
+    period=1.0,
 ):
     out = []
     lo = 0.0 if to_zero else min_lr
     for s in range(num_steps):
         if s < warmup_steps:
+            if warm_span:  # from 0 at step 0 to max_lr at step W - 1
+                out.append(max_lr * s / max(warmup_steps - warm_span, 1))
+                continue
             out.append(max_lr * (s if warm_from_zero else s + 1) / warmup_steps)
             continue
         if whole_run:
@@ -760,7 +760,7 @@ def _sched(
         if linear:
             out.append(max_lr - (max_lr - lo) * progress)
         else:
-            out.append(lo + 0.5 * (max_lr - lo) * (1 + math.cos(math.pi * progress)))
+            out.append(lo + 0.5 * (max_lr - lo) * (1 + math.cos(period * math.pi * progress)))
     return np.array(out)
 
 
@@ -779,6 +779,10 @@ def _sched_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("no warm-up: starts at max_lr", (20, 1e-3, 1e-4, 0)),
         Case(f"{s} steps, 30 of warm-up", (s, 6e-4, 6e-5, 30)),
         Case("2 steps after 1 of warm-up", (3, 1.0, 0.5, 1)),
+        Case(
+            "6 steps, 5 of warm-up: num_steps - 1 - warmup_steps = 0 (divide by 1)",
+            (6, 2e-3, 2e-4, 5),
+        ),
     ]
 
 
@@ -791,13 +795,19 @@ register(
         cases=_sched_cases,
         reference=lr_schedule_reference,
         atol=1e-12,
-        rtol=1e-9,
+        rtol=2e-6,  # a float32 schedule is a right answer (float32 rounds to about 6e-8)
         mistakes={
             Hint(
                 "your warm-up starts at 0: step 0 then does not move the weights at all.",
                 "Use max_lr * (s + 1) / warmup_steps, so that step warmup_steps - 1 reaches "
                 "max_lr.",
             ): partial(_sched, warm_from_zero=True),
+            Hint(
+                "your warm-up runs from 0 at step 0 to max_lr at step W - 1: step 0 does not "
+                "move the weights, and each step adds max_lr / (W - 1).",
+                "Step s runs at the fraction of the warm-up completed once it is done: "
+                "(s + 1) / W of max_lr (1/W at step 0, 1 at step W - 1).",
+            ): partial(_sched, warm_span=1),
             Hint(
                 "your cosine never reaches min_lr: it spans one step too many.",
                 "The last step (s = num_steps - 1) must give exactly min_lr: divide by "
@@ -818,19 +828,21 @@ register(
                 "min_lr + (max_lr - min_lr) * (1 + cos(pi * progress)) / 2.",
             ): partial(_sched, linear=True),
             Hint(
-                "when num_steps - 1 - warmup_steps is 0, your progress is 0 / 0.",
-                "The statement's rule: divide by max(num_steps - 1 - warmup_steps, 1).",
-            ): partial(_sched, unguarded=True),
+                "your cosine runs a whole period: it comes back up to max_lr at the last step.",
+                "Half a period: the angle goes from 0 to pi (not 2 pi) over the decay steps, "
+                "cos(pi * progress) with progress from 0 to 1.",
+            ): partial(_sched, period=2.0),
             Hint(
-                "your values are float32: right to about 7 digits, not to the 9 the check asks.",
-                "Return float64 (numpy's default: np.empty(num_steps), or np.array of Python "
-                "floats).",
-            ): lambda *a: lr_schedule_reference(*a).astype(np.float32),
+                "when num_steps - 1 - warmup_steps is 0, your progress is 0 / 0.",
+                "A single step after the warm-up is at max_lr (progress 0): divide by "
+                "max(num_steps - 1 - warmup_steps, 1).",
+            ): partial(_sched, unguarded=True),
         },
         errors={
             r"ZeroDivisionError": Hint(
                 "you divided by num_steps - 1 - warmup_steps, which is 0 here.",
-                "The statement's rule: divide by max(num_steps - 1 - warmup_steps, 1).",
+                "A single step after the warm-up is at max_lr (progress 0): divide by "
+                "max(num_steps - 1 - warmup_steps, 1).",
             ),
         },
         hint=Hint(
@@ -838,6 +850,70 @@ register(
             "min_lr at the last step.",
             "for s < W: max_lr * (s+1) / W; else progress = (s - W) / max(num_steps - 1 - W, 1) "
             "and min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * progress)).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 07.7 predict, measure
+
+
+def initial_loss_reference(vocab_size: int, d_model: int, seed: int) -> float:
+    r"""The language-modelling loss (nats per token) of course_lib's GPT at initialisation:
+    one layer, two heads, ``d_model`` wide, on 8 sequences of 32 uniformly random tokens."""
+    from .. import gpt
+
+    torch.manual_seed(seed)
+    cfg = gpt.GPTConfig(
+        vocab_size=vocab_size, seq_len=32, d_model=d_model, num_layers=1, num_heads=2
+    )
+    model = gpt.GPT(cfg)
+    tokens = torch.randint(0, vocab_size, (8, 32))  # (B, N)
+    with torch.no_grad():
+        return float(gpt.causal_lm_loss(model(tokens), tokens))
+
+
+def _initial_loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("97 characters, d_model = 64", (97, 64, 0)),
+            Case("a vocabulary of 1000, d_model = 32", (1000, 32, 1)),
+        ]
+    return [
+        Case("50 tokens, d_model = 128", (50, 128, int(rng.integers(999)))),
+        Case("4096 tokens, d_model = 16", (4096, 16, int(rng.integers(999)))),
+    ]
+
+
+register(
+    Exercise(
+        id="07.7",
+        title="predict, then measure: the loss of an untrained model",
+        points=1,
+        target="measure_initial_loss",
+        cases=_initial_loss_cases,
+        reference=initial_loss_reference,
+        atol=0.0,
+        rtol=0.03,
+        compare=within(0.03),
+        measures="the loss at initialisation (nats per token)",
+        mistakes={
+            Hint(
+                "your loss is in bits (log base 2).",
+                "The course's loss, like F.cross_entropy, is in nats (natural log).",
+            ): lambda v, d, seed: initial_loss_reference(v, d, seed) / math.log(2),
+            Hint(
+                "you added the losses of the tokens instead of averaging them.",
+                "The loss is per predicted token: the mean over the B x (N - 1) positions "
+                "(gpt.causal_lm_loss, or F.cross_entropy's default reduction).",
+            ): lambda v, d, seed: initial_loss_reference(v, d, seed) * 8 * 31,
+        },
+        hint=Hint(
+            "build the small model, feed it random tokens, and compute the next-token loss "
+            "without training.",
+            "torch.manual_seed(seed); model = gpt.GPT(gpt.GPTConfig(vocab_size=V, seq_len=32, "
+            "d_model=d, num_layers=1, num_heads=2)); tokens = torch.randint(0, V, (8, 32)); "
+            "return float(gpt.causal_lm_loss(model(tokens), tokens)).",
         ),
     )
 )

@@ -24,14 +24,8 @@ from ..multihead import repeat_kv
 from ..variants.alibi import alibi_slopes as lib_alibi_slopes
 from ..variants.flex import tile_map
 from ..variants.mask_mods import document_ids, index_grids
-from .core import Case, Exercise, Hint, NotThisMistake, byte_count_message, register
-
-DT = torch.float64
-
-
-def _t(rng: np.random.Generator, *shape: int) -> torch.Tensor:
-    return torch.from_numpy(rng.normal(size=shape)).to(DT)
-
+from .core import Case, Exercise, Hint, NotThisMistake, register
+from .kit import BROADCAST_ERROR, DT, byte_compare, randn, twin, unless_different, within
 
 # --------------------------------------------------------------------------- 08.1 document mask
 
@@ -198,32 +192,32 @@ register(
                 "your slopes start at 2^0 = 1.",
                 "The sequence starts at h = 1: m_h = 2^(-8h/H), so the first slope is 2^(-8/H) "
                 "(1/2 for 8 heads).",
-            ): lambda n: _slopes_wrong(n, how="from zero"),
+            ): twin(_slopes_wrong, how="from zero"),
             Hint(
                 "you used 2^(-8h/H) for every H: the recipe for powers of two only.",
                 "For other H take the H_0 = 2^floor(log2 H) slopes of H_0 heads, then fill up "
                 "with slopes of 2 H_0 heads.",
-            ): lambda n: _slopes_wrong(n, how="same formula"),
+            ): twin(_slopes_wrong, how="same formula"),
             Hint(
                 "you took the slopes of the next power of two and cut them.",
                 "The paper starts from the power of two *below* H (all its slopes) and adds "
                 "slopes of twice as many heads.",
-            ): lambda n: _slopes_wrong(n, how="truncate next power"),
+            ): twin(_slopes_wrong, how="truncate next power"),
             Hint(
                 "the extra slopes are the first H - H_0 slopes of 2 H_0 heads.",
-                "Take *every other* slope of 2 H_0 heads (h = 1, 3, 5, ...: those that fall "
-                "between the first H_0), the first H - H_0 of those.",
-            ): lambda n: _slopes_wrong(n, how="first ones"),
+                "Take *every other* slope of 2 H_0 heads (h = 1, 3, 5, ...: the ones step 1 "
+                "does not already have), the first H - H_0 of those.",
+            ): twin(_slopes_wrong, how="first ones"),
             Hint(
                 "your extra slopes repeat slopes you already have: at even h the slopes of "
                 "2 H_0 heads equal those of H_0 heads.",
                 "Take the odd h = 1, 3, 5, ... (list indices 0, 2, 4, ...).",
-            ): lambda n: _slopes_wrong(n, how="odd positions"),
+            ): twin(_slopes_wrong, how="odd positions"),
             Hint(
                 "you have the right slopes in the wrong order: you sorted them.",
                 "The order is the recipe's: first the H_0 slopes of H_0 heads, then the extra "
                 "ones (head h of the model gets slope h of this list).",
-            ): lambda n: _slopes_wrong(n, how="sorted"),
+            ): twin(_slopes_wrong, how="sorted"),
         },
         hint=Hint(
             "start from the largest power of two H_0 <= H; if H_0 < H, borrow the missing slopes "
@@ -328,35 +322,35 @@ register(
                 "your tile map has one tile too few along an axis whose length is not a "
                 "multiple of the tile size.",
                 "The last, smaller tile still counts: ceil division, -(-n // block).",
-            ): lambda m, a, b: _tiles_wrong(m, a, b, how="floor"),
+            ): twin(_tiles_wrong, how="floor"),
             Hint(
                 "you swapped the tile sizes.",
                 "block_m counts queries (rows), block_n keys (columns).",
-            ): lambda m, a, b: _tiles_wrong(m, a, b, how="swap"),
+            ): twin(_tiles_wrong, how="swap"),
             Hint(
                 "you skip every tile that is not entirely True.",
                 "A partial tile (some True, some False) must be computed (1); only an all-False "
                 "tile is skipped (0).",
-            ): lambda m, a, b: _tiles_wrong(m, a, b, how="all or nothing"),
+            ): twin(_tiles_wrong, how="all or nothing"),
             Hint(
                 "you never mark a tile as full (2).",
                 "A tile whose entries are all True is full (2); one with both True and False "
                 "entries is partial (1).",
-            ): lambda m, a, b: _tiles_wrong(m, a, b, how="any"),
+            ): twin(_tiles_wrong, how="any"),
             Hint(
                 "you classified a cut edge tile by its missing entries too.",
                 "Look only at the tile's real entries: an edge tile whose real entries are all "
                 "True is full.",
-            ): lambda m, a, b: _tiles_wrong(m, a, b, how="edge partial"),
+            ): twin(_tiles_wrong, how="edge partial"),
             Hint(
                 "your fraction counts masked-out *entries*.",
                 "The exercise asks for the fraction of *tiles* that are skipped (classified 0).",
-            ): lambda m, a, b: _tiles_wrong(m, a, b, how="elements"),
+            ): twin(_tiles_wrong, how="elements"),
             Hint(
                 "your fraction is the share of tiles that are computed.",
                 "The exercise asks for the share that is skipped (partial and full tiles are "
                 "computed).",
-            ): lambda m, a, b: _tiles_wrong(m, a, b, how="computed"),
+            ): twin(_tiles_wrong, how="computed"),
         },
         errors={
             r"shape '\[.*\]' is invalid for input of size": Hint(
@@ -425,13 +419,13 @@ def _ring_wrong(q_new, k_new, v_new, k_cache, v_cache, position, *, how: str):
 
 
 def _ring_case(rng, name, b, h, h_kv, w, d, position, zero_key=False):
-    k_cache, v_cache = _t(rng, b, h_kv, w, d), _t(rng, b, h_kv, w, d)
+    k_cache, v_cache = randn(rng, b, h_kv, w, d), randn(rng, b, h_kv, w, d)
     k_cache[:, :, position + 1 :] = 0.0  # slots never written are still zero
     v_cache[:, :, position + 1 :] = 0.0
-    k_new = torch.zeros(b, h_kv, 1, d, dtype=DT) if zero_key else _t(rng, b, h_kv, 1, d)
+    k_new = torch.zeros(b, h_kv, 1, d, dtype=DT) if zero_key else randn(rng, b, h_kv, 1, d)
     return Case(
         name,
-        (_t(rng, b, h, 1, d), k_new, _t(rng, b, h_kv, 1, d), k_cache, v_cache, position),
+        (randn(rng, b, h, 1, d), k_new, randn(rng, b, h_kv, 1, d), k_cache, v_cache, position),
     )
 
 
@@ -467,6 +461,18 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         _ring_case(rng, "the first token (position 0)", 2, 2, 1, 5, 4, 0),
         _ring_case(rng, "position W-1: the ring becomes full", 1, 3, 3, 6, 2, 5),
         _ring_case(rng, "position 100, window 7, multi-query", 2, 4, 1, 7, 3, 100),
+        _ring_case(rng, "position 13, window 5, 6 query heads on 3 KV heads", 1, 6, 3, 5, 2, 13),
+        _ring_case(
+            rng,
+            "position 9 into a full ring of 6, its key all zeros",
+            2,
+            2,
+            2,
+            6,
+            4,
+            9,
+            zero_key=True,
+        ),
     ]
 
 
@@ -486,35 +492,35 @@ register(
                 "the new token attends before it is written into the ring.",
                 "Write k_new, v_new into slot position % W first, then attend: the token sees "
                 "itself, not the token it overwrites.",
-            ): lambda *a: _ring_wrong(*a, how="read first"),
+            ): twin(_ring_wrong, how="read first"),
             Hint(
                 "the new token does not see itself while the ring is filling up: you kept slots "
                 "s < position.",
                 "Slot s holds a token when s <= position (the new token's own slot included).",
-            ): lambda *a: _ring_wrong(*a, how="strict"),
+            ): twin(_ring_wrong, how="strict"),
             Hint(
                 "you attend to slots that were never written: they hold zeros, not tokens.",
                 "Mask out slot s while s > position.",
-            ): lambda *a: _ring_wrong(*a, how="all slots"),
+            ): twin(_ring_wrong, how="all slots"),
             Hint(
                 "you decide which slots hold a token by looking at their values (a key of "
                 "zeros = empty), so a real token whose key is zero is dropped.",
                 "Decide by position alone: slot s holds a token when s <= position.",
-            ): lambda *a: _ring_wrong(*a, how="nonzero keys"),
+            ): twin(_ring_wrong, how="nonzero keys"),
             Hint(
                 "you write into slot (position + 1) % W.",
                 "Token t goes to slot t % W.",
-            ): lambda *a: _ring_wrong(*a, how="off by one"),
+            ): twin(_ring_wrong, how="off by one"),
             Hint(
                 "you shift the cache and append the new token at the end, like a queue.",
                 "The cache is a ring (token t sits in slot t % W): shifting drops the wrong "
                 "token and copies W entries per token. Write the new token into slot "
                 "position % W.",
-            ): lambda *a: _ring_wrong(*a, how="roll"),
+            ): twin(_ring_wrong, how="roll"),
             Hint(
                 "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1).",
                 "Query head i reads KV head i // G (chapter 04's repeat_kv).",
-            ): lambda *a: _ring_wrong(*a, how="tile"),
+            ): twin(_ring_wrong, how="tile"),
         },
         hint=Hint(
             "write the new token into its slot, then let the query attend to every slot that "
@@ -551,13 +557,9 @@ def _mla_bytes(config, seq_len, batch_size, bytes_per_value, *, how: str = ""):
     return out
 
 
-def _bytes_compare(got, expected, case) -> str | None:
-    """A byte count is an int: say so when it is a float, and show sizes in GiB."""
-    return byte_count_message(
-        got,
-        expected,
-        "Every factor is an int; keep it so (no `/`, or int() around the product).",
-    )
+_bytes_compare = byte_compare(
+    "Every factor is an int; keep it so (no `/`, or int() around the product)."
+)
 
 
 def mla_cache_bytes_from_config(
@@ -620,31 +622,31 @@ register(
             Hint(
                 "you counted the latent twice, once for keys and once for values.",
                 "One latent c_t serves both: MLA has no factor 2.",
-            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="kv twice"),
+            ): twin(_mla_bytes, how="kv twice"),
             Hint(
                 "you cached the RoPE key once per head.",
                 "k^R is shared by all heads: qk_rope_head_dim numbers per token and layer.",
-            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="rope per head"),
+            ): twin(_mla_bytes, how="rope per head"),
             Hint(
                 "you forgot the decoupled RoPE key.",
                 "Each token caches kv_lora_rank + qk_rope_head_dim numbers per layer.",
-            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="no rope"),
+            ): twin(_mla_bytes, how="no rope"),
             Hint(
                 "that is the cache of the same model with plain multi-head attention.",
                 "MLA caches only the latent and the RoPE key, not every head's keys and values.",
-            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="mha"),
+            ): twin(_mla_bytes, how="mha"),
             Hint(
                 "you forgot the layers.",
                 "Every layer caches its own latent and RoPE key: multiply by num_hidden_layers.",
-            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="no layers"),
+            ): twin(_mla_bytes, how="no layers"),
             Hint(
                 "you forgot the batch.",
                 "Each of the batch_size sequences has its own cache.",
-            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="no batch"),
+            ): twin(_mla_bytes, how="no batch"),
             Hint(
                 "your answer is 8 times too large: that is bits.",
                 "bytes_per_value already counts bytes.",
-            ): lambda c, n, b, p: _mla_bytes(c, n, b, p, how="bits"),
+            ): twin(_mla_bytes, how="bits"),
         },
         hint=Hint(
             "per token and layer MLA caches one latent and one RoPE key, shared by all heads.",
@@ -676,11 +678,11 @@ def _absorbed_case(rng, name, b, h, n, head_dim, d_r, d_c):
     return Case(
         name,
         (
-            _t(rng, b, h, 1, head_dim),
-            _t(rng, b, h, 1, d_r),
-            _t(rng, b, n, d_c),
-            _t(rng, b, n, d_r),
-            _t(rng, h, head_dim, d_c) / math.sqrt(d_c),
+            randn(rng, b, h, 1, head_dim),
+            randn(rng, b, h, 1, d_r),
+            randn(rng, b, n, d_c),
+            randn(rng, b, n, d_r),
+            randn(rng, h, head_dim, d_c) / math.sqrt(d_c),
         ),
     )
 
@@ -716,7 +718,7 @@ register(
             Hint(
                 "you left out the RoPE part, q^R . k^R.",
                 "The score is the sum of the latent part and the rotary part.",
-            ): lambda *a: _absorbed(*a, rope=False),
+            ): twin(_absorbed, rope=False),
             Hint(
                 "you scaled by 1/sqrt(d_h).",
                 "MLA's query and key heads have d_h + d_h^R components, so the scale is "
@@ -729,11 +731,11 @@ register(
             Hint(
                 "you forgot the scale.",
                 "Divide the scores by sqrt(d_h + d_h^R).",
-            ): lambda *a: _absorbed(*a, scale_dim=0),
+            ): twin(_absorbed, scale_dim=0),
             Hint(
                 "you used head 0's W_UK for every head.",
                 "Head h needs W_UK[h].",
-            ): lambda *a: _absorbed(*a, head0=True),
+            ): twin(_absorbed, head0=True),
         },
         errors={
             r"einsum\(\).*does not broadcast": Hint(
@@ -790,12 +792,13 @@ def linear_attention_step_reference(q_t, k_t, v_t, state, normalizer):
 
 
 def _lin_case(rng, name, b, h, d_k, d_v, steps):
-    ks = _t(rng, steps, b, h, d_k)
-    vs = _t(rng, steps, b, h, d_v)
+    ks = randn(rng, steps, b, h, d_k)
+    vs = randn(rng, steps, b, h, d_v)
     state = (_phi(ks)[..., :, None] * vs[..., None, :]).sum(0)  # (B, H, d_k, d_v)
     normalizer = _phi(ks).sum(0)  # (B, H, d_k)
     return Case(
-        name, (_t(rng, b, h, d_k), _t(rng, b, h, d_k), _t(rng, b, h, d_v), state, normalizer)
+        name,
+        (randn(rng, b, h, d_k), randn(rng, b, h, d_k), randn(rng, b, h, d_v), state, normalizer),
     )
 
 
@@ -828,12 +831,12 @@ register(
                 "you read the state before adding the new token.",
                 "Update S and z first, then compute o_t, so that the token attends to itself "
                 "(j <= t).",
-            ): lambda *a: _lin_step(*a, read_first=True),
+            ): twin(_lin_step, read_first=True),
             Hint(
                 "you forgot the denominator phi(q)^T z.",
                 "Without it the output grows with the number of tokens: divide by "
                 "(phi(q) * z).sum(-1, keepdim=True).",
-            ): lambda *a: _lin_step(*a, norm=False),
+            ): twin(_lin_step, norm=False),
             Hint(
                 "you used q and k without the feature map.",
                 "phi(x) = elu(x) + 1 keeps every weight phi(q)^T phi(k) positive.",
@@ -841,28 +844,27 @@ register(
             Hint(
                 "your feature map is elu(x), without the + 1: it is negative for x < 0.",
                 "phi(x) = elu(x) + 1 > 0, so that every weight phi(q)^T phi(k) is positive.",
-            ): lambda *a: _lin_step(*a, phi=F.elu),
+            ): twin(_lin_step, phi=F.elu),
             Hint(
                 "your feature map is relu(x).",
                 "This exercise uses phi(x) = elu(x) + 1 (Katharopoulos et al., 2020): positive "
                 "everywhere, where relu is 0 for half of its inputs.",
-            ): lambda *a: _lin_step(*a, phi=F.relu),
+            ): twin(_lin_step, phi=F.relu),
             Hint(
                 "you used exp as the feature map.",
                 "This exercise uses phi(x) = elu(x) + 1.",
-            ): lambda *a: _lin_step(*a, phi=torch.exp),
+            ): twin(_lin_step, phi=torch.exp),
             Hint(
                 "you applied the feature map to v as well.",
                 "Only queries and keys go through phi.",
-            ): lambda *a: _lin_step(*a, phi_v=True),
+            ): twin(_lin_step, phi_v=True),
             Hint(
                 "your state is transposed, [d_v, d_k] (v phi(k)^T).",
                 "The state is S = sum_j phi(k_j) v_j^T of shape [..., d_k, d_v].",
-            ): lambda *a: _lin_step(*a, transposed=True),
+            ): twin(_lin_step, transposed=True),
         },
         errors={
-            r"size of tensor a \(\d+\) must match the size of tensor b \(\d+\) at "
-            r"non-singleton dimension 2": Hint(
+            BROADCAST_ERROR + r" at non-singleton dimension 2": Hint(
                 "your numerator [B, H, d_v] and denominator [B, H] do not line up.",
                 "Keep the summed axis: (phi(q) * z).sum(-1, keepdim=True) is [B, H, 1].",
             ),
@@ -873,6 +875,69 @@ register(
             "fk = elu(k_t) + 1; state = state + fk[..., :, None] * v_t[..., None, :]; "
             "normalizer = normalizer + fk; o = (fq[..., None, :] @ state)[..., 0, :] / "
             "(fq * normalizer).sum(-1, keepdim=True).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 08.8 predict, measure
+
+
+def _skipped(seq_len, window, block, *, elements=False, causal_only=False):
+    mask = _causal(seq_len) if causal_only else _window(seq_len, window)  # (N, N)
+    if elements:
+        return 1.0 - mask.double().mean().item()
+    return float((tile_map(mask, block, block) == 0).double().mean())
+
+
+def skipped_tiles_reference(seq_len: int, window: int, block: int) -> float:
+    r"""The fraction of ``block`` x ``block`` tiles a causal sliding-window mask (query
+    :math:`i` sees keys :math:`i - w < j \le i`) lets FlexAttention skip entirely."""
+    return _skipped(seq_len, window, block)
+
+
+def _skipped_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("N = 1024, window 128, tiles of 64", (1024, 128, 64)),
+            Case("N = 2048, window 256, tiles of 128", (2048, 256, 128)),
+            Case("N = 512, window 512 (as causal), tiles of 64", (512, 512, 64)),
+        ]
+    return [
+        Case("N = 1536, window 100, tiles of 64 (a window not a multiple)", (1536, 100, 64)),
+        Case("N = 1000, window 64, tiles of 32 (N not a multiple)", (1000, 64, 32)),
+    ]
+
+
+register(
+    Exercise(
+        id="08.8",
+        title="predict, then measure: how much of the score matrix a sliding window skips",
+        points=1,
+        target="measure_skipped_tiles",
+        cases=_skipped_cases,
+        reference=skipped_tiles_reference,
+        atol=1e-9,
+        rtol=0.0,
+        compare=within(1e-9, relative=False),
+        measures="the fraction of tiles skipped",
+        mistakes={
+            Hint(
+                "you measured the masked *entries*, not the skipped tiles.",
+                "A kernel skips a whole tile only when none of its entries may attend: a tile "
+                "the window's edge crosses is computed (and masked) in full. Count tiles with "
+                "tile_map(mask, B, B) == 0.",
+            ): twin(_skipped, elements=True),
+            Hint(
+                "your mask is causal only: the window is missing.",
+                "Query i sees keys i - window < j <= i: both conditions.",
+            ): unless_different(twin(_skipped, causal_only=True), skipped_tiles_reference),
+        },
+        hint=Hint(
+            "build the causal sliding-window mask, classify its tiles, and take the share of "
+            "empty ones.",
+            "i, j = arange(N)[:, None], arange(N)[None, :]; mask = (j <= i) & (i - j < window); "
+            "return float((tile_map(mask, block, block) == 0).double().mean()).",
         ),
     )
 )

@@ -30,19 +30,23 @@ from ..context_parallel.merge import (
 from ..context_parallel.merge import merge_attention as _merge
 from ..context_parallel.sharding import shard_positions
 from ..context_parallel.ulysses import all_to_all_seq_to_head
-from .core import Case, Exercise, Hint, NotThisMistake, byte_count_message, register
-
-DT = torch.float64
-NEG_INF = -math.inf
-
-
-def _t(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
-    return torch.from_numpy(rng.normal(size=shape) * scale).to(DT)
+from .core import Case, Exercise, Hint, NotThisMistake, register
+from .kit import (
+    BROADCAST_ERROR,
+    DT,
+    NEG_INF,
+    byte_compare,
+    integer_compare,
+    randn,
+    twin,
+    unless_different,
+    within,
+)
 
 
 def _partial(rng, n_q, n_k, d, d_v, mask=None, scale=1.0):
     """A real partial attention (output, lse) of random queries over random keys."""
-    q, k, v = _t(rng, n_q, d, scale=scale), _t(rng, n_k, d, scale=scale), _t(rng, n_k, d_v)
+    q, k, v = randn(rng, n_q, d, std=scale), randn(rng, n_k, d, std=scale), randn(rng, n_k, d_v)
     return block_attention(q, k, v, mask=mask)
 
 
@@ -58,7 +62,7 @@ def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         out_a, lse_a = _partial(rng, 3, 4, 4, 2)
         out_b, lse_b = _partial(rng, 3, 6, 4, 2, scale=1.5)
-        big_a, big_b = _t(rng, 2, 3), _t(rng, 2, 3)
+        big_a, big_b = randn(rng, 2, 3), randn(rng, 2, 3)
         mask_a = torch.tensor([[True, True], [True, False], [False, False]])  # (3, 2)
         mask_b = torch.tensor([[True, False], [False, False], [False, False]])  # (3, 2)
         e_a, le_a = _partial(rng, 3, 2, 4, 2, mask=mask_a)  # row 2 sees nothing here
@@ -86,20 +90,34 @@ def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("5 queries, d_v = 4, part b with large scores", (o1, l1, o2, l2)),
         Case(
             "batch and heads: (2, 3, 4, 5) outputs",
-            (_t(rng, 2, 3, 4, 5), _t(rng, 2, 3, 4), _t(rng, 2, 3, 4, 5), _t(rng, 2, 3, 4)),
+            (
+                randn(rng, 2, 3, 4, 5),
+                randn(rng, 2, 3, 4),
+                randn(rng, 2, 3, 4, 5),
+                randn(rng, 2, 3, 4),
+            ),
         ),
         Case(
             "log-sum-exps near -1000 (e^-1000 underflows to 0)",
             (
-                _t(rng, 2, 2),
+                randn(rng, 2, 2),
                 torch.tensor([-1000.0, -1003.0], dtype=DT),
-                _t(rng, 2, 2),
+                randn(rng, 2, 2),
                 torch.tensor([-1000.5, -1001.0], dtype=DT),
             ),
         ),
         Case(
             "part b saw nothing at all",
             (o1, l1, torch.zeros_like(o1), torch.full_like(l1, NEG_INF)),
+        ),
+        Case(
+            "row 0 saw no key in either part: it must stay 0 and -inf, not NaN",
+            (
+                torch.cat([torch.zeros(1, 4, dtype=DT), o1[1:]]),
+                torch.cat([torch.full((1,), NEG_INF, dtype=DT), l1[1:]]),
+                torch.cat([torch.zeros(1, 4, dtype=DT), o2[1:]]),
+                torch.cat([torch.full((1,), NEG_INF, dtype=DT), l2[1:]]),
+            ),
         ),
     ]
 
@@ -132,6 +150,18 @@ def _merge_nan_when_empty(out_a, lse_a, out_b, lse_b):
     w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
     lse = m + torch.log(w_a + w_b)
     return (w_a / (w_a + w_b))[..., None] * out_a + (w_b / (w_a + w_b))[..., None] * out_b, lse
+
+
+def _merge_lse_added(out_a, lse_a, out_b, lse_b):
+    """The LSEs added: the product of the two denominators, not their sum."""
+    return _merge(out_a, lse_a, out_b, lse_b)[0], lse_a + lse_b
+
+
+def _merge_weighted_by_lse(out_a, lse_a, out_b, lse_b):
+    """Each output weighted by its LSE itself, L_a / (L_a + L_b), instead of by e^L."""
+    total = lse_a + lse_b
+    w_a, w_b = lse_a / total, lse_b / total  # (..., Nq)
+    return w_a[..., None] * out_a + w_b[..., None] * out_b, _merge(out_a, lse_a, out_b, lse_b)[1]
 
 
 def _merge_raw_exp(out_a, lse_a, out_b, lse_b):
@@ -168,6 +198,17 @@ register(
                 "log(exp(lse_a - m) + exp(lse_b - m)).",
             ): _merge_lse_max,
             Hint(
+                "you added the two LSEs: that is the log of the *product* of the denominators.",
+                "The denominators add, so their logs combine by log-sum-exp: "
+                "lse = log(exp(lse_a) + exp(lse_b)), computed as m + log(exp(lse_a - m) + "
+                "exp(lse_b - m)).",
+            ): _merge_lse_added,
+            Hint(
+                "you weighted each output by its LSE, L_a / (L_a + L_b).",
+                "A part's share of the denominator is e^{L_a} / (e^{L_a} + e^{L_b}) = "
+                "exp(lse_a - lse): the LSE is a log, so exponentiate (differences of) it.",
+            ): _merge_weighted_by_lse,
+            Hint(
                 "you swapped the weights.",
                 "out_a gets exp(lse_a - lse), the share of part a.",
             ): _merge_swapped,
@@ -184,8 +225,7 @@ register(
             ): _merge_raw_exp,
         },
         errors={
-            r"size of tensor a \(\d+\) must match the size of tensor b \(\d+\) at "
-            r"non-singleton dimension": Hint(
+            BROADCAST_ERROR + r" at non-singleton dimension": Hint(
                 "your weights (..., Nq) and outputs (..., Nq, d_v) do not line up.",
                 "Give the weights a last axis of 1 before multiplying: w_a[..., None] * out_a.",
             ),
@@ -217,19 +257,19 @@ def _empty_state(n_q, d_v):
 def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         q, k0, v0, k1, v1 = (
-            _t(rng, 4, 8),
-            _t(rng, 4, 8),
-            _t(rng, 4, 3),
-            _t(rng, 4, 8),
-            _t(rng, 4, 3),
+            randn(rng, 4, 8),
+            randn(rng, 4, 8),
+            randn(rng, 4, 3),
+            randn(rng, 4, 8),
+            randn(rng, 4, 3),
         )
         out, lse = ring_step_reference(q, k0, v0, *_empty_state(4, 3), None)
         # zigzag, P = 2, N = 8: rank 0 holds positions [0, 1, 6, 7], rank 1 holds [2, 3, 4, 5]
         pos0, pos1 = shard_positions(8, 2, 0, "zigzag"), shard_positions(8, 2, 1, "zigzag")
         mask_own = causal_mask_from_positions(pos0, pos0)
         mask_other = causal_mask_from_positions(pos0, pos1)  # rows 0, 1 see nothing here
-        qz, kz, vz = _t(rng, 4, 4), _t(rng, 4, 4), _t(rng, 4, 2)
-        kz1, vz1 = _t(rng, 4, 4), _t(rng, 4, 2)
+        qz, kz, vz = randn(rng, 4, 4), randn(rng, 4, 4), randn(rng, 4, 2)
+        kz1, vz1 = randn(rng, 4, 4), randn(rng, 4, 2)
         z_out, z_lse = ring_step_reference(qz, kz, vz, *_empty_state(4, 2), mask_own)
         return [
             Case(
@@ -255,7 +295,7 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 (qz, kz1, vz1, *_empty_state(4, 2), mask_other),
             ),
         ]
-    q, k, v = _t(rng, 6, 4, scale=3.0), _t(rng, 5, 4, scale=3.0), _t(rng, 5, 4)
+    q, k, v = randn(rng, 6, 4, std=3.0), randn(rng, 5, 4, std=3.0), randn(rng, 5, 4)
     out, lse = _partial(rng, 6, 3, 4, 4)
     mask = torch.from_numpy(rng.random((6, 5)) < 0.5)
     mask[0] = False
@@ -265,11 +305,16 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         ),
         Case(
             "one query, one key",
-            (_t(rng, 1, 2), _t(rng, 1, 2), _t(rng, 1, 2), *_empty_state(1, 2), None),
+            (randn(rng, 1, 2), randn(rng, 1, 2), randn(rng, 1, 2), *_empty_state(1, 2), None),
         ),
         Case(
             "the block is masked out entirely: the state must not change",
             (q, k, v, out, lse, torch.zeros(6, 5, dtype=torch.bool)),
+        ),
+        Case(
+            "a first step (out = 0, lse = -inf), d_v = 3 != d = 4, on a block that query 0 "
+            "may not see: it must stay out = 0, lse = -inf",
+            (q, k, v[:, :3], *_empty_state(6, 3), mask),
         ),
     ]
 
@@ -398,27 +443,12 @@ def _zigzag_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _positions_compare(got, expected, case) -> str | None:
-    """Positions are indices: a 1-D integer tensor (or array), equal to the reference."""
-    if isinstance(got, torch.Tensor):
-        got = got.detach().cpu().numpy()
-    if not isinstance(got, np.ndarray):
-        return (
-            f"expected a 1-D torch tensor of integers, got {type(got).__name__}: build it with "
-            "torch.arange and torch.cat."
-        )
-    if not np.issubdtype(got.dtype, np.integer):
-        return (
-            f"expected integer positions, got dtype {got.dtype}: positions index tensors "
-            "(x[..., positions, :]), which needs integers. torch.arange of ints (use `//`, "
-            "not `/`, for the chunk size) gives int64."
-        )
-    want = np.asarray(torch.as_tensor(expected).cpu())
-    if got.shape != want.shape:
-        return f"expected shape {want.shape}, got {got.shape}."
-    if np.array_equal(got, want):
-        return None
-    return f"expected {want.tolist()}, got {got.tolist()}."
+_positions_compare = integer_compare(
+    "positions",
+    "positions index tensors (x[..., positions, :]), which needs integers; torch.arange of ints "
+    "(use `//`, not `/`, for the chunk size) gives int64.",
+    accept_lists=True,  # a list of ints is a right answer too (torch.tensor(list) indexes)
+)
 
 
 def _zigzag_contiguous(seq_len, world_size, rank):
@@ -516,13 +546,15 @@ def _a2a_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "P = 2 ranks, B = 1, H = 4, n = 3, d = 2 (rank r's entries are 100r + index)",
                 (ids,),
             ),
-            Case("P = 4, B = 2, H = 8, n = 2, d = 3", ([_t(rng, 2, 8, 2, 3) for _ in range(4)],)),
-            Case("P = 3, H = 3: one head per rank", ([_t(rng, 1, 3, 4, 2) for _ in range(3)],)),
+            Case(
+                "P = 4, B = 2, H = 8, n = 2, d = 3", ([randn(rng, 2, 8, 2, 3) for _ in range(4)],)
+            ),
+            Case("P = 3, H = 3: one head per rank", ([randn(rng, 1, 3, 4, 2) for _ in range(3)],)),
         ]
     return [
-        Case("P = 1: nothing moves", ([_t(rng, 2, 4, 3, 2)],)),
-        Case("P = 2, H = 2, n = 5", ([_t(rng, 1, 2, 5, 3) for _ in range(2)],)),
-        Case("P = 4, H = 16", ([_t(rng, 1, 16, 2, 2) for _ in range(4)],)),
+        Case("P = 1: nothing moves", ([randn(rng, 2, 4, 3, 2)],)),
+        Case("P = 2, H = 2, n = 5", ([randn(rng, 1, 2, 5, 3) for _ in range(2)],)),
+        Case("P = 4, H = 16", ([randn(rng, 1, 16, 2, 2) for _ in range(4)],)),
     ]
 
 
@@ -657,21 +689,10 @@ def _bytes_ulysses_kv_only(n, p, h, d, b):
     return forward_comm_bytes_reference(n, p, h, d, b)[0], 2 * (p - 1) * _per(n, p, h, d, b) // p
 
 
-def _bytes_compare(got, expected, case) -> str | None:
-    """Two byte counts, both ints."""
-    if not isinstance(got, (tuple, list)) or len(got) != 2:
-        return f"expected a tuple (ring, ulysses) of two ints, got {type(got).__name__} {got!r:.80}"
-    for name, g, e in zip(("ring", "ulysses"), got, expected):
-        msg = byte_count_message(
-            g,
-            e,
-            "Divide with `//` (N // P, and (P - 1) // P only after multiplying), as the "
-            "statement asks.",
-            name=name,
-        )
-        if msg is not None:
-            return msg
-    return None
+_bytes_compare = byte_compare(
+    "Divide with `//` (N // P, and (P - 1) // P only after multiplying), as the statement asks.",
+    names=("ring", "ulysses"),
+)
 
 
 def _bytes_ulysses_no_output(n, p, h, d, b):
@@ -742,8 +763,8 @@ def ring_backward_step_reference(q, k_block, v_block, out, lse, dout, mask):
 
 def _backward_case(rng, name, n_q, n_k, d, split, mask_fn=None, scale=1.0):
     """Queries attend to n_k keys; the block is keys [split:]. ``out``, ``lse`` are final."""
-    q, k, v = _t(rng, n_q, d, scale=scale), _t(rng, n_k, d, scale=scale), _t(rng, n_k, d)
-    dout = _t(rng, n_q, d)
+    q, k, v = randn(rng, n_q, d, std=scale), randn(rng, n_k, d, std=scale), randn(rng, n_k, d)
+    dout = randn(rng, n_q, d)
     mask = None if mask_fn is None else mask_fn(n_q, n_k)
     out, lse = block_attention(q, k, v, mask=mask)  # over all keys: the final result
     block_mask = None if mask is None else mask[:, split:]
@@ -873,6 +894,74 @@ register(
             "S = q @ k_block.T / sqrt(d) (masked with -inf); P = exp(S - lse[:, None]); "
             "dv = P.T @ dout; dP = dout @ v_block.T; D = (dout * out).sum(-1); "
             "dS = P * (dP - D[:, None]); dq = dS @ k_block / sqrt(d); dk = dS.T @ q / sqrt(d).",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 09.7 predict, measure
+
+
+def _work(seq_len, world_size, layout, *, causal=True, ratio=lambda w: w.max() / w.min()):
+    work = []
+    for rank in range(world_size):
+        pos = shard_positions(seq_len, world_size, rank, layout)  # (N / P,) this rank's queries
+        keys = torch.arange(seq_len)  # every key of the sequence reaches the rank in a ring
+        mask = causal_mask_from_positions(pos, keys) if causal else torch.ones(len(pos), seq_len)
+        work.append(int(mask.sum()))  # query-key pairs this rank must score
+    return float(ratio(np.array(work, dtype=np.float64)))
+
+
+def load_imbalance_reference(seq_len: int, world_size: int, layout: str) -> float:
+    r"""Causal attention's work on the busiest rank over the least busy one: the query-key
+    pairs each rank's queries may attend to, for the ``"contiguous"`` or ``"zigzag"`` split."""
+    return _work(seq_len, world_size, layout)
+
+
+def _imbalance_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("N = 1024, P = 4, contiguous", (1024, 4, "contiguous")),
+            Case("N = 1024, P = 4, zigzag", (1024, 4, "zigzag")),
+            Case("N = 64, P = 2, contiguous", (64, 2, "contiguous")),
+        ]
+    return [
+        Case("N = 2048, P = 8, contiguous", (2048, 8, "contiguous")),
+        Case("N = 2048, P = 8, zigzag", (2048, 8, "zigzag")),
+        Case("N = 48, P = 3, contiguous", (48, 3, "contiguous")),
+    ]
+
+
+register(
+    Exercise(
+        id="09.7",
+        title="predict, then measure: the busiest rank's share of causal attention",
+        points=1,
+        target="measure_load_imbalance",
+        cases=_imbalance_cases,
+        reference=load_imbalance_reference,
+        atol=0.0,
+        rtol=1e-9,
+        compare=within(1e-9),
+        measures="the busiest rank's work over the least busy rank's",
+        mistakes={
+            Hint(
+                "you counted every key for every query: without the causal mask all ranks "
+                "do the same work whatever the split.",
+                "Count only the pairs a query may attend to (key position <= query position).",
+            ): unless_different(twin(_work, causal=False), load_imbalance_reference),
+            Hint(
+                "your ratio is the least busy rank over the busiest (below 1).",
+                "Divide the busiest rank's work by the least busy rank's: max / min.",
+            ): unless_different(
+                twin(_work, ratio=lambda w: w.min() / w.max()), load_imbalance_reference
+            ),
+        },
+        hint=Hint(
+            "for each rank, count the (query, key) pairs its queries may attend to; divide the "
+            "largest count by the smallest.",
+            "pos = shard_positions(N, P, rank, layout); work = causal_mask_from_positions(pos, "
+            "torch.arange(N)).sum(); return max(work) / min(work).",
         ),
     )
 )

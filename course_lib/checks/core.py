@@ -110,6 +110,10 @@ class Exercise:
     ``RuntimeWarning`` emitted during the learner's call (numpy's "invalid value encountered
     in divide", say: an inf - inf or a 0 / 0 happened) fails the case; a string (or
     :class:`Hint`) says why it happened. Other warnings (deprecations) never fail a case.
+    ``measures``: set for a "predict, then measure" exercise, it names the measured quantity
+    ("the mean largest weight"); the learner's function runs an experiment and returns that
+    number, graded within a tolerance (``compare=kit.within(...)``), and
+    ``check(..., prediction=...)`` shows the learner's prediction beside each measurement.
     """
 
     id: str
@@ -127,6 +131,7 @@ class Exercise:
     outputs: tuple[str, ...] = ()
     errors: dict[str, str] = field(default_factory=dict)
     no_warnings: bool | str = False
+    measures: str = ""
 
     @property
     def chapter(self) -> str:
@@ -579,6 +584,62 @@ def _cases(ex: Exercise, hidden: bool, seed: int) -> list[Case]:
     return list(ex.cases(np.random.default_rng(seed), hidden))
 
 
+# --------------------------------------------------------------------------- predictions
+
+NO_PREDICTION = "no prediction written yet: write yours before you run the experiment"
+
+
+def predicted_value(prediction: Any, case: Case) -> float | str:
+    """The learner's prediction for one case: a number, or a message saying why there is none.
+
+    ``prediction`` is a number (the same for every case), or a function called with the
+    case's arguments (a formula in the experiment's parameters); None, ``...`` or a function
+    still raising the placeholder's NotImplementedError mean "not written yet"."""
+    if callable(prediction):
+        c = _copy_args(case)
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                prediction = prediction(*c.args, **c.kwargs)
+        except Exception as err:  # the learner's prediction may raise anything
+            if _is_not_implemented(err):
+                return NO_PREDICTION
+            return f"your prediction raised {type(err).__name__}: {err}"
+    if prediction is None or prediction is Ellipsis:
+        return NO_PREDICTION
+    value = to_numpy(prediction)
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"your prediction should be a number, got {_describe(value)}"
+    return float(value)
+
+
+def prediction_line(prediction: Any, case: Case, measured: Any) -> str:
+    """``you predicted 8 (measured 7.52: your prediction is 6% high)``, or why there is none."""
+    guess = predicted_value(prediction, case)
+    if isinstance(guess, str):
+        return guess
+    got = to_numpy(measured)
+    if isinstance(got, np.ndarray) and got.size == 1:
+        got = got.item()
+    if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+        return f"you predicted {guess:.4g}"
+    if got == 0:
+        return f"you predicted {guess:.4g}, measured {got:.4g}"
+    off, ratio = (guess - got) / abs(got), guess / got
+    if abs(off) < 0.05:
+        verdict = "right on"
+    elif ratio <= 0:
+        verdict = "your prediction has the wrong sign" if ratio < 0 else "you predicted 0"
+    elif 0.1 <= ratio <= 10:
+        verdict = f"your prediction is {abs(off):.0%} {'high' if off > 0 else 'low'}"
+    else:
+        factor, way = (ratio, "high") if ratio > 1 else (1 / ratio, "low")
+        verdict = f"your prediction is a factor {factor:.4g} too {way}"
+    return f"you predicted {guess:.4g}, measured {got:.4g}: {verdict}"
+
+
 # --------------------------------------------------------------------------- in the notebook
 
 
@@ -632,6 +693,7 @@ def check(
     seed: int | None = None,
     quiet: bool = False,
     hints: str = "auto",
+    prediction: Any = None,
 ) -> CheckReport:
     """Run an exercise's cases on the learner's function and print specific feedback.
 
@@ -639,6 +701,9 @@ def check(
     A wrong answer raises :class:`CheckFailed` whose message says what went wrong.
     ``hints``: "auto" gives a nudge on the first failure and the fuller hint when the same
     exercise fails again; "nudge" or "full" force one tier.
+    ``prediction`` (for a "predict, then measure" exercise): the learner's prediction, a
+    number or a function of the case's arguments; each case's line shows it beside the
+    measurement. It is never graded: the measurement is.
     """
     if hints not in HINT_TIERS:
         raise ValueError(f"hints must be one of {HINT_TIERS}, got {hints!r}")
@@ -654,10 +719,13 @@ def check(
             LAST_REPORTS[ex.id] = CheckReport(ex, [CaseResult("function", False, message)])
         raise CheckFailed(f"{head}: {message}")
     results = []
+    predicted: dict[int, str] = {}  # case index -> the prediction beside its measurement
     for case in _cases(ex, hidden, VISIBLE_SEED if seed is None else seed):
         got, failure = run_case(ex, fn, case, full)
         if failure is None:
             failure = evaluate_case(ex, case, got, full)
+            if ex.measures or prediction is not None:
+                predicted[len(results)] = prediction_line(prediction, case, got)
         results.append(failure)
         if failure.not_implemented:
             break
@@ -678,14 +746,17 @@ def check(
         )
         return report
     if not quiet:
-        for r in results:
+        for i, r in enumerate(results):
             if r.passed:
-                print(f"  ✓ {r.name}")
+                print(f"  ✓ {r.name}" + (f": {predicted[i]}" if i in predicted else ""))
     failed = [r for r in results if not r.passed]
     if failed:
         lines = [f"✗ {head}: {len(failed)} of {len(results)} cases failed."]
-        for r in failed:
-            lines.append(f"  ✗ {r.name}: {r.message}")
+        for i, r in enumerate(results):
+            if not r.passed:
+                lines.append(f"  ✗ {r.name}: {r.message}")
+                if i in predicted:
+                    lines.append(f"    ({predicted[i]})")
         raise CheckFailed("\n".join(lines))
     print(f"✓ {head}: all {len(results)} {'hidden ' if hidden else ''}cases passed.")
     return report
