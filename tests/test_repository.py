@@ -78,9 +78,8 @@ def test_environment_yml_and_pyproject_name_the_same_packages():
     import yaml
 
     project = load_toml(ROOT / "pyproject.toml")["project"]
-    py_names = _requirement_names(
-        project["dependencies"] + project["optional-dependencies"]["test"]
-    )
+    # Binder and conda give learners the learner's dependencies only, as `make lab` does
+    py_names = _requirement_names(project["dependencies"])
     env = yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
     conda_specs, pip_specs = [], []
     for dep in env["dependencies"]:
