@@ -62,8 +62,10 @@ def course_root() -> Path | None:
     if given and (Path(given) / "exercises").is_dir():
         return Path(given).resolve()
     here = Path.cwd().resolve()
-    for folder in [here, *here.parents]:
-        if (folder / "exercises").is_dir() and (folder / "solutions").is_dir():
+    for folder in [here, *here.parents]:  # the course, or its learner's edition
+        if (folder / "exercises").is_dir() and (
+            (folder / "solutions").is_dir() or (folder / "notebooks").is_dir()
+        ):
             return folder
     return None
 

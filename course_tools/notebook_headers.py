@@ -15,6 +15,7 @@ What it maintains (and nothing else; every edit is idempotent):
   is ``work/NN_topic_exercises.ipynb`` (what ``make lab`` makes), not the pristine
   ``exercises/NN_topic.ipynb`` (which is still named where the text speaks of Colab, Binder
   or "a copy of").
+* **The README's course map**: its *open* column, each lecture's Colab and Binder badges.
 * **The progress cell** at the end of every solutions notebook (cell id ``course-progress``),
   which ``course-exercises`` copies into exercises/: ``progress.show("NN_topic")`` prints
   the chapter's table from the checks the learner ran.
@@ -230,6 +231,49 @@ def badge_table(root: Path) -> str:
     return "\n".join(rows)
 
 
+# --------------------------------------------------------------------------- the README
+
+# A row of the README's course map: | NN | [title](notebooks/NN_topic.ipynb) | ... |
+_MAP_ROW = re.compile(r"^\| (\d\d) \| \[[^\]]*\]\((notebooks/\d\d_[a-z0-9_]+\.ipynb)\) \|")
+# The Quick start's clone line and the cd after it.
+_CLONE = re.compile(r"^git clone https://github\.com/\S+\.git\ncd \S+\n", re.M)
+MAP_HEADER = "| # | chapter | what you will see and measure | time | open |"
+
+
+def readme_text(text: str, links: Links) -> str:
+    """The README with its course map's *open* column (Colab and Binder badges of each
+    lecture) derived from the course's address."""
+    name = links.github.split("/")[1]
+    text = _CLONE.sub(f"git clone {links.clone_url}\ncd {name}\n", text)
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        m = _MAP_ROW.match(line)
+        if not m:
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        badges = f"{links.colab_badge(m.group(2))} {links.binder_badge(m.group(2))}"
+        cells = cells[:4] + [badges]
+        lines[i] = "| " + " | ".join(cells) + " |"
+    return "\n".join(lines)
+
+
+def update_readme(root: Path, apply: bool, out=sys.stdout) -> bool:
+    """Whether README.md's course-map badges were (apply) or are (check) out of date."""
+    path = root / "README.md"
+    if not path.exists():
+        return False
+    old = path.read_text(encoding="utf-8")
+    new = readme_text(old, Links.load(root))
+    if new == old:
+        return False
+    if apply:
+        path.write_text(new, encoding="utf-8")
+    print(
+        ("updated: " if apply else "not up to date: ") + "README.md (course map badges)", file=out
+    )
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_tools.notebook_headers",
@@ -251,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         print(badge_table(root))
         return 0
     stale = run(root, apply=args.apply)
+    if update_readme(root, apply=args.apply):
+        stale.append("README.md")
     if args.check and stale:
         print(
             "run `python -m course_tools.notebook_headers --apply` and commit the result",
