@@ -63,6 +63,25 @@ class Links:
         """Open ``path`` in JupyterLab on mybinder.org (built from environment.yml)."""
         return f"https://mybinder.org/v2/gh/{self.github}/{self.branch}?urlpath=lab/tree/{path}"
 
+    def nbgitpuller(self, hub: str, path: str = "notebooks/00_setup.ipynb") -> str:
+        """A JupyterHub link that clones (or updates) the course into each learner's home
+        with nbgitpuller and opens ``path`` in JupyterLab; a learner's changes are kept."""
+        from urllib.parse import quote, urlencode
+
+        hub = hub.rstrip("/")
+        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", hub):
+            raise ValueError(f"not a JupyterHub address: {hub!r} (e.g. https://hub.example.org)")
+        folder = self.github.split("/")[1]
+        query = urlencode(
+            {
+                "repo": self.clone_url,
+                "branch": self.branch,
+                "urlpath": f"lab/tree/{folder}/{path}",
+            },
+            quote_via=quote,
+        )
+        return f"{hub}/hub/user-redirect/git-pull?{query}"
+
     def colab_badge(self, path: str) -> str:
         return (
             f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
@@ -154,9 +173,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="repository", metavar="URL", default=None)
     parser.add_argument("--branch", default=None)
     parser.add_argument("--course", type=Path, default=None, metavar="ROOT")
+    parser.add_argument(
+        "--nbgitpuller",
+        metavar="HUB",
+        default=None,
+        help="print the JupyterHub link that puts the course (or --repository's edition) in "
+        "every learner's home, e.g. --nbgitpuller https://hub.example.org",
+    )
+    parser.add_argument(
+        "--repository", default=None, help="with --nbgitpuller: the edition's address"
+    )
     args = parser.parse_args(argv)
     try:
         root = course_root(args.course)
+        if args.nbgitpuller:
+            links = Links.load(root)
+            if args.repository:
+                links = Links(
+                    args.repository.rstrip("/").removesuffix(".git"), args.branch or "main"
+                )
+            note = check_published(links, "the link")
+            if note:
+                print(note, file=sys.stderr)
+            print(links.nbgitpuller(args.nbgitpuller))
+            return 0
         if args.repository is None and args.branch is None:
             links = Links.load(root)
             print(f"{links.repository} (branch {links.branch})")

@@ -237,7 +237,6 @@ def badge_table(root: Path) -> str:
 _MAP_ROW = re.compile(r"^\| (\d\d) \| \[[^\]]*\]\((notebooks/\d\d_[a-z0-9_]+\.ipynb)\) \|")
 # The Quick start's clone line and the cd after it.
 _CLONE = re.compile(r"^git clone https://github\.com/\S+\.git\ncd \S+\n", re.M)
-MAP_HEADER = "| # | chapter | what you will see and measure | time | open |"
 
 
 def readme_text(text: str, links: Links) -> str:
@@ -252,7 +251,9 @@ def readme_text(text: str, links: Links) -> str:
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         badges = f"{links.colab_badge(m.group(2))} {links.binder_badge(m.group(2))}"
-        cells = cells[:4] + [badges]
+        if "badge" in cells[-1]:  # the open column is the last one
+            cells = cells[:-1]
+        cells = cells + [badges]
         lines[i] = "| " + " | ".join(cells) + " |"
     return "\n".join(lines)
 
