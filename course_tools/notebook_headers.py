@@ -15,6 +15,8 @@ What it maintains (and nothing else; every edit is idempotent):
   is ``work/NN_topic_exercises.ipynb`` (what ``make lab`` makes), not the pristine
   ``exercises/NN_topic.ipynb`` (which is still named where the text speaks of Colab, Binder
   or "a copy of").
+* **The notebook metadata** JupyterLab writes (kernel spec, language info, asked of a real
+  kernel), so that opening and saving a notebook without running it changes nothing.
 * **The README's course map**: its *open* column, each lecture's Colab and Binder badges.
 * **The progress cell** at the end of every solutions notebook (cell id ``course-progress``),
   which ``course-exercises`` copies into exercises/: ``progress.show("NN_topic")`` prints
@@ -24,6 +26,7 @@ What it maintains (and nothing else; every edit is idempotent):
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from pathlib import Path
@@ -165,11 +168,63 @@ def set_progress_cell(nb, assignment: str) -> None:
 # --------------------------------------------------------------------------- the whole course
 
 
-def updated(nb, kind: str, assignment: str, links: Links):
-    """A copy of ``nb`` with the course-wide cells as they should be (kind: lecture|solution)."""
+# --------------------------------------------------------------------------- metadata
+
+KERNEL = "python3"
+
+
+@functools.cache
+def lab_metadata(kernel: str = KERNEL) -> dict:
+    """The notebook metadata JupyterLab writes when it opens a notebook with ``kernel``: the
+    kernel spec as the kernel spec manager names it ("Python 3 (ipykernel)") and the
+    language info the kernel itself reports (a kernel is started once to ask it)."""
+    import subprocess
+
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import start_new_kernel
+
+    spec = KernelSpecManager().get_kernel_spec(kernel)
+    km, kc = start_new_kernel(kernel_name=kernel, startup_timeout=120, stderr=subprocess.DEVNULL)
+    try:
+        msg_id = kc.kernel_info()
+        while True:
+            reply = kc.get_shell_msg(timeout=60)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        info = dict(reply["content"]["language_info"])
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    return {
+        "kernelspec": {
+            "display_name": spec.display_name,
+            "language": spec.language,
+            "name": kernel,
+        },
+        "language_info": info,
+    }
+
+
+def set_lab_metadata(nb, meta: dict) -> None:
+    """Make ``nb``'s kernel spec and language info what JupyterLab writes, so that opening
+    and saving it changes nothing. A Python version already there is kept (the one the
+    course is tested with), so that running this on another Python rewrites nothing."""
+    info = dict(meta["language_info"])
+    old = nb.metadata.get("language_info") or {}
+    if isinstance(old, dict) and old.get("version"):
+        info["version"] = old["version"]
+    nb.metadata["kernelspec"] = dict(meta["kernelspec"])
+    nb.metadata["language_info"] = info
+
+
+def updated(nb, kind: str, assignment: str, links: Links, meta: dict | None = None):
+    """A copy of ``nb`` with the course-wide cells as they should be (kind: lecture|solution)
+    and, given ``meta`` (:func:`lab_metadata`), JupyterLab's notebook metadata."""
     import copy
 
     nb = copy.deepcopy(nb)
+    if meta is not None:
+        set_lab_metadata(nb, meta)
     set_colab_cell(nb, colab_source(links, assignment[:2]))
     if kind == "lecture":
         for cell in nb.cells:
@@ -193,10 +248,12 @@ def targets(root: Path) -> list[tuple[Path, str]]:
 def run(root: Path, apply: bool, out=sys.stdout) -> list[str]:
     """Files that are (check) or were (apply) out of date. With apply, exercises/ follows."""
     links = Links.load(root)
+    meta = lab_metadata()
     stale = []
     for path, kind in targets(root):
         old = path.read_text(encoding="utf-8")
-        new = _dump(updated(nbformat.reads(old, as_version=NB_VERSION), kind, path.stem, links))
+        nb = nbformat.reads(old, as_version=NB_VERSION)
+        new = _dump(updated(nb, kind, path.stem, links, meta))
         if new != old:
             stale.append(str(path.relative_to(root)))
             if apply:
