@@ -134,6 +134,7 @@ def test_every_link_points_at_the_edition(edition: Path):
     assert "OWNER" not in readme
 
 
+@pytest.mark.slow
 def test_the_edition_installs_as_its_own_package(edition: Path, tmp_path: Path):
     """Its pyproject names the course's dependencies and course_lib only (no grader, no
     course-grade command); pip builds it."""
