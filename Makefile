@@ -1,8 +1,14 @@
-# The two commands of the course. Both create .venv on first use and reuse it after.
-#   make lab    set up and open the course in JupyterLab (your exercise copies are in work/)
-#   make test   set up and run every test (ruff, unit, notebooks, exercises, grader, browser)
-# And for learners: make progress (where you stand), make update (the new course, keeping
-# your work). For maintainers: make site (the website of the executed course).
+# The course's commands. Each creates .venv on first use and reuses it after.
+#   make lab        set up and open the course in JupyterLab (your exercise copies: work/)
+#   make progress   where you stand: every exercise passed, failing (and why), not started
+#   make update     the new version of the course, keeping everything you changed
+#   make test       set up and run every test (ruff, unit, notebooks, exercises, grader, browser)
+# For instructors: make release (the learner's edition, no solutions). For maintainers:
+# make site (the website of the executed course).
+# `make lab` installs the learner's dependencies only and picks the PyTorch that fits the
+# machine (the CPU build on Linux without an NVIDIA driver); TORCH=cpu|cuda|default
+# overrides it, also later to switch (`make lab TORCH=cpu`). `make test` adds the test
+# extra, `make site` the site extra.
 # No make (e.g. Windows)? `python3 tools/bootstrap.py lab` (or `test`) does the same.
 
 PYTHON ?= python3
@@ -13,13 +19,14 @@ Install Python 3.10 or newer (python.org, brew install python@3.12, sudo apt ins
 python3-venv) or name one: make $@ PYTHON=/path/to/python3"; exit 1; }; \
 	$(PYTHON) tools/bootstrap.py
 
-.PHONY: lab test test-fast setup exercises unit notebooks lint min-versions html site progress update clean
+.PHONY: lab test test-fast setup exercises unit notebooks lint min-versions html site \
+	progress update release clean
 
 lab:
 	$(BOOT) lab
 
 # The whole suite (tools/bootstrap.py full_suite_args): tests/ plus every notebook in
-# notebooks/ and solutions/ under nbval, $(JOBS) workers. About 5 minutes on 2 cores.
+# notebooks/ and solutions/ under nbval, $(JOBS) workers. About 12 minutes on 2 cores.
 test:
 	$(BOOT) test
 
@@ -54,7 +61,8 @@ notebooks:
 	$(BOOT) test -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env notebooks solutions
 
 # ruff's lint and its formatter (`.venv/bin/ruff format .` fixes what the second reports).
-lint: setup
+lint:
+	$(BOOT) setup test
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 
@@ -73,6 +81,13 @@ site:
 # `make html` was nbconvert's HTML, which needed the internet (MathJax, require.js, Mermaid
 # and the widget manager from CDNs): retired in favour of `make site`.
 html: site
+
+# The learner's edition: lectures, exercises, course_lib and the set-up files; no
+# solutions/, hidden tests or grader. A folder, a zip beside it and a git repository inside
+# it that an instructor can push. RELEASE_DIR chooses the folder (default build/release).
+RELEASE_DIR ?= build/release
+release:
+	$(BOOT) release $(RELEASE_DIR)
 
 clean:
 	rm -rf build test-output .pytest_cache .ruff_cache

@@ -35,7 +35,7 @@ MARKS = {PASSED: "✓", FAILING: "✗", NOT_STARTED: "○", NOT_CHECKED: "?"}
 WORK_SUFFIX = "_exercises"  # work/02_qkv_attention_exercises.ipynb (tools/bootstrap.py)
 NOTEBOOK_TIMEOUT_S = 600.0  # one copy, all its exercises
 EXERCISE_TIMEOUT_S = 120.0  # one solution cell or one exercise's cases (where SIGALRM exists)
-REASON_CHARS = 110
+LEADS = ("Likely cause:", "Hint:")  # what a check's message says about the mistake
 
 
 @dataclass
@@ -62,8 +62,10 @@ def course_root() -> Path | None:
     if given and (Path(given) / "exercises").is_dir():
         return Path(given).resolve()
     here = Path.cwd().resolve()
-    for folder in [here, *here.parents]:
-        if (folder / "exercises").is_dir() and (folder / "solutions").is_dir():
+    for folder in [here, *here.parents]:  # the course, or its learner's edition
+        if (folder / "exercises").is_dir() and (
+            (folder / "solutions").is_dir() or (folder / "notebooks").is_dir()
+        ):
             return folder
     return None
 
@@ -128,10 +130,22 @@ def _mtime(path: Path) -> float:
 
 
 def one_line(text: str) -> str:
-    """The first line of a message, shortened for a table cell."""
-    line = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
-    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
-    return line if len(line) <= REASON_CHARS else line[: REASON_CHARS - 1] + "…"
+    """A message on one line, in full: its lines joined, colour codes removed."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text))
+    return " ".join(s.strip() for s in text.splitlines() if s.strip())
+
+
+def reason_of(case: str, message: str) -> str:
+    """A failed case's reason on one line, in full, leading with what the check named as the
+    likely cause (or its hint): "Likely cause: ... (case 'x': expected ..., got ...)"."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(message))
+    lines = [s.strip() for s in text.splitlines() if s.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith(LEADS):
+            cause = " ".join([line, *lines[i + 1 :]])
+            rest = " ".join(lines[:i])
+            return f"{cause} ({case}: {rest})" if rest else f"{cause} ({case})"
+    return one_line(f"{case}: {text}")
 
 
 def verdict_of_results(results: list) -> tuple[str, str]:
@@ -144,7 +158,7 @@ def verdict_of_results(results: list) -> tuple[str, str]:
     if not results:
         return FAILING, "no cases ran"
     first = failed[0]
-    return FAILING, one_line(f"{first.name}: {first.message}")
+    return FAILING, reason_of(first.name, first.message)
 
 
 def run_visible_cases(exercise_id: str, fn) -> tuple[str, str]:
@@ -245,7 +259,7 @@ def probe(copy: Path, base: Path, assignment: str, out: Path, limit: float) -> N
 
     from .checks.core import PLACEHOLDER_MARK, get_exercise
 
-    copy_nb, base_nb = _read(copy), _read(base)
+    copy_nb, base_nb = _read(copy.resolve()), _read(base.resolve())
     shell = InteractiveShell.instance()
     out_file = open(out, "a", encoding="utf-8")  # noqa: SIM115 (kept open for the whole run)
 
@@ -317,6 +331,7 @@ def check_copy(
 ) -> list[Row]:
     """Check one learner copy in a child process; never writes to the copy."""
     exercises = exercises_of(assignment)
+    copy, base = Path(copy).expanduser().resolve(), Path(base).expanduser().resolve()
     with tempfile.TemporaryDirectory(prefix="course-progress-") as tmp:
         out = Path(tmp) / "verdicts.jsonl"
         out.touch()
@@ -394,8 +409,10 @@ def course_progress(
     work: Path | None = None, root: Path | None = None, jobs: int | None = None
 ) -> list[Row]:
     """Every exercise of the course, from the learner's copies in ``work``."""
-    root = root or course_root()
+    root = Path(root).resolve() if root else course_root()
+    # absolute: each copy is checked in a child whose working directory is the copy's folder
     work = Path(work) if work is not None else (root / "work" if root else Path("work"))
+    work = work.expanduser().resolve()
     known = assignments(root)
     copies = find_copies(work, known)
     jobs = jobs or max(1, min(4, os.cpu_count() or 1))
@@ -502,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="copies checked at once")
     args = parser.parse_args(argv)
     root = course_root()
-    work = args.work or (root / "work" if root else Path("work"))
+    work = (args.work or (root / "work" if root else Path("work"))).expanduser()
     if not work.is_dir():
         print(
             f"No {work}/ folder yet: `make lab` makes your copies of the exercises there.",

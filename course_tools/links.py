@@ -63,6 +63,25 @@ class Links:
         """Open ``path`` in JupyterLab on mybinder.org (built from environment.yml)."""
         return f"https://mybinder.org/v2/gh/{self.github}/{self.branch}?urlpath=lab/tree/{path}"
 
+    def nbgitpuller(self, hub: str, path: str = "notebooks/00_setup.ipynb") -> str:
+        """A JupyterHub link that clones (or updates) the course into each learner's home
+        with nbgitpuller and opens ``path`` in JupyterLab; a learner's changes are kept."""
+        from urllib.parse import quote, urlencode
+
+        hub = hub.rstrip("/")
+        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", hub):
+            raise ValueError(f"not a JupyterHub address: {hub!r} (e.g. https://hub.example.org)")
+        folder = self.github.split("/")[1]
+        query = urlencode(
+            {
+                "repo": self.clone_url,
+                "branch": self.branch,
+                "urlpath": f"lab/tree/{folder}/{path}",
+            },
+            quote_via=quote,
+        )
+        return f"{hub}/hub/user-redirect/git-pull?{query}"
+
     def colab_badge(self, path: str) -> str:
         return (
             f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
@@ -71,3 +90,134 @@ class Links:
 
     def binder_badge(self, path: str) -> str:
         return f"[![Binder](https://mybinder.org/badge_logo.svg)]({self.binder(path)})"
+
+
+# --------------------------------------------------------------------------- the placeholder
+
+PLACEHOLDER_OWNER = "OWNER"  # pyproject.toml's address until the course is published
+PLACEHOLDER_HELP = (
+    "set it in one step: python -m course_tools.links --set https://github.com/YOU/NAME "
+    "[--branch main]"
+)
+
+
+def is_placeholder(links: Links) -> bool:
+    """Whether the address is still the ``https://github.com/OWNER/...`` placeholder."""
+    owner = links.repository.removeprefix("https://github.com/").split("/")[0]
+    return owner == PLACEHOLDER_OWNER
+
+
+def release_build() -> bool:
+    """A release build (``COURSE_RELEASE=1``, as a publishing CI job sets it): the
+    placeholder address is an error there, a warning in development."""
+    import os
+
+    return os.environ.get("COURSE_RELEASE", "") not in ("", "0")
+
+
+def check_published(links: Links, what: str = "the course") -> str | None:
+    """None when the address is real; a warning text in development; raises ValueError on a
+    release build while the address is still the placeholder."""
+    if not is_placeholder(links):
+        return None
+    msg = (
+        f"{what}'s Colab, Binder and GitHub links point at the placeholder "
+        f"{links.repository}: {PLACEHOLDER_HELP}"
+    )
+    if release_build():
+        raise ValueError(msg + " (COURSE_RELEASE=1: a release build refuses the placeholder)")
+    return "warning: " + msg
+
+
+# --------------------------------------------------------------------------- setting it
+
+_REPOSITORY_LINE = re.compile(r'^(Repository\s*=\s*)"[^"]*"', re.M)
+_BRANCH_LINE = re.compile(r'^(branch\s*=\s*)"[^"]*"', re.M)
+GITHUB = re.compile(r"https://github\.com/[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+")
+
+
+def set_address(root: Path, repository: str, branch: str | None = None) -> Links:
+    """Write the repository (and branch) into pyproject.toml, keeping everything else."""
+    repository = repository.strip().rstrip("/").removesuffix(".git")
+    if not GITHUB.fullmatch(repository):
+        raise ValueError(
+            f"the repository must be https://github.com/OWNER/NAME (Colab and Binder open "
+            f"GitHub repositories), got {repository!r}"
+        )
+    path = Path(root) / "pyproject.toml"
+    text = path.read_text(encoding="utf-8")
+    if not _REPOSITORY_LINE.search(text):
+        raise ValueError('pyproject.toml has no `Repository = "..."` line under [project.urls]')
+    text = _REPOSITORY_LINE.sub(lambda m: f'{m.group(1)}"{repository}"', text, count=1)
+    if branch is not None:
+        if not re.fullmatch(r"[A-Za-z0-9._/-]+", branch):
+            raise ValueError(f"not a branch name: {branch!r}")
+        text = _BRANCH_LINE.sub(lambda m: f'{m.group(1)}"{branch}"', text, count=1)
+    path.write_text(text, encoding="utf-8")
+    return Links.load(root)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_tools.links --set URL [--branch B]``: the course's address, set in
+    pyproject.toml and carried everywhere it appears (every notebook's Colab cell, the
+    README's course map badges; the website reads it when it is built)."""
+    import argparse
+    import sys
+
+    from .course import CourseRootError, course_root
+
+    parser = argparse.ArgumentParser(
+        prog="python -m course_tools.links",
+        description="Show or set where the course lives online (Colab, Binder, GitHub links).",
+    )
+    parser.add_argument("--set", dest="repository", metavar="URL", default=None)
+    parser.add_argument("--branch", default=None)
+    parser.add_argument("--course", type=Path, default=None, metavar="ROOT")
+    parser.add_argument(
+        "--nbgitpuller",
+        metavar="HUB",
+        default=None,
+        help="print the JupyterHub link that puts the course (or --repository's edition) in "
+        "every learner's home, e.g. --nbgitpuller https://hub.example.org",
+    )
+    parser.add_argument(
+        "--repository", default=None, help="with --nbgitpuller: the edition's address"
+    )
+    args = parser.parse_args(argv)
+    try:
+        root = course_root(args.course)
+        if args.nbgitpuller:
+            links = Links.load(root)
+            if args.repository:
+                links = Links(
+                    args.repository.rstrip("/").removesuffix(".git"), args.branch or "main"
+                )
+            note = check_published(links, "the link")
+            if note:
+                print(note, file=sys.stderr)
+            print(links.nbgitpuller(args.nbgitpuller))
+            return 0
+        if args.repository is None and args.branch is None:
+            links = Links.load(root)
+            print(f"{links.repository} (branch {links.branch})")
+            note = check_published(links)
+            if note:
+                print(note, file=sys.stderr)
+            return 0
+        if args.repository is None:
+            args.repository = Links.load(root).repository
+        links = set_address(root, args.repository, args.branch)
+    except (CourseRootError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from . import notebook_headers
+
+    print(f"address: {links.repository} (branch {links.branch})")
+    notebook_headers.run(root, apply=True)
+    notebook_headers.update_readme(root, apply=True)
+    print("The website takes it when it is next built (`make site`). Commit the result.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

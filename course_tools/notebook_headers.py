@@ -15,6 +15,9 @@ What it maintains (and nothing else; every edit is idempotent):
   is ``work/NN_topic_exercises.ipynb`` (what ``make lab`` makes), not the pristine
   ``exercises/NN_topic.ipynb`` (which is still named where the text speaks of Colab, Binder
   or "a copy of").
+* **The notebook metadata** JupyterLab writes (kernel spec, language info, asked of a real
+  kernel), so that opening and saving a notebook without running it changes nothing.
+* **The README's course map**: its *open* column, each lecture's Colab and Binder badges.
 * **The progress cell** at the end of every solutions notebook (cell id ``course-progress``),
   which ``course-exercises`` copies into exercises/: ``progress.show("NN_topic")`` prints
   the chapter's table from the checks the learner ran.
@@ -23,6 +26,7 @@ What it maintains (and nothing else; every edit is idempotent):
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from pathlib import Path
@@ -164,11 +168,63 @@ def set_progress_cell(nb, assignment: str) -> None:
 # --------------------------------------------------------------------------- the whole course
 
 
-def updated(nb, kind: str, assignment: str, links: Links):
-    """A copy of ``nb`` with the course-wide cells as they should be (kind: lecture|solution)."""
+# --------------------------------------------------------------------------- metadata
+
+KERNEL = "python3"
+
+
+@functools.cache
+def lab_metadata(kernel: str = KERNEL) -> dict:
+    """The notebook metadata JupyterLab writes when it opens a notebook with ``kernel``: the
+    kernel spec as the kernel spec manager names it ("Python 3 (ipykernel)") and the
+    language info the kernel itself reports (a kernel is started once to ask it)."""
+    import subprocess
+
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import start_new_kernel
+
+    spec = KernelSpecManager().get_kernel_spec(kernel)
+    km, kc = start_new_kernel(kernel_name=kernel, startup_timeout=120, stderr=subprocess.DEVNULL)
+    try:
+        msg_id = kc.kernel_info()
+        while True:
+            reply = kc.get_shell_msg(timeout=60)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        info = dict(reply["content"]["language_info"])
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    return {
+        "kernelspec": {
+            "display_name": spec.display_name,
+            "language": spec.language,
+            "name": kernel,
+        },
+        "language_info": info,
+    }
+
+
+def set_lab_metadata(nb, meta: dict) -> None:
+    """Make ``nb``'s kernel spec and language info what JupyterLab writes, so that opening
+    and saving it changes nothing. A Python version already there is kept (the one the
+    course is tested with), so that running this on another Python rewrites nothing."""
+    info = dict(meta["language_info"])
+    old = nb.metadata.get("language_info") or {}
+    if isinstance(old, dict) and old.get("version"):
+        info["version"] = old["version"]
+    nb.metadata["kernelspec"] = dict(meta["kernelspec"])
+    nb.metadata["language_info"] = info
+
+
+def updated(nb, kind: str, assignment: str, links: Links, meta: dict | None = None):
+    """A copy of ``nb`` with the course-wide cells as they should be (kind: lecture|solution)
+    and, given ``meta`` (:func:`lab_metadata`), JupyterLab's notebook metadata."""
     import copy
 
     nb = copy.deepcopy(nb)
+    if meta is not None:
+        set_lab_metadata(nb, meta)
     set_colab_cell(nb, colab_source(links, assignment[:2]))
     if kind == "lecture":
         for cell in nb.cells:
@@ -192,10 +248,12 @@ def targets(root: Path) -> list[tuple[Path, str]]:
 def run(root: Path, apply: bool, out=sys.stdout) -> list[str]:
     """Files that are (check) or were (apply) out of date. With apply, exercises/ follows."""
     links = Links.load(root)
+    meta = lab_metadata()
     stale = []
     for path, kind in targets(root):
         old = path.read_text(encoding="utf-8")
-        new = _dump(updated(nbformat.reads(old, as_version=NB_VERSION), kind, path.stem, links))
+        nb = nbformat.reads(old, as_version=NB_VERSION)
+        new = _dump(updated(nb, kind, path.stem, links, meta))
         if new != old:
             stale.append(str(path.relative_to(root)))
             if apply:
@@ -230,6 +288,50 @@ def badge_table(root: Path) -> str:
     return "\n".join(rows)
 
 
+# --------------------------------------------------------------------------- the README
+
+# A row of the README's course map: | NN | [title](notebooks/NN_topic.ipynb) | ... |
+_MAP_ROW = re.compile(r"^\| (\d\d) \| \[[^\]]*\]\((notebooks/\d\d_[a-z0-9_]+\.ipynb)\) \|")
+# The Quick start's clone line and the cd after it.
+_CLONE = re.compile(r"^git clone https://github\.com/\S+\.git\ncd \S+\n", re.M)
+
+
+def readme_text(text: str, links: Links) -> str:
+    """The README with its course map's *open* column (Colab and Binder badges of each
+    lecture) derived from the course's address."""
+    name = links.github.split("/")[1]
+    text = _CLONE.sub(f"git clone {links.clone_url}\ncd {name}\n", text)
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        m = _MAP_ROW.match(line)
+        if not m:
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        badges = f"{links.colab_badge(m.group(2))} {links.binder_badge(m.group(2))}"
+        if "badge" in cells[-1]:  # the open column is the last one
+            cells = cells[:-1]
+        cells = cells + [badges]
+        lines[i] = "| " + " | ".join(cells) + " |"
+    return "\n".join(lines)
+
+
+def update_readme(root: Path, apply: bool, out=sys.stdout) -> bool:
+    """Whether README.md's course-map badges were (apply) or are (check) out of date."""
+    path = root / "README.md"
+    if not path.exists():
+        return False
+    old = path.read_text(encoding="utf-8")
+    new = readme_text(old, Links.load(root))
+    if new == old:
+        return False
+    if apply:
+        path.write_text(new, encoding="utf-8")
+    print(
+        ("updated: " if apply else "not up to date: ") + "README.md (course map badges)", file=out
+    )
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_tools.notebook_headers",
@@ -251,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         print(badge_table(root))
         return 0
     stale = run(root, apply=args.apply)
+    if update_readme(root, apply=args.apply):
+        stale.append("README.md")
     if args.check and stale:
         print(
             "run `python -m course_tools.notebook_headers --apply` and commit the result",

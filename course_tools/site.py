@@ -44,13 +44,15 @@ from pathlib import Path
 import nbformat
 
 from .course import CourseRootError, course_root
-from .links import Links
+from .links import Links, check_published
 
 NB_VERSION = 4
 ASSETS = {  # npm package -> the one file the site needs from it
     "mathjax@3.2.2": ("package/es5/tex-svg-full.js", "mathjax/tex-svg-full.js"),
     "mermaid@11": ("package/dist/mermaid.min.js", "mermaid/mermaid.min.js"),
 }
+# The docs pages the lectures link to (`../docs/conventions.md`): pages of the site too.
+DOCS = ("notation.md", "conventions.md")
 CELL_TIMEOUT_S = 600
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -388,6 +390,7 @@ def launch_table(links: Links, lectures: list[Path], exercises: list[Path]) -> s
 
 
 def index_page(root: Path, links: Links, lectures: list[Path], exercises: list[Path]) -> str:
+    toc_docs = "\n".join(f"docs/{Path(d).stem}" for d in DOCS if (root / "docs" / d).exists())
     toc_lect = "\n".join(f"notebooks/{p.stem}" for p in lectures)
     toc_ex = "\n".join(f"exercises/{p.stem}" for p in exercises)
     return f"""# {TITLE}
@@ -414,6 +417,13 @@ them yourself, use the launch buttons at the top of each page (Colab or Binder),
 :maxdepth: 1
 
 {toc_ex}
+```
+
+```{{toctree}}
+:caption: Reference
+:maxdepth: 1
+
+{toc_docs}
 ```
 """
 
@@ -450,6 +460,12 @@ def build(
     """Build the site into ``out_dir``; returns the path of its front page."""
     t0 = time.monotonic()
     links = Links.load(root)
+    try:  # the placeholder address: an error on a release build, a warning otherwise
+        note = check_published(links, "the website")
+    except ValueError as err:
+        raise SiteError(str(err)) from None
+    if note:
+        print(note, file=out)
     build_dir = root / "build"
     static = fetch_assets(build_dir / "site-assets")
 
@@ -473,6 +489,10 @@ def build(
         CONF.format(title=TITLE, repo=links.repository, branch=links.branch)
     )
     (src / "index.md").write_text(index_page(root, links, lectures, exercises))
+    for name in DOCS:  # the lectures link to them as ../docs/NAME.md
+        if (root / "docs" / name).exists():
+            (src / "docs").mkdir(exist_ok=True)
+            shutil.copy2(root / "docs" / name, src / "docs" / name)
     for path in lectures:
         nb = prepare(executed[path], "lecture", links, f"notebooks/{path.name}")
         (src / "notebooks").mkdir(exist_ok=True)

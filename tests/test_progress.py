@@ -4,6 +4,7 @@ complete copies, with the verdicts the check cells give."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -86,7 +87,7 @@ def test_a_partial_copy(tmp_path):
     assert rows["02.1"].status == P.PASSED and rows["02.1"].points == 2
     assert rows["02.2"].status == P.FAILING and rows["02.2"].points == 0
     assert "differ" in rows["02.2"].reason or "expected" in rows["02.2"].reason
-    assert "\n" not in rows["02.2"].reason and len(rows["02.2"].reason) <= P.REASON_CHARS
+    assert "\n" not in rows["02.2"].reason and not rows["02.2"].reason.endswith("…")
     assert rows["02.3"].status == P.FAILING and "SyntaxError" in rows["02.3"].reason
     assert rows["02.4"].status == P.NOT_STARTED  # checked from the course's own check cell
     assert rows["02.5"].status == P.NOT_STARTED
@@ -127,7 +128,12 @@ def test_verdicts_match_the_check_cell():
         core.check("00.1", wrong, hints="nudge")
     first = next(line for line in str(failure.value).splitlines() if line.startswith("  ✗"))
     assert status == P.FAILING
-    assert reason.split(":", 1)[1].strip()[:40] in first
+    # the reason leads with the check's likely cause, in full, then the case that showed it
+    message = str(failure.value)
+    cause = next(line.strip() for line in message.splitlines() if "Likely cause:" in line)
+    assert reason.startswith(cause), (reason, cause)
+    assert "wrong axis" in reason and "4 rows of 5 scores" in reason
+    assert first.split("✗", 1)[1].strip().split(":")[0] in reason
     right = lambda x: (
         np.exp(x - x.max(-1, keepdims=True))
         / np.exp(  # noqa: E731
@@ -178,3 +184,37 @@ def test_the_command_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert rows[0]["exercise"] == "00.1" and rows[0]["status"] == P.NOT_STARTED
+
+
+def test_the_reason_is_whole_in_table_and_json():
+    long_cause = "Likely cause: " + "a very long explanation of the mistake " * 6 + "(the end)."
+    reason = P.reason_of("a case", "values differ: expected 1, got 2\n    " + long_cause)
+    assert reason.startswith(long_cause.strip()) and "(the end)." in reason
+    assert reason.endswith("(a case: values differ: expected 1, got 2)")
+    row = P.Row("00_setup", "00.1", "softmax", P.FAILING, 0, 1, reason)
+    assert reason in P.table([row])
+    assert P.reason_of("c", "no cause here") == "c: no cause here"
+
+
+@pytest.mark.parametrize("form", ["work", "./work", "work/", "~"])
+def test_the_command_line_takes_any_path_form(tmp_path, form, monkeypatch):
+    """`python -m course_lib.progress work` (what --help shows) from the course folder."""
+    course = tmp_path / "course"
+    for folder in ("exercises", "solutions"):
+        (course / folder).mkdir(parents=True)
+        shutil.copy2(ROOT / folder / "00_setup.ipynb", course / folder / "00_setup.ipynb")
+    work = course / "work"
+    copy = copy_exercises(work, "00_setup")
+    set_solution(copy, "00.1", solution_source("00_setup", "00.1"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(work))
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_lib.progress", form, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=course,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [(r["exercise"], r["status"]) for r in rows] == [("00.1", P.PASSED)], rows

@@ -78,9 +78,8 @@ def test_environment_yml_and_pyproject_name_the_same_packages():
     import yaml
 
     project = load_toml(ROOT / "pyproject.toml")["project"]
-    py_names = _requirement_names(
-        project["dependencies"] + project["optional-dependencies"]["test"]
-    )
+    # Binder and conda give learners the learner's dependencies only, as `make lab` does
+    py_names = _requirement_names(project["dependencies"])
     env = yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
     conda_specs, pip_specs = [], []
     for dep in env["dependencies"]:
@@ -116,3 +115,45 @@ def test_ruff_is_clean():
             f"`.venv/bin/ruff format .` for the second):\n"
             f"{proc.stdout}{proc.stderr}"
         )
+
+
+# --------------------------------------------------------------------------- figures in docs
+
+
+def test_the_course_maps_run_times_match_the_recorded_ones():
+    """README's *runs in* column against benchmarks/results/notebook_times*.json: it fails
+    when they drift far apart (after re-measuring: `python -m course_tools.plan --write`)."""
+    from course_tools import plan
+
+    _, chapters = plan.course_map(ROOT)
+    measured = plan.measured(ROOT)
+    lectures = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert [Path(c.lecture).name for c in chapters] == lectures, "the map lists every lecture"
+    for c in chapters:
+        assert c.lecture in measured, f"{c.lecture} has no recorded time in benchmarks/results"
+        assert c.runs_in_s is not None, f"the course map gives no 'runs in' for {c.number}"
+        got, want = c.runs_in_s, measured[c.lecture]
+        assert abs(got - want) <= max(15.0, 0.5 * want), (
+            f"README says chapter {c.number} runs in {got:.0f} s, recorded {want:.0f} s: "
+            "run `python -m course_tools.plan --write`"
+        )
+
+
+def test_the_readme_totals_are_the_maps_sum():
+    from course_tools import plan
+
+    _, chapters = plan.course_map(ROOT)
+    lec = plan._hm(sum(c.lecture_min for c in chapters))
+    ex = plan._hm(sum(c.exercise_min for c in chapters))
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"about {lec} of lectures and {ex} of exercises" in text, (lec, ex)
+
+
+def test_chapter_counts_in_the_docs_are_the_courses():
+    n = len(list((ROOT / "notebooks").glob("*.ipynb")))
+    words = {"nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+    for doc in ("README.md", "CONTRIBUTING.md", "docs/instructors.md"):
+        text = " ".join((ROOT / doc).read_text(encoding="utf-8").split())
+        for m in re.finditer(r"(?<!had )\b(\d+|nine|ten|eleven|twelve) chapters\b", text):
+            count = int(m.group(1)) if m.group(1).isdigit() else words[m.group(1)]
+            assert count == n, f"{doc}: '{m.group(0)}', but the course has {n} chapters"

@@ -128,6 +128,18 @@ def test_front_page_navigates_and_launches(reader):
 
 @pytest.mark.browser
 @pytest.mark.slow
+def test_the_docs_pages_lectures_link_to_are_pages_of_the_site(reader):
+    """Lectures 04 and 05 link to ../docs/conventions.md: a page of the site, in its nav."""
+    for name in S.DOCS:
+        page = reader.open(f"docs/{Path(name).stem}.html")
+        assert page.locator("article h1").count() >= 1, name
+    nav = reader.open("index.html").locator("nav.bd-docs-nav a.reference.internal")
+    assert any("onvention" in t for t in nav.all_text_contents())
+    assert reader.left_the_machine() == []
+
+
+@pytest.mark.browser
+@pytest.mark.slow
 def test_lecture_page_renders_offline(reader):
     page = reader.open("notebooks/02_qkv_attention.html")
     # Maths typeset by the bundled MathJax (SVG output).

@@ -5,6 +5,7 @@
 # with a too-old Python gets a clear message instead of a SyntaxError.
 import hashlib
 import os
+import re
 import subprocess
 import sys
 
@@ -72,21 +73,205 @@ def run(cmd, **kw):
         )
 
 
-def ensure_venv():
-    """Create .venv when missing and (re)install the course when pyproject.toml changed."""
+# --------------------------------------------------------------------------- which PyTorch
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+TORCH_CHOICES = ("cpu", "cuda", "default")
+SWITCH_HELP = (
+    "To switch later: `make lab TORCH=cpu` (or TORCH=cuda, TORCH=default; "
+    "`TORCH=cpu python3 tools/bootstrap.py lab` without make) replaces the installed torch."
+)
+
+
+def torch_requirement(pyproject_text=None):
+    """The course's torch requirement as pyproject.toml states it ("torch>=2.7")."""
+    if pyproject_text is None:
+        with open(os.path.join(ROOT, "pyproject.toml")) as f:
+            pyproject_text = f.read()
+    found = re.search(r'"(torch\s*[<>=!~][^";]*)"', pyproject_text)
+    return found.group(1).replace(" ", "") if found else "torch"
+
+
+def nvidia_driver_present(exists=os.path.exists, which=None):
+    """Whether this machine has an NVIDIA driver: the kernel module's /proc entry (Linux)
+    or the driver's nvidia-smi on PATH."""
+    if which is None:
+        import shutil
+
+        which = shutil.which
+    return bool(exists("/proc/driver/nvidia/version") or which("nvidia-smi"))
+
+
+def torch_choice(system, has_driver, override):
+    """(choice, reason): which PyTorch build to install.
+
+    ``override`` is $TORCH (cpu, cuda or default; empty: decide). On Linux without an NVIDIA
+    driver the CPU build (about 0.75 GB installed), which needs no CUDA libraries; otherwise
+    the default index's build (PyPI's Linux wheels come with CUDA's libraries)."""
+    override = (override or "").strip().lower()
+    if override:
+        if override not in TORCH_CHOICES:
+            die(
+                "TORCH={!r} is not one of {}: TORCH=cpu (the CPU-only build), TORCH=cuda "
+                "(NVIDIA GPUs, Linux) or TORCH=default (whatever PyPI gives this "
+                "machine).".format(override, ", ".join(TORCH_CHOICES))
+            )
+        return override, "TORCH={} was given".format(override)
+    if system == "Linux" and not has_driver:
+        return "cpu", "Linux without an NVIDIA driver: the CPU-only PyTorch (no CUDA download)"
+    if system == "Linux":
+        return "default", "an NVIDIA driver was found: PyTorch with CUDA"
+    return "default", "{}: PyPI's PyTorch for it".format(system)
+
+
+def torch_install_plan(py, choice, requirement, system):
+    """The pip commands to try in order, each with what to say before it (None: nothing).
+
+    cpu: the CPU wheel index first, then the default index (saying so) when that fails.
+    cuda and default: the default index (PyPI), whose Linux wheels are CUDA builds."""
+    pip = [py, "-m", "pip", "install", requirement]
+    if choice == "cpu":
+        return [
+            (pip + ["--index-url", CPU_INDEX], None),
+            (
+                pip,
+                "The CPU wheel index ({}) could not be used; installing PyTorch from the "
+                "default index (PyPI) instead. On Linux that is the CUDA build, several GB "
+                "larger.".format(CPU_INDEX),
+            ),
+        ]
+    note = None
+    if choice == "cuda" and system != "Linux":
+        note = (
+            "TORCH=cuda: PyPI has CUDA builds of PyTorch for Linux only; on {} see "
+            "https://pytorch.org/get-started/locally/ for the command. Installing the "
+            "default build.".format(system)
+        )
+    return [(pip, note)]
+
+
+# Run in .venv's Python: "VERSION 1" for a CUDA build of torch, "VERSION 0" for a CPU one
+# (its version ends in +cpu, or none of the nvidia-* CUDA libraries it names is installed).
+TORCH_PROBE = """
+import importlib.metadata as m, re
+try:
+    v = m.version("torch")
+except m.PackageNotFoundError:
+    raise SystemExit(3)
+def installed(name):
+    try:
+        return bool(m.version(name))
+    except m.PackageNotFoundError:
+        return False
+names = [re.split(r"[ ;<>=!~\\[]", r, maxsplit=1)[0] for r in m.requires("torch") or []]
+cuda = "+cpu" not in v and any(n.startswith("nvidia-") and installed(n) for n in names)
+print(v, int(cuda))
+"""
+
+
+def installed_torch(py):
+    """(version, is_cuda_build) of the torch installed in ``py``'s environment, or None.
+    Read from the package metadata: importing torch would take seconds."""
+    try:
+        out = subprocess.run(
+            [py, "-c", TORCH_PROBE], stdout=subprocess.PIPE, universal_newlines=True
+        )
+    except OSError:
+        return None
+    if out.returncode != 0 or len(out.stdout.split()) != 2:
+        return None
+    version, cuda = out.stdout.split()
+    return version, cuda == "1"
+
+
+def torch_matches(choice, installed, system):
+    """Whether an installed torch (see installed_torch) is the build ``choice`` asks for."""
+    if installed is None:
+        return False
+    if choice == "cuda" and system != "Linux":
+        return True  # no CUDA build from PyPI there: whatever is installed is the default
+    return {"cpu": not installed[1], "cuda": installed[1]}.get(choice, True)
+
+
+def ensure_torch(override=None, system=None):
+    """Install PyTorch into .venv when it has none (or when TORCH= asks for another build),
+    before the course: the course's open range is then satisfied and pip fetches no other."""
+    import platform
+
+    system = system or platform.system()
+    override = os.environ.get("TORCH", "") if override is None else override
+    have = installed_torch(PY)
+    if have is not None and not override.strip():
+        return  # keep whatever torch is there (CI's, the learner's own)
+    choice, why = torch_choice(system, nvidia_driver_present(), override)
+    if torch_matches(choice, have, system):
+        return
+    print("PyTorch: {} ({}).".format(choice, why))
+    if have is not None:
+        print("Replacing the installed torch {}.".format(have[0]))
+        run([PY, "-m", "pip", "uninstall", "-y", "torch"])
+    plan = torch_install_plan(PY, choice, torch_requirement(), system)
+    for i, (cmd, note) in enumerate(plan):
+        if note:
+            print(note)
+        print("+ " + " ".join(cmd))
+        if subprocess.call(cmd, cwd=ROOT) == 0:
+            print(SWITCH_HELP)
+            return
+        if i == len(plan) - 1:
+            die("installing PyTorch failed (`{}`).".format(" ".join(cmd)))
+
+
+# --------------------------------------------------------------------------- the course
+
+# What each command installs on top of the course (pyproject's extras): learners get the
+# learner's dependencies only; the tests and the website add their own.
+EXTRAS = {"test": ("test",), "site": ("site",)}
+
+
+def read_stamp():
+    """(pyproject hash, extras installed) from the last install, or ("", ())."""
+    if not os.path.exists(STAMP):
+        return "", ()
+    with open(STAMP) as f:
+        lines = f.read().split("\n")
+    extras = tuple(e for e in (lines[1] if len(lines) > 1 else "").split(",") if e)
+    return lines[0].strip(), extras
+
+
+def install_target(wanted, stamp, want_hash):
+    """The extras to install now (None: nothing to do). A changed pyproject.toml reinstalls
+    with every extra installed before; a new extra adds to them."""
+    have_hash, have = stamp
+    union = tuple(sorted(set(have) | set(wanted)))
+    if have_hash == want_hash and set(wanted) <= set(have):
+        return None
+    return union
+
+
+def editable_spec(extras):
+    return ".[{}]".format(",".join(extras)) if extras else "."
+
+
+def ensure_venv(extras=()):
+    """Create .venv when missing and (re)install the course when pyproject.toml changed or
+    the command needs an extra not installed yet."""
     if not os.path.exists(PY):
         check_python()
         print("Creating the course environment in .venv (first run only) ...")
         run([sys.executable, "-m", "venv", VENV])
     want = requirements_hash()
-    have = open(STAMP).read().strip() if os.path.exists(STAMP) else ""
-    if have == want:
+    target = install_target(extras, read_stamp(), want)
+    if target is None:
+        if os.environ.get("TORCH", "").strip():
+            ensure_torch()
         return
     print("Installing the course and its dependencies into .venv (a few minutes) ...")
     run([PY, "-m", "pip", "install", "--upgrade", "pip"])
-    run([PY, "-m", "pip", "install", "-e", ".[test,site]"])
+    ensure_torch()
+    run([PY, "-m", "pip", "install", "-e", editable_spec(target)])
     with open(STAMP, "w") as f:
-        f.write(want + "\n")
+        f.write(want + "\n" + ",".join(target) + "\n")
 
 
 COURSE_SETTINGS = os.path.join(ROOT, ".jupyter", "lab", "user-settings")
@@ -118,8 +303,25 @@ def lab_env():
     return env
 
 
-def full_suite_args():
-    """What `make test` runs: every test, every lecture and solution notebook, in parallel."""
+def is_learner_edition(root=ROOT):
+    """The learner's edition (`make release`) has no solutions/ and no instructor's tools."""
+    return not os.path.isdir(os.path.join(root, "solutions"))
+
+
+def full_suite_args(root=ROOT):
+    """What `make test` runs: every test, every lecture and solution notebook, in parallel.
+    In the learner's edition: every lecture and exercise notebook."""
+    if is_learner_edition(root):
+        return [
+            "-n",
+            os.environ.get("JOBS", "2"),
+            "--dist",
+            "loadfile",
+            "--nbval-lax",
+            "--nbval-current-env",
+            "notebooks",
+            "exercises",
+        ]
     return [
         "-n",
         os.environ.get("JOBS", "2"),
@@ -227,17 +429,27 @@ def wait_quietly(proc):
             pass
 
 
-COMMANDS = ("setup", "lab", "test", "exercises", "progress", "update", "site")
+COMMANDS = ("setup", "lab", "test", "exercises", "progress", "update", "site", "release")
+INSTRUCTOR_COMMANDS = ("exercises", "site", "release")  # need course_tools and solutions/
 
 
 def main(argv):
     if not argv or argv[0] not in COMMANDS:
         die("usage: python3 tools/bootstrap.py {} [args...]".format("|".join(COMMANDS)))
     check_python()
-    ensure_venv()
     what, rest = argv[0], argv[1:]
-    if what == "setup":
+    if what in INSTRUCTOR_COMMANDS and is_learner_edition():
+        die(
+            "`{}` is an instructor's command; this is the learner's edition of the course "
+            "(no solutions/, no course_tools/).".format(what)
+        )
+    if what == "setup":  # `setup test site`: with those extras
+        unknown = [e for e in rest if e not in ("test", "site")]
+        if unknown:
+            die("setup takes the extras to install (test, site), not {}".format(unknown))
+        ensure_venv(tuple(rest))
         return 0
+    ensure_venv(EXTRAS.get(what, ()))
     if what == "lab":
         copy_exercises_to_work()
         cmd = lab_command(rest)
@@ -259,6 +471,8 @@ def main(argv):
         return code
     if what == "site":
         return subprocess.call([PY, "-m", "course_tools.site"] + rest, cwd=ROOT)
+    if what == "release":  # the learner's edition (course_tools/release.py)
+        return subprocess.call([PY, "-m", "course_tools.release"] + rest, cwd=ROOT)
     env = lab_env()
     # Tests run notebooks in parallel, one kernel per core: one BLAS/OpenMP thread per
     # kernel avoids oversubscription, which makes small matmuls many times slower.

@@ -29,7 +29,12 @@ from pathlib import Path
 
 WORK_SUFFIX = "_exercises"
 
-COURSE_KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+# As JupyterLab writes it (course_tools/notebook_headers.py sets it in every notebook).
+COURSE_KERNELSPEC = {
+    "display_name": "Python 3 (ipykernel)",
+    "language": "python",
+    "name": "python3",
+}
 # What JupyterLab (and its extensions) write into a cell's metadata as view state.
 CELL_VIEW_KEYS = ("collapsed", "scrolled", "execution", "ExecuteTime", "jupyter", "trusted")
 NOTEBOOK_VIEW_KEYS = ("widgets", "toc", "varInspector", "vscode")

@@ -2,6 +2,7 @@
 
     course-grade SUBMISSION_OR_FOLDER... --out DIR [--jobs N] [--shard K/N] ...
     course-grade merge SHARD_DIR... --out DIR
+    course-grade report DIR                       # DIR/report.html: the class in figures
 
 (also ``python -m course_tools.grading``). Each submission that needs a kernel is graded
 in a process of its own (:mod:`course_tools.grading.worker`), ``--jobs`` at a time, its
@@ -736,6 +737,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["merge"]:
         return merge_main(argv[1:])
+    if argv[:1] == ["report"]:  # the class report (class_report.py)
+        from .class_report import main as report_main
+
+        return report_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.jobs < 1 or args.timeout <= 0 or args.cell_timeout <= 0:
         print("error: --jobs, --timeout and --cell-timeout must be positive", file=sys.stderr)
