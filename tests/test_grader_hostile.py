@@ -565,6 +565,7 @@ def _bwrap(command: str) -> subprocess.CompletedProcess:
     from course_tools.grading.sandbox import Sandbox
 
     box = Sandbox.find()
+    box.hide = [ROOT]  # as the grader makes it: the course folder hidden (PYTHONPATH=. too)
     cmd = box.command(["/bin/sh", "-c", command], rw=[], cwd="/")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 

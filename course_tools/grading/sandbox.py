@@ -51,6 +51,7 @@ ETC_SECRETS = (
     "krb5.keytab",
     "machine-id",
 )
+PACKAGES = "/opt/course-packages"  # where a kernel finds course_lib and course_tools
 TMP_BYTES = 1 << 30  # the kernel's private /tmp (a tmpfs: memory)
 GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
 SAFE_ENV_PREFIXES = ("COURSE_", "TRITON_", "CUDA_", "NVIDIA_")
@@ -77,6 +78,17 @@ def pythonpath(hide: list[str | Path] = ()) -> list[str]:
             continue
         out.append(os.path.abspath(entry))
     return out
+
+
+def course_packages() -> dict[str, str]:
+    """{name: folder} of the packages ``course_lib`` and ``course_tools`` this process
+    imported; the sandbox shows them under :data:`PACKAGES`, first on the kernel's path, so
+    a kernel runs the very code the grader checked (not another checkout that an editable
+    install of the environment points to)."""
+    import course_lib
+    import course_tools
+
+    return {m.__name__: _real(Path(m.__file__).parent) for m in (course_lib, course_tools)}
 
 
 def python_paths(hide: list[str | Path] = ()) -> list[str]:
@@ -419,6 +431,8 @@ class Sandbox:
                 continue
             seen.add(p)
             b += ["--ro-bind", _real(p), p]
+        for name, folder in course_packages().items():  # the grader's own, whatever the
+            b += ["--ro-bind", folder, f"{PACKAGES}/{name}"]  # kernel's Python would find
         for p in rw:
             b += ["--bind", str(p), str(p)]
         b += ["--chdir", str(cwd), "--"]
@@ -430,8 +444,7 @@ def kernel_env(threads: int, hide: list[str | Path] = ()) -> dict[str, str]:
     (no tokens or credentials), private folders under the sandbox's own /tmp, and the
     ``PYTHONPATH`` folders the sandbox shows (see :func:`pythonpath`)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(SAFE_ENV_PREFIXES) or k in SAFE_ENV}
-    if pythonpath(hide):
-        env["PYTHONPATH"] = os.pathsep.join(pythonpath(hide))
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGES, *pythonpath(hide)])
     bindir = os.path.dirname(sys.executable)
     env.update(
         {
