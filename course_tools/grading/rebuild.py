@@ -565,6 +565,13 @@ def _placeholder_source(source: str, ex_id: str, nbgrader: bool = False) -> str:
     return "\n".join(out)
 
 
+def get_exercise(ex_id: str):
+    """The exercise (imported on first use: the checks load every chapter's references)."""
+    from course_lib.checks.core import get_exercise as lookup
+
+    return lookup(ex_id)
+
+
 def rebuild(
     submission_nb,
     assignment: str,
@@ -582,9 +589,13 @@ def rebuild(
     cell defines the function again, right after that cell: the grader checks the last
     definition, as the learner's last run of the check did. ``inputs`` maps exercises to
     the files of their cases' inputs (see :mod:`course_tools.grading.results`).
-    """
-    from course_lib.checks.core import get_exercise
 
+    The stages: where the course's cells are (:class:`_CoursePositions`), the learner's
+    solution cells (:func:`_learner_solutions`) and added cells (:func:`_added_cells`),
+    the cells in running order (:func:`_running_order`), the exercises never started
+    (:func:`_unstarted`), the flags (:func:`_flag`), where each harvest goes
+    (:func:`_harvest_positions`) and the notebook itself (:func:`_emit`).
+    """
     from .results import code_fingerprint
 
     inputs = inputs or {e: "" for e in harvest_dirs}
@@ -597,35 +608,74 @@ def rebuild(
         dict(harvest_dirs),
         dict(inputs),
     )
-    # --- the course's cells: where each is, what the learner's copy would look like
-    base_pos_by_id: dict[str, int] = {}
-    base_pos_by_code: dict[str, int] = {}
-    sol_pos: dict[str, int] = {}
-    check_pos: dict[str, int] = {}
-    for k, cell in enumerate(base.cells):
-        meta = _course_meta(cell)
-        ex_id, role = meta.get("exercise"), meta.get("role")
-        if cell.get("id"):
-            base_pos_by_id[cell["id"]] = k
-        if cell.cell_type == "code":
-            base_pos_by_code.setdefault(_normal(cell.source), k)
-        if ex_id is not None and str(ex_id) in plan.exercises:
-            if role == "solution":
-                sol_pos[str(ex_id)] = k
-            elif role == "check":
-                check_pos[str(ex_id)] = k
-    # --- the learner's solution cells
-    solution_of: dict[int, str] = {}  # id(cell) -> exercise
+    where = _CoursePositions.of(base, plan.exercises)
+    solution_of = _learner_solutions(submission_nb, plan)
+    solutions, after = _added_cells(submission_nb, solution_of, where, plan)
+    order = _running_order(base, plan, solutions, after)
+    reference = {e: _solution_source(course, assignment, e) for e in plan.exercises}
+    unstarted = _unstarted(order, plan, solutions, reference)
+    _flag(plan, order, solutions, reference, unstarted, course_imports(base.cells))
+    learner_sources = [src for role, _, src in order if role in ("solution", "learner")]
+    plan.fingerprint = code_fingerprint(learner_sources)
+    _emit(plan, order, _harvest_positions(order, plan, unstarted))
+    for ex_id in sorted(unstarted):
+        ex = get_exercise(ex_id)
+        plan.missing[ex_id] = (
+            f"not implemented yet: `{ex.target}` still raises NotImplementedError "
+            "(the placeholder line)"
+        )
+    return plan
+
+
+@dataclass
+class _CoursePositions:
+    """Where the course's cells are: by cell id, by normalised code, and each exercise's
+    solution and check cell."""
+
+    by_id: dict[str, int]
+    by_code: dict[str, int]
+    solution: dict[str, int]
+    check: dict[str, int]
+
+    @classmethod
+    def of(cls, base, exercises: list[str]) -> _CoursePositions:
+        where = cls({}, {}, {}, {})
+        for k, cell in enumerate(base.cells):
+            meta = _course_meta(cell)
+            ex_id, role = meta.get("exercise"), meta.get("role")
+            if cell.get("id"):
+                where.by_id[cell["id"]] = k
+            if cell.cell_type == "code":
+                where.by_code.setdefault(_normal(cell.source), k)
+            if ex_id is not None and str(ex_id) in exercises:
+                if role == "solution":
+                    where.solution[str(ex_id)] = k
+                elif role == "check":
+                    where.check[str(ex_id)] = k
+        return where
+
+
+def _learner_solutions(submission_nb, plan: Plan) -> dict[int, str]:
+    """{id(cell): exercise} for the learner's solution cells; notes and missing ones are
+    recorded in ``plan``."""
+    solution_of: dict[int, str] = {}
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
-        cells, notes, missing = find_solution_cells(submission_nb, assignment, ex_id, ex.target)
+        cells, notes, missing = find_solution_cells(
+            submission_nb, plan.assignment, ex_id, ex.target
+        )
         plan.notes[ex_id] = notes
         if missing:
             plan.missing[ex_id] = missing
         for c in cells:
             solution_of[id(c)] = ex_id
-    # --- walk the submission: anchor every added cell after the course cell before it
-    after: dict[int, list[tuple[str, str | None, str]]] = {}  # base pos -> [(role, ex, src)]
+    return solution_of
+
+
+def _added_cells(submission_nb, solution_of, where: _CoursePositions, plan: Plan):
+    """Walk the submission: each exercise's solution sources, and every cell the learner
+    added anchored after the course cell before it ({course position: [(role, ex, src)]})."""
+    after: dict[int, list[tuple[str, str | None, str]]] = {}
     solutions: dict[str, list[str]] = {e: [] for e in plan.exercises}
     anchor = -1
     added = 0
@@ -634,21 +684,21 @@ def rebuild(
         if id(cell) in solution_of:
             ex_id = solution_of[id(cell)]
             solutions[ex_id].append(cell.get("source", ""))
-            anchor = sol_pos[ex_id]
+            anchor = where.solution[ex_id]
             continue
         if cell.get("cell_type") != "code":
-            pos = base_pos_by_id.get(cell.get("id", ""))
+            pos = where.by_id.get(cell.get("id", ""))
             anchor = pos if pos is not None else anchor
             continue
         ex_id, role = meta.get("exercise"), meta.get("role")
         nbg = cell.get("metadata", {}).get("nbgrader") or {}
         if role in ("check", "statement", "solution"):
-            pos = (check_pos if role == "check" else sol_pos).get(str(ex_id))
+            pos = (where.check if role == "check" else where.solution).get(str(ex_id))
             anchor = pos if pos is not None else anchor
             continue
-        pos = base_pos_by_id.get(cell.get("id", ""))
+        pos = where.by_id.get(cell.get("id", ""))
         if pos is None:
-            pos = base_pos_by_code.get(_normal(cell.get("source", "")))
+            pos = where.by_code.get(_normal(cell.get("source", "")))
         if pos is not None:
             anchor = pos
             continue
@@ -663,14 +713,13 @@ def rebuild(
             f"the notebook has {added} cells added by the learner; only the first "
             f"{MAX_ADDED_CELLS} were run"
         )
-    # --- the rebuilt cells, in order, with where each exercise's harvest goes
-    order: list[tuple[str, str | None, str | object]] = []  # (role, ex, source | course cell)
+    return solutions, after
 
-    def emit_after(k: int) -> None:
-        for role, ex, src in after.get(k, []):
-            order.append((role, ex, src))
 
-    emit_after(-1)
+def _running_order(base, plan: Plan, solutions, after) -> list[tuple[str, str | None, object]]:
+    """The rebuilt cells in order: (role, exercise, source or the course's cell)."""
+    order: list[tuple[str, str | None, object]] = []
+    order += after.get(-1, [])
     for k, cell in enumerate(base.cells):
         meta = _course_meta(cell)
         ex_id, role = meta.get("exercise"), meta.get("role")
@@ -682,14 +731,12 @@ def rebuild(
             order.append(("check", ex_id, ""))
         else:
             order.append(("course", None, cell))
-        emit_after(k)
-    # --- the exercises nobody started (the placeholder untouched, no later definition)
-    learner_defs: dict[str, int] = {}
-    for idx, (role, _ex, src) in enumerate(order):
-        if role in ("solution", "learner"):
-            for name in defined_names(src):
-                learner_defs[name] = idx
-    reference = {e: _solution_source(course, assignment, e) for e in plan.exercises}
+        order += after.get(k, [])
+    return order
+
+
+def _unstarted(order, plan: Plan, solutions, reference) -> set[str]:
+    """The exercises nobody started: the placeholder untouched, no other definition."""
     unstarted: set[str] = set()
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
@@ -703,9 +750,11 @@ def rebuild(
             ex.target in defined_names(src) for role, _, src in order if role == "learner"
         ):
             unstarted.add(ex_id)
-    # --- flags for a human look: suspicious code, copies, the course's implementations
-    imported = course_imports(base.cells)
-    learner_sources = [src for role, _, src in order if role in ("solution", "learner")]
+    return unstarted
+
+
+def _flag(plan: Plan, order, solutions, reference, unstarted, imported) -> None:
+    """Flags for a human look: suspicious code, copies, the course's implementations."""
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
         mine = list(solutions[ex_id]) + [
@@ -733,23 +782,34 @@ def rebuild(
     extra = sorted({f for role, _, src in order if role == "learner" for f in suspicious(src)})
     if extra:
         plan.flags["*"] = [f"a cell the learner added {f}" for f in extra]
-    plan.fingerprint = code_fingerprint(learner_sources)
-    # --- the harvest of each exercise: at its check cell, or after the last definition
-    last_def = {ex_id: learner_defs.get(get_exercise(ex_id).target, -1) for ex_id in plan.exercises}
-    targets = {e: get_exercise(e).target for e in plan.exercises}
+
+
+def _harvest_positions(order, plan: Plan, unstarted) -> dict[int, list[str]]:
+    """{position in ``order``: exercises harvested right after it}: at the check cell, or
+    after the last learner cell that defines the function, if later."""
+    learner_defs: dict[str, int] = {}
+    for idx, (role, _ex, src) in enumerate(order):
+        if role in ("solution", "learner"):
+            for name in defined_names(src):
+                learner_defs[name] = idx
     harvest_at: dict[int, list[str]] = {}
     for idx, (role, ex_id, _) in enumerate(order):
-        if role != "check":
+        if role != "check" or ex_id in plan.missing or ex_id in unstarted:
             continue
-        if ex_id in plan.missing or ex_id in unstarted:
-            continue
-        at = max(idx, last_def[ex_id])
+        target = get_exercise(ex_id).target
+        at = max(idx, learner_defs.get(target, -1))
         harvest_at.setdefault(at, []).append(ex_id)
         if at > idx and order[at][0] == "learner":
             plan.notes[ex_id].append(
-                f"`{get_exercise(ex_id).target}` is defined again in a cell you added below "
+                f"`{target}` is defined again in a cell you added below "
                 "the exercise; that last definition was checked"
             )
+    return harvest_at
+
+
+def _emit(plan: Plan, order, harvest_at) -> None:
+    """The notebook to run, its cells' roles, each harvest cell where it goes."""
+    targets = {e: get_exercise(e).target for e in plan.exercises}
     for idx, (role, ex_id, item) in enumerate(order):
         if role == "course":
             cell = item
@@ -764,16 +824,11 @@ def rebuild(
             plan.nb.cells.append(_code_cell(item, role, ex_id))
             plan.roles.append((role, ex_id))
         for h in harvest_at.get(idx, []):
-            target = get_exercise(h).target
             src = HARVEST_TEMPLATE.format(
-                ex_id=h, target=target, inputs=str(plan.inputs.get(h, "")), out=str(harvest_dirs[h])
+                ex_id=h,
+                target=targets[h],
+                inputs=str(plan.inputs.get(h, "")),
+                out=str(plan.harvest_dirs[h]),
             )
             plan.nb.cells.append(_code_cell(src, "harvest", h))
             plan.roles.append(("harvest", h))
-    for ex_id in sorted(unstarted):
-        ex = get_exercise(ex_id)
-        plan.missing[ex_id] = (
-            f"not implemented yet: `{ex.target}` still raises NotImplementedError "
-            "(the placeholder line)"
-        )
-    return plan

@@ -243,157 +243,174 @@ def execute(
     ``on_cell(i, outcome)`` after every cell. ``place`` says where kernels run and with
     which limits (a sandbox, or none).
     """
-    n = len(nb.cells)
-    deadline = time.monotonic() + total_timeout
-    outcomes: list[CellOutcome | None] = [None] * n
-    bad: set[int] = set()
-    restarts = 0
-    i = 0
-    first_learner = next((j for j, (r, _) in enumerate(roles) if r != "course"), n)
+    run = _Execution(nb, roles, place, cell_timeout, total_timeout, on_kernel, on_cell)
+    while run.i < run.n:
+        kernel = run.start_kernel()
+        if kernel is None:
+            break
+        restart_needed = run.session(*kernel)
+        if restart_needed and run.i < run.n:
+            run.restarts += 1
+            if run.restarts > max_restarts:
+                run.skip_rest(
+                    run.i,
+                    f"not run: the kernel hung or crashed {run.restarts} times; grading "
+                    "of this notebook stopped",
+                )
+                break
+    return [o if o is not None else CellOutcome("skipped", "not run") for o in run.outcomes]
 
-    def done(idx: int, outcome: CellOutcome) -> None:
-        outcomes[idx] = outcome
-        if on_cell is not None:
-            on_cell(idx, outcome)
 
-    def skip_rest(start: int, why: str) -> None:
-        for j in range(start, n):
-            if outcomes[j] is None:
-                done(j, CellOutcome("skipped", why))
+class _OutOfTime(Exception):
+    pass
 
-    def limit_for(j: int, remaining: float) -> float:
+
+class _Execution:
+    """The state of one notebook's run across kernel restarts: the next cell ``i``, each
+    cell's outcome, the cells that hung or crashed (never replayed), the deadline."""
+
+    def __init__(self, nb, roles, place, cell_timeout, total_timeout, on_kernel, on_cell):
+        self.nb, self.roles, self.place = nb, roles, place
+        self.cell_timeout, self.total_timeout = cell_timeout, total_timeout
+        self.on_kernel, self.on_cell = on_kernel, on_cell
+        self.n = len(nb.cells)
+        self.deadline = time.monotonic() + total_timeout
+        self.outcomes: list[CellOutcome | None] = [None] * self.n
+        self.bad: set[int] = set()
+        self.restarts = 0
+        self.i = 0
+        self.first_learner = next((j for j, (r, _) in enumerate(roles) if r != "course"), self.n)
+
+    def done(self, idx: int, outcome: CellOutcome) -> None:
+        self.outcomes[idx] = outcome
+        if self.on_cell is not None:
+            self.on_cell(idx, outcome)
+
+    def skip_rest(self, start: int, why: str) -> None:
+        for j in range(start, self.n):
+            if self.outcomes[j] is None:
+                self.done(j, CellOutcome("skipped", why))
+
+    def limit_for(self, j: int, remaining: float) -> float:
         # Course cells before any learner code are known to run: only the notebook's limit
         # bounds them (a slow machine must not fail an import). Anything later may call
         # learner code (a shadowed `print`, a patched module): the cell limit applies.
-        guarded = roles[j][0] != "course" or j > first_learner
-        return min(cell_timeout, remaining) if guarded else remaining
+        guarded = self.roles[j][0] != "course" or j > self.first_learner
+        return min(self.cell_timeout, remaining) if guarded else remaining
 
-    while i < n:
-        started = _Started(place)
-        client = _new_client(nb, place, started, cell_timeout)
+    def remaining(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 1:
+            raise _OutOfTime()
+        return left
+
+    def start_kernel(self):
+        """A fresh kernel and its client, or None (the rest skipped) when it cannot start."""
+        started = _Started(self.place)
+        client = _new_client(self.nb, self.place, started, self.cell_timeout)
         pid = None
         try:
             client.start_new_kernel(
-                cwd=str(place.box),
-                env=place.env,
+                cwd=str(self.place.box),
+                env=self.place.env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 preexec_fn=started.preexec,
             )
             proc = getattr(getattr(client.km, "provisioner", None), "process", None)
             pid = getattr(proc, "pid", None)
-            if pid and on_kernel:
-                on_kernel(pid)
+            if pid and self.on_kernel:
+                self.on_kernel(pid)
             client.start_new_kernel_client()
         except Exception as err:
             _kill_group(pid)
             started.close()
-            skip_rest(i, f"the kernel could not be started: {err}")
-            break
-        restart_needed = False
+            self.skip_rest(self.i, f"the kernel could not be started: {err}")
+            return None
+        return client, started, pid
+
+    def session(self, client, started, pid) -> bool:
+        """Run cells in this kernel until the end, or until one hangs or crashes it
+        (True: a restart is needed); the kernel is always stopped afterwards."""
         try:
-            if restarts:  # replay what went well before, so later cells have their state
-                for j in range(i):
-                    if nb.cells[j].cell_type != "code" or j in bad or roles[j][0] == "harvest":
-                        continue
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 1:
-                        raise _OutOfTime()
-                    client.timeout = max(1, int(limit_for(j, remaining)))
-                    client.execute_cell(nb.cells[j], j)
-            while i < n:
-                cell = nb.cells[i]
-                if cell.cell_type != "code" or not cell.source.strip():
-                    done(i, CellOutcome("ok"))
-                    i += 1
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 1:
-                    raise _OutOfTime()
-                limit = limit_for(i, remaining)
-                client.timeout = max(1, int(limit))
-                t0 = time.monotonic()
-                try:
-                    client.execute_cell(cell, i)
-                except CellTimeoutError:
-                    total = limit < cell_timeout
-                    msg = (
-                        f"the notebook reached its total time limit of {total_timeout:g} s "
-                        "while this cell ran"
-                        if total
-                        else f"the cell did not finish within {cell_timeout:g} s"
-                    )
-                    done(
-                        i,
-                        CellOutcome(
-                            "timeout", msg, client.output_bytes.get(i, 0), time.monotonic() - t0
-                        ),
-                    )
-                    bad.add(i)
-                    i += 1
-                    if total:
-                        raise _OutOfTime() from None
-                    restart_needed = True
-                    break
-                except Exception as err:  # DeadKernelError, or a channel the kernel broke
-                    died = isinstance(err, DeadKernelError)
-                    done(
-                        i,
-                        CellOutcome(
-                            "died",
-                            "the kernel died while this cell ran (os._exit, "
-                            "a signal, a crash in native code, or out of memory)"
-                            if died
-                            else "the kernel broke its connection to the grader while this "
-                            f"cell ran ({type(err).__name__}: {str(err)[:200]})",
-                            client.output_bytes.get(i, 0),
-                            time.monotonic() - t0,
-                        ),
-                    )
-                    bad.add(i)
-                    i += 1
-                    restart_needed = True
-                    break
-                err = client.errors.get(i)
-                done(
-                    i,
-                    CellOutcome(
-                        "error" if err else "ok",
-                        err or "",
-                        client.output_bytes.get(i, 0),
-                        time.monotonic() - t0,
-                    ),
-                )
-                i += 1
+            if self.restarts:
+                self.replay(client)
+            while self.i < self.n:
+                if self.run_cell(client, self.i):
+                    return True
         except _OutOfTime:
-            skip_rest(
-                i, f"not run: the notebook reached its total time limit of {total_timeout:g} s"
+            self.skip_rest(
+                self.i,
+                f"not run: the notebook reached its total time limit of {self.total_timeout:g} s",
             )
-            i = n
+            self.i = self.n
         except Exception:
             # a replayed cell failed this time (hung, crashed, broke the channel): stop
             # rather than loop
-            skip_rest(
-                i,
+            self.skip_rest(
+                self.i,
                 "not run: the kernel could not be brought back to a working state "
                 "after an earlier cell hung or crashed it",
             )
-            i = n
+            self.i = self.n
         finally:
             _kill_group(pid)  # first: a kernel that broke its channel cannot stall the rest
             _cleanup(client)
             started.close()
-        if restart_needed and i < n:
-            restarts += 1
-            if restarts > max_restarts:
-                skip_rest(
-                    i,
-                    f"not run: the kernel hung or crashed {restarts} times; grading "
-                    "of this notebook stopped",
-                )
-                break
-    return [o if o is not None else CellOutcome("skipped", "not run") for o in outcomes]
+        return False
 
+    def replay(self, client) -> None:
+        """Run again what went well before, so later cells have their state."""
+        for j in range(self.i):
+            cell = self.nb.cells[j]
+            if cell.cell_type != "code" or j in self.bad or self.roles[j][0] == "harvest":
+                continue
+            client.timeout = max(1, int(self.limit_for(j, self.remaining())))
+            client.execute_cell(cell, j)
 
-class _OutOfTime(Exception):
-    pass
+    def run_cell(self, client, i: int) -> bool:
+        """Run cell ``i`` and record its outcome; True when it hung or crashed the kernel."""
+        cell = self.nb.cells[i]
+        if cell.cell_type != "code" or not cell.source.strip():
+            self.i = i + 1
+            self.done(i, CellOutcome("ok"))
+            return False
+        limit = self.limit_for(i, self.remaining())  # (out of time: cell i is skipped)
+        self.i = i + 1
+        client.timeout = max(1, int(limit))
+        t0 = time.monotonic()
+
+        def outcome(status: str, message: str) -> CellOutcome:
+            return CellOutcome(
+                status, message, client.output_bytes.get(i, 0), time.monotonic() - t0
+            )
+
+        try:
+            client.execute_cell(cell, i)
+        except CellTimeoutError:
+            total = limit < self.cell_timeout
+            msg = (
+                f"the notebook reached its total time limit of {self.total_timeout:g} s "
+                "while this cell ran"
+                if total
+                else f"the cell did not finish within {self.cell_timeout:g} s"
+            )
+            self.done(i, outcome("timeout", msg))
+            self.bad.add(i)
+            if total:
+                raise _OutOfTime() from None
+            return True
+        except Exception as err:  # DeadKernelError, or a channel the kernel broke
+            msg = (
+                "the kernel died while this cell ran (os._exit, "
+                "a signal, a crash in native code, or out of memory)"
+                if isinstance(err, DeadKernelError)
+                else "the kernel broke its connection to the grader while this "
+                f"cell ran ({type(err).__name__}: {str(err)[:200]})"
+            )
+            self.done(i, outcome("died", msg))
+            self.bad.add(i)
+            return True
+        err = client.errors.get(i)
+        self.done(i, outcome("error" if err else "ok", err or ""))
+        return False
