@@ -144,6 +144,12 @@ def _find_course(args):
     elif not args.quiet:
         print(UNSAFE_LOSSES, file=sys.stderr)
     course = Course.load(root)
+    known = [*course.notebooks, *course.broken]
+    if args.assignment and args.assignment not in known:
+        raise _Usage(
+            f"--assignment {args.assignment!r} is not one of this course's assignments "
+            f"({', '.join(known) or 'none'})"
+        )
     for name, why in course.broken.items():
         print(
             f"warning: solutions/{name}.ipynb is broken; its submissions get errors: {why}",

@@ -112,6 +112,14 @@ def _add_limit_options(p: argparse.ArgumentParser) -> None:
         "and a cgroup cap of 80%% of the memory divided by --jobs)",
     )
     p.add_argument(
+        "--disk-limit",
+        type=float,
+        default=2.0,
+        metavar="GB",
+        help="what a kernel may write into its working folders (default 2); a kernel that "
+        "writes more is stopped and its exercise gets an error saying so",
+    )
+    p.add_argument(
         "--no-cgroups",
         dest="cgroups",
         action="store_false",
@@ -142,7 +150,16 @@ def _add_limit_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_grading_options(p: argparse.ArgumentParser) -> None:
-    """How points are counted, exported and drawn (the seed, shards)."""
+    """What is graded, how points are counted, exported and drawn (the seed, shards)."""
+    p.add_argument(
+        "--assignment",
+        metavar="NAME",
+        default=None,
+        help="grade every submission as this assignment (e.g. 02_qkv_attention); default: "
+        "the assignment named by each submission's folder or file name, else its metadata. "
+        "A notebook whose metadata names another assignment is graded as the expected one "
+        "and flagged for review",
+    )
     p.add_argument(
         "--partial",
         action="store_true",
@@ -239,5 +256,6 @@ def make_limits(args, jobs: int, threads: int) -> Limits:
         cpus=float(threads) if cg else None,
         pids=1024,
         cpu_seconds=int(args.timeout * max(1, threads) * 2) + 120,
+        disk_bytes=int(args.disk_limit * 2**30),
         cgroup=cg,
     )

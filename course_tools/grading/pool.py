@@ -185,7 +185,11 @@ class Grader:
     ) -> dict:
         from .rebuild import assignment_from_name
 
-        assignment = assignment or assignment_from_name(sub.name, self.course)
+        assignment = (
+            assignment
+            or self._expected(sub).get("expected")
+            or assignment_from_name(sub.name, self.course)
+        )
         return {
             "submission": sub.id,
             "assignment": assignment or "",
@@ -232,7 +236,22 @@ class Grader:
             "output_limit": self.args.output_limit,
             "threads": self.threads,
             "partial": self.args.partial,
+            **self._expected(sub),
         }
+
+    def _expected(self, sub: Submission) -> dict:
+        """The assignment ``sub`` was handed in for: ``--assignment``, else its folder or
+        file name (see :func:`course_tools.grading.rebuild.expected_assignment`)."""
+        from .rebuild import expected_assignment
+
+        chosen = getattr(self.args, "assignment", None)
+        if chosen:
+            return {"expected": chosen, "expected_from": "--assignment"}
+        found = expected_assignment(sub.id, self.course)
+        if not found:
+            return {}
+        where = "its file name" if found in Path(sub.id).name else "its folder"
+        return {"expected": found, "expected_from": where}
 
     def _grade(self, index: int, sub: Submission) -> dict:
         data = sub.read()
@@ -364,6 +383,7 @@ class Grader:
             "pids": lim.pids,
             "cpu_seconds": lim.cpu_seconds,
             "file_bytes": lim.file_bytes,
+            "disk_bytes": lim.disk_bytes,
             "cgroup": lim.cgroup.to_json(f"s{index}-") if lim.cgroup else None,
         }
         return job

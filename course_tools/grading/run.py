@@ -40,6 +40,11 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from .sandbox import CgroupSet, Limits, Sandbox, apply_limits
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# The largest message the grader's sockets accept from a kernel: ZMQ drops a bigger one
+# before reading it (a 400 MB print would otherwise cost the grader gigabytes).
+MAX_KERNEL_MESSAGE = 32 * 2**20
+MAX_BOX_ENTRIES = 100_000  # files and folders a kernel may make in its working folders
+GUARD_PERIOD = 0.2  # seconds between two looks at what a kernel has written
 
 
 @dataclass
@@ -119,6 +124,14 @@ class SandboxedKernelManager(AsyncKernelManager):
     sandbox_ro: list[str] = []
     sandbox_cwd: str = "/"
 
+    def client(self, **kwargs):
+        """A client whose sockets refuse messages over :data:`MAX_KERNEL_MESSAGE`."""
+        import zmq
+
+        kc = super().client(**kwargs)
+        kc.context.setsockopt(zmq.MAXMSGSIZE, MAX_KERNEL_MESSAGE)
+        return kc
+
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
         if self.sandbox is None:
@@ -194,6 +207,108 @@ class _Started:
     def close(self) -> None:
         CgroupSet.kill(self.cgroups)
         shutil.rmtree(self.channel, ignore_errors=True)
+
+
+class _DiskGuard:
+    """Watches what a kernel writes into its working folders (the box and its channel
+    folder, on the host's disk): over ``limit`` bytes or :data:`MAX_BOX_ENTRIES` entries,
+    it kills the kernel, empties the folders and says why (:attr:`reason`). With or
+    without cgroups; a kernel gets at most ``limit`` plus what it writes in
+    :data:`GUARD_PERIOD` seconds."""
+
+    def __init__(self, folders: list[Path], limit: int, pid: int | None):
+        import threading
+
+        self.folders, self.limit, self.pid = folders, limit, pid
+        self.reason = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes on disk, entries) under the folders, counting stops past the caps."""
+        used = entries = 0
+        stack = [str(f) for f in self.folders]
+        while stack and entries <= MAX_BOX_ENTRIES and used <= self.limit:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for e in it:
+                        entries += 1
+                        st = e.stat(follow_symlinks=False)
+                        used += st.st_blocks * 512
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+            except OSError:
+                continue
+        return used, entries
+
+    def _watch(self) -> None:
+        while not self._stop.wait(GUARD_PERIOD):
+            used, entries = self.usage()
+            if used > self.limit or entries > MAX_BOX_ENTRIES:
+                what = (
+                    f"more than {self.limit / 2**30:g} GB"
+                    if used > self.limit
+                    else f"more than {MAX_BOX_ENTRIES} files"
+                )
+                self.reason = (
+                    f"the kernel was stopped: it wrote {what} into its working folder "
+                    "(the grader's --disk-limit); the files were deleted"
+                )
+                _kill_group(self.pid)
+                for folder in self.folders:
+                    for child in list(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+                        if child.is_dir() and not child.is_symlink():
+                            shutil.rmtree(child, ignore_errors=True)
+                        else:
+                            child.unlink(missing_ok=True)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+class _ChannelWatch:
+    """Tells whether the grader's sockets dropped their connection to the kernel (ZMQ does
+    so on a message over :data:`MAX_KERNEL_MESSAGE`): a monitor on the client's iopub and
+    shell sockets, read without waiting after each cell."""
+
+    def __init__(self, client):
+        import zmq
+
+        self.monitors = []
+        for name in ("iopub_channel", "shell_channel"):
+            try:
+                sock = getattr(client.kc, name).socket
+                mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                self.monitors.append((sock, mon, zmq.Socket.shadow(mon.underlying)))
+            except Exception:  # no monitor: a dropped message goes unnoticed, still unread
+                continue
+
+    def broken(self) -> bool:
+        import zmq
+
+        hit = False
+        for _sock, _mon, sync in self.monitors:
+            try:
+                while True:
+                    sync.recv_multipart(zmq.NOBLOCK)
+                    hit = True
+            except zmq.Again:
+                pass
+            except zmq.ZMQError:
+                continue
+        return hit
+
+    def close(self) -> None:
+        for sock, mon, _sync in self.monitors:
+            try:
+                sock.disable_monitor()
+                mon.close(linger=0)
+            except Exception:
+                pass
+        self.monitors = []
 
 
 def _new_client(nb, place: KernelPlace, started: _Started, cell_timeout: float) -> _Client:
@@ -332,6 +447,9 @@ class _Execution:
     def session(self, client, started, pid) -> bool:
         """Run cells in this kernel until the end, or until one hangs or crashes it
         (True: a restart is needed); the kernel is always stopped afterwards."""
+        limits = self.place.limits or Limits()
+        self.guard = _DiskGuard([self.place.box, started.channel], limits.disk_bytes, pid)
+        self.channel = _ChannelWatch(client)
         try:
             if self.restarts:
                 self.replay(client)
@@ -354,6 +472,8 @@ class _Execution:
             )
             self.i = self.n
         finally:
+            self.guard.stop()
+            self.channel.close()
             _kill_group(pid)  # first: a kernel that broke its channel cannot stall the rest
             _cleanup(client)
             started.close()
@@ -402,11 +522,21 @@ class _Execution:
             return True
         except Exception as err:  # DeadKernelError, or a channel the kernel broke
             msg = (
-                "the kernel died while this cell ran (os._exit, "
+                self.guard.reason
+                or "the kernel died while this cell ran (os._exit, "
                 "a signal, a crash in native code, or out of memory)"
-                if isinstance(err, DeadKernelError)
+                if isinstance(err, DeadKernelError) or self.guard.reason
                 else "the kernel broke its connection to the grader while this "
                 f"cell ran ({type(err).__name__}: {str(err)[:200]})"
+            )
+            self.done(i, outcome("died", msg))
+            self.bad.add(i)
+            return True
+        if self.channel.broken():  # a message over MAX_KERNEL_MESSAGE was refused
+            msg = (
+                "the kernel broke its connection to the grader while this cell ran (it sent "
+                f"a message over {MAX_KERNEL_MESSAGE // 2**20} MB, more than the grader "
+                "reads: print less)"
             )
             self.done(i, outcome("died", msg))
             self.bad.add(i)

@@ -53,6 +53,7 @@ ETC_SECRETS = (
 )
 PACKAGES = "/opt/course-packages"  # where a kernel finds course_lib and course_tools
 TMP_BYTES = 1 << 30  # the kernel's private /tmp (a tmpfs: memory)
+SHM_BYTES = 512 << 20  # its /dev/shm (a tmpfs too: shared memory, torch's worker tensors)
 GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
 SAFE_ENV_PREFIXES = ("COURSE_", "TRITON_", "CUDA_", "NVIDIA_")
 SAFE_ENV = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
@@ -133,6 +134,7 @@ class Limits:
     pids: int = 512
     cpu_seconds: int | None = None
     file_bytes: int = 2 << 30
+    disk_bytes: int = 2 << 30  # what the kernel may write into its working folders, in all
     cgroup: CgroupSet | None = None
 
     def describe(self) -> str:
@@ -149,7 +151,8 @@ class Limits:
         if self.cpu_seconds:
             parts.append(f"CPU time {self.cpu_seconds} s per process (rlimit)")
         parts.append(f"files up to {self.file_bytes / 2**30:.0f} GB (rlimit)")
-        parts.append(f"/tmp {TMP_BYTES / 2**30:.0f} GB")
+        parts.append(f"working folders {self.disk_bytes / 2**30:g} GB in all")
+        parts.append(f"/tmp {TMP_BYTES / 2**30:.0f} GB, /dev/shm {SHM_BYTES / 2**30:g} GB")
         return ", ".join(parts)
 
 
@@ -415,6 +418,8 @@ class Sandbox:
             elif os.path.lexists(p):
                 b += ["--ro-bind", "/dev/null", p]
         b += ["--proc", "/proc", "--dev", "/dev"]
+        if self.version >= (0, 7):  # a sized /dev/shm: an unsized one is memory unbounded
+            b += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
         for pattern in GPU_DEVICES:
             for dev in sorted(glob.glob(pattern)):
                 b += ["--dev-bind", dev, dev]
@@ -435,7 +440,9 @@ class Sandbox:
             b += ["--ro-bind", folder, f"{PACKAGES}/{name}"]  # kernel's Python would find
         for p in rw:
             b += ["--bind", str(p), str(p)]
-        b += ["--chdir", str(cwd), "--"]
+        # last: the root (bubblewrap's own tmpfs, unsized) becomes read-only once every
+        # mount point is made; the binds and tmpfs under it keep their own modes
+        b += ["--remount-ro", "/", "--chdir", str(cwd), "--"]
         return b + list(cmd)
 
 

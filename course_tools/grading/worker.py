@@ -44,6 +44,8 @@ from pathlib import Path  # noqa: E402
 STATUSES = ("passed", "failed", "error", "timeout", "missing")
 MAX_RESULT_BYTES = 256 * 2**20  # what the grader reads of one exercise's recorded outputs
 MAX_RECORD_BYTES = 16 * 2**20  # its .json: names and small values (arrays are in the .npz)
+MAX_FEEDBACK_LINES = 200  # what a row keeps of its feedback: lines, and characters each
+MAX_FEEDBACK_LINE = 5000
 
 
 # --------------------------------------------------------------------------- integrity
@@ -113,6 +115,7 @@ def row(
     title: str = "",
 ) -> dict:
     assert status in STATUSES, status
+    feedback = [str(f)[:MAX_FEEDBACK_LINE] for f in list(feedback)[:MAX_FEEDBACK_LINES]]
     return {
         "submission": submission,
         "assignment": assignment,
@@ -158,8 +161,12 @@ def results_problem(folder: Path) -> str | None:
         return "the results folder was replaced by something else"
     import zipfile
 
+    from .results import zip_problem
+
     total = 0
-    for f in folder.iterdir():
+    for n, f in enumerate(folder.iterdir()):
+        if n >= 100:
+            return "the results folder holds more than 100 files"
         st = os.lstat(f)
         if not stat.S_ISREG(st.st_mode):
             return f"the results folder holds a non-file ({f.name})"
@@ -170,11 +177,11 @@ def results_problem(folder: Path) -> str | None:
                 f"than the {MAX_RECORD_BYTES / 2**20:.0f} MB the grader reads"
             )
         if f.suffix == ".npz":  # a zip: what it unpacks to counts, not its size on disk
-            try:
-                with zipfile.ZipFile(f) as zf:
-                    total += sum(i.file_size for i in zf.infolist()) - st.st_size
-            except (zipfile.BadZipFile, OSError, ValueError):
-                return f"the recorded outputs ({f.name}) are not a readable archive"
+            problem = zip_problem(f)  # (its entries counted from the end record first)
+            if problem:
+                return problem
+            with zipfile.ZipFile(f) as zf:
+                total += sum(i.file_size for i in zf.infolist()) - st.st_size
     if total > MAX_RESULT_BYTES:
         return (
             f"your function's outputs take {total / 2**20:.0f} MB, more than the "
@@ -200,7 +207,7 @@ def _harvest_failure(h, cell_timeout) -> tuple[str, float, list[str]] | None:
             )
         return "timeout", 0, [why]
     if h.status == "died":
-        if "connection" in h.message:
+        if "was stopped" in h.message or "connection" in h.message:
             return "error", 0, [f"while your function ran on the grader's tests, {h.message}"]
         return (
             "error",
@@ -227,6 +234,8 @@ def _solution_cell_failure(outcomes, sol_cells) -> tuple[str, float, list[str]] 
                     "is there an infinite loop outside the function?"
                 ],
             )
+        if o.status == "died" and ("was stopped" in o.message or "connection" in o.message):
+            return "error", 0, [f"in your solution cell: {o.message}"]
         if o.status == "died":
             return (
                 "error",
@@ -361,6 +370,9 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None
         return None
     result["flags"] = plan.flags
     result["notes"] += plan.notes.pop("*", [])
+    mismatch = result.pop("mismatch", None)
+    if mismatch:
+        plan.flags.setdefault("*", []).insert(0, mismatch)
     verdicts: dict = {}
     outcomes: list = [CellOutcome("skipped", "not run") for _ in plan.roles]
     if plan.needs_kernel:
@@ -373,7 +385,13 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None
 def _read(job: dict, course, result: dict, send) -> tuple[object, list[dict] | None]:
     """Stage 1: the submission's notebook and assignment (set in ``result``), or the rows
     of a submission that cannot be graded at all."""
-    from .rebuild import SubmissionError, assignment_from_name, identify, parse_notebook
+    from .rebuild import (
+        SubmissionError,
+        assignment_from_name,
+        claimed_assignment,
+        identify,
+        parse_notebook,
+    )
 
     sub_id, name = job["submission"], job["name"]
     data = (
@@ -388,7 +406,7 @@ def _read(job: dict, course, result: dict, send) -> tuple[object, list[dict] | N
         result["assignment"] = assignment or ""
         return None, whole_submission_rows(sub_id, assignment, course, err.status, err.reason)
     result["notes"] += notes
-    assignment, how = identify(nb, name, course)
+    assignment, how = identify(nb, name, course, job.get("expected"))
     if assignment is None:
         known = ", ".join(course.notebooks) or "none"
         reason = (
@@ -404,7 +422,16 @@ def _read(job: dict, course, result: dict, send) -> tuple[object, list[dict] | N
             f"could not be read, so nothing was graded: {course.broken[assignment]}"
         )
         return None, whole_submission_rows(sub_id, assignment, course, "error", reason)
-    if how != "metadata":
+    claimed = claimed_assignment(nb, course)
+    if claimed and claimed != assignment:
+        result["mismatch"] = (
+            f"handed in as {assignment} ({job.get('expected_from') or 'its name'}), but the "
+            f"notebook's metadata says it is {claimed}: graded as {assignment}"
+        )
+        result["notes"].append(
+            result["mismatch"] + "; if the wrong notebook was handed in, hand in the right one"
+        )
+    elif how not in ("metadata", "expected"):
         result["notes"].append(f"assignment {assignment} recognised by its {how}")
     return nb, None
 
