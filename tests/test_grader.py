@@ -309,14 +309,16 @@ def _variants() -> dict[str, tuple[bytes, str]]:
     helper = CORRECT.replace("def softmax(x):", "def _stable_softmax(x):")
     nb["cells"].insert(nb["cells"].index(sol), _added(helper, "learner-2"))
     v["helper_in_new_cell.ipynb"] = (_dump(nb), "passed")
-    nb = _nb()  # a wrong answer in the tagged cell, fixed in a cell added below the check
+    # a wrong answer in the tagged cell, "fixed" in a cell added below the check: the
+    # check cell ran the wrong one (in a top-to-bottom run), so the grader grades that
+    nb = _nb()
     _cell(nb, "solution")["source"] = NAIVE
     chk = _cell(nb, "check")
     nb["cells"].insert(nb["cells"].index(chk) + 1, _added(CORRECT, "learner-3"))
     # ... and the learner's edit of a course cell is not used (the course's own copy is)
     setup = next(c for c in nb["cells"] if "env.setup()" in "".join(c["source"]))
     setup["source"] = "".join(setup["source"]) + "\nnp.exp = lambda x: 0 * x\n"
-    v["fixed_below_the_check.ipynb"] = (_dump(nb), "passed")
+    v["fixed_below_the_check.ipynb"] = (_dump(nb), "failed")
     return v
 
 
@@ -595,7 +597,8 @@ def test_loops_exits_and_crashes_are_reported(adversarial):
 def test_code_in_added_cells_counts_as_in_the_notebook(adversarial):
     """What the learner's own run of the notebook checks is what the grader grades: an
     answer written below the placeholder, a helper in a cell of its own (both pass the
-    notebook's check too), the last definition of the function."""
+    notebook's check too), and the definition in force when the check cell runs (not one
+    written after it)."""
     from nbclient import NotebookClient
 
     for name in ("solution_in_new_cell.ipynb", "helper_in_new_cell.ipynb"):
@@ -606,7 +609,7 @@ def test_code_in_added_cells_counts_as_in_the_notebook(adversarial):
         )
         assert _row(adversarial, f"subs/{name}")["status"] == "passed"
     fb = _feedback(adversarial, "subs/fixed_below_the_check.ipynb")
-    assert "that last definition was checked" in fb
+    assert "added after the check" in fb and "definition in force" in fb
 
 
 def test_tampering_earns_nothing(adversarial):

@@ -565,6 +565,7 @@ def _bwrap(command: str) -> subprocess.CompletedProcess:
     from course_tools.grading.sandbox import Sandbox
 
     box = Sandbox.find()
+    box.hide = [ROOT]  # as the grader makes it: the course folder hidden (PYTHONPATH=. too)
     cmd = box.command(["/bin/sh", "-c", command], rw=[], cwd="/")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
@@ -825,11 +826,12 @@ def test_a_killed_grading_process_keeps_what_was_earned(tmp_path):
 def test_pythonpath_never_shows_the_course_folder(monkeypatch, tmp_path):
     """PYTHONPATH's folders are shown to kernels read-only (a wheel's dependencies may live
     there), but never the course folder or one above it: its solutions/ stay hidden."""
-    from course_tools.grading.sandbox import kernel_env, pythonpath
+    from course_tools.grading.sandbox import PACKAGES, kernel_env, pythonpath
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(ROOT.parent), str(tmp_path)]))
     assert pythonpath([ROOT]) == [str(tmp_path)]
-    assert kernel_env(1, [ROOT])["PYTHONPATH"] == str(tmp_path)
+    # (first: the grader's own course_lib and course_tools, shown at PACKAGES)
+    assert kernel_env(1, [ROOT])["PYTHONPATH"] == os.pathsep.join([PACKAGES, str(tmp_path)])
     monkeypatch.setenv("SECRET_TOKEN", "x")
     assert "SECRET_TOKEN" not in kernel_env(1, [ROOT])  # nothing of the grader's environment
     monkeypatch.delenv("COURSE_BUDGET", raising=False)  # training cells: the short budget

@@ -9,9 +9,9 @@ The notebook that is executed is the course's ``solutions/NN_topic.ipynb`` with
   have) placed after the course cell it followed in the submission, so that helpers in
   cells of their own and answers written below the placeholder count, as they do when the
   learner runs the notebook;
-* each exercise's **check cell** replaced by a *harvest* cell, after the last learner cell
-  that defines the exercise's function, which runs it on the inputs of the grader's cases
-  and only records the outputs (:func:`course_tools.grading.results.harvest`); the verdict
+* each exercise's **check cell** replaced by a *harvest* cell, in the same place (so the
+  definition in force there is the one checked, as in the learner's run), which runs the
+  exercise's function on the inputs of the grader's cases and only records the outputs (:func:`course_tools.grading.results.harvest`); the verdict
   is decided later, in the grader's process.
 
 The learner's copies of the course's own cells are not used: an edited, deleted or
@@ -52,7 +52,7 @@ SUSPICIOUS: list[tuple[str, str]] = [
         r"\b(get_exercise|all_exercises|_REGISTRY|harvest|compare_values|evaluate_case|run_case)\b",
         "uses the checking machinery",
     ),
-    (r"\w*_reference\b|\.reference\b", "uses a reference implementation"),
+    (r"\b\w*_reference\b|\.reference\b", "uses a reference implementation"),
     (
         r"\b(get_ipython|_ih|_oh|sys\.modules|__builtins__|builtins|importlib|ctypes|gc"
         r"|sys\._getframe|_current_frames|inspect|currentframe|f_back|f_locals|f_globals|tb_frame"
@@ -200,11 +200,38 @@ def assignment_from_name(name: str, course: Course) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def identify(nb, name: str, course: Course) -> tuple[str | None, str]:
-    """(assignment, how it was found): metadata, then file name, then exercise ids."""
+def claimed_assignment(nb, course: Course) -> str | None:
+    """The assignment the notebook's own metadata names, when the course has it."""
     meta = nb.get("metadata", {}).get("course")
     claimed = meta.get("assignment") if isinstance(meta, dict) else None
     if isinstance(claimed, str) and (claimed in course.notebooks or claimed in course.broken):
+        return claimed
+    return None
+
+
+def expected_assignment(path: str, course: Course) -> str | None:
+    """The assignment a submission was handed in *for*, from where it is: the innermost
+    folder of its path whose name holds an assignment's name, else its file name (the
+    exact stem, or one holding an assignment's name). None when neither says; never a guess
+    from a number alone (``hw_2024_01`` names no assignment)."""
+    known = sorted([*course.notebooks, *course.broken], key=len, reverse=True)
+    parts = Path(str(path).replace("\\", "/")).parts
+    for folder in reversed(parts[:-1]):
+        hit = next((a for a in known if a in folder), None)
+        if hit:
+            return hit
+    stem = Path(parts[-1]).stem if parts else ""
+    return next((a for a in known if a in stem), None)
+
+
+def identify(nb, name: str, course: Course, expected: str | None = None) -> tuple[str | None, str]:
+    """(assignment, how it was found): the ``expected`` assignment (the instructor's: an
+    option, the folder or the file name), else the metadata, then the file name, then the
+    exercise ids."""
+    if expected:
+        return expected, "expected"
+    claimed = claimed_assignment(nb, course)
+    if claimed:
         return claimed, "metadata"
     by_name = assignment_from_name(name, course)
     if by_name:
@@ -336,7 +363,8 @@ def defined_names(source: str) -> set[str]:
     """Names a cell binds at its top level (def, class, assignment, import)."""
     tree = _parse(source)
     if tree is None:
-        return set(re.findall(r"^\s*def\s+(\w+)\s*\(", source, re.M))
+        # (spaces and tabs only: `\s*` after `^` may rescan every blank line)
+        return set(re.findall(r"^[ \t]*def[ \t]+(\w+)[ \t]*\(", source, re.M))
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -366,14 +394,85 @@ def _strip_docstrings(tree) -> None:
                 node.body = body[1:] or [ast.Pass()]
 
 
+_ENDS_BLOCK = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _live(body: list) -> list:
+    """A block without the statements that do nothing: ``pass``, bare constants, the
+    branches of ``if False``/``while 0``, and whatever follows a return, raise, break or
+    continue."""
+    out = []
+    for stmt in body:
+        if isinstance(stmt, ast.Pass) or (
+            isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        ):
+            continue
+        if isinstance(stmt, (ast.If, ast.While)) and isinstance(stmt.test, ast.Constant):
+            if not stmt.test.value:
+                out += stmt.orelse
+                continue
+            if isinstance(stmt, ast.If):
+                out += stmt.body
+                continue
+        out.append(stmt)
+        if isinstance(stmt, _ENDS_BLOCK):
+            break
+    return out
+
+
+def _remove_dead_code(tree) -> None:
+    """Strip, in place, what changes nothing the code computes: docstrings, the statements
+    of :func:`_live`, and assignments to plain names that nothing ever reads (repeated
+    until none is left). Iterative (``ast.walk``), whatever the depth of the tree."""
+    _strip_docstrings(tree)
+    for _ in range(10):
+        for node in ast.walk(tree):
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(node, name, None)
+                if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                    kept = _live(block)
+                    setattr(node, name, kept or ([ast.Pass()] if name == "body" else []))
+        read = {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
+        removed = False
+        for node in ast.walk(tree):
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(node, name, None)
+                if not (isinstance(block, list) and block and isinstance(block[0], ast.stmt)):
+                    continue
+                kept = [st for st in block if not _unread_assignment(st, read)]
+                if len(kept) != len(block):
+                    removed = True
+                    setattr(node, name, kept or ([ast.Pass()] if name == "body" else []))
+        if not removed:
+            break
+
+
+def _unread_assignment(stmt, read: set[str]) -> bool:
+    """``x = …`` or ``x: T = …`` (plain names only) where no code reads ``x``."""
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        targets = [stmt.target]
+    else:
+        return False
+    return all(isinstance(t, ast.Name) and t.id not in read for t in targets)
+
+
+MAX_TOKENS = 50_000  # a cell longer than this is compared by its first tokens only
+
+
 def canonical_tokens(source: str) -> list[str]:
-    """The code as a token list that ignores names, comments, docstrings and layout: every
-    name the code binds (arguments, variables, helper functions) becomes ``v0``, ``v1``, …
-    in order of first appearance; names it only reads (``np``, ``torch``) are kept."""
+    """The code as a token list that ignores names, comments, docstrings, dead code and
+    layout: every name the code binds (arguments, variables, helper functions) becomes
+    ``v0``, ``v1``, … in order of first appearance; names it only reads (``np``, ``torch``)
+    are kept. Identifiers are read as Python reads them (NFKC: full-width letters are
+    ASCII). An explicit stack, not recursion: any depth of expression is walked."""
     tree = _parse(source)
     if tree is None:
         return []
-    _strip_docstrings(tree)
+    _remove_dead_code(tree)
     bound: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -390,8 +489,9 @@ def canonical_tokens(source: str) -> list[str]:
         return rename.setdefault(n, f"v{len(rename)}")
 
     out: list[str] = []
-
-    def visit(node) -> None:
+    stack = [tree]
+    while stack and len(out) < MAX_TOKENS:
+        node = stack.pop()
         out.append(type(node).__name__)
         if isinstance(node, ast.Name):
             out.append(name(node.id))
@@ -405,12 +505,12 @@ def canonical_tokens(source: str) -> list[str]:
             out.append(repr(node.value)[:40])
         elif isinstance(node, ast.keyword):
             out.append(f"{node.arg}=")
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.Load, ast.Store, ast.Del)):
-                continue
-            visit(child)
-
-    visit(tree)
+        children = [
+            c
+            for c in ast.iter_child_nodes(node)
+            if not isinstance(c, (ast.Load, ast.Store, ast.Del))
+        ]
+        stack.extend(reversed(children))  # pre-order, children left to right
     return out
 
 
@@ -449,6 +549,9 @@ def similarity(a: str, b: str) -> float:
     ta, tb = canonical_tokens(a), canonical_tokens(b)
     if not ta or not tb:
         return 0.0
+    upper = 2 * min(len(ta), len(tb)) / (len(ta) + len(tb))  # what the lengths allow
+    if upper < COPY_SIMILARITY:  # (no quadratic comparison of a long cell with a short one)
+        return upper
     return difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()
 
 
@@ -483,13 +586,10 @@ def references_used(source: str, names: dict[str, str]) -> set[str]:
     used: set[str] = set()
     attrs = set()
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id in names
-        ):
-            used.add(f"{node.value.id}.{node.attr}")
-            attrs.add(id(node.value))
+        base, attr = _named_attribute(node)
+        if base is not None and base.id in names:
+            used.add(f"{base.id}.{attr}")
+            attrs.add(id(base))
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Name)
@@ -501,14 +601,118 @@ def references_used(source: str, names: dict[str, str]) -> set[str]:
     return used
 
 
+# Attributes that lead from any function or module to everything it can see.
+REACHING_ATTRIBUTES = frozenset(
+    {
+        "__globals__",
+        "__dict__",
+        "__closure__",
+        "__code__",
+        "__builtins__",
+        "__subclasses__",
+        "__wrapped__",
+        "__func__",
+        "__self__",
+        "__getattribute__",
+        "f_globals",
+        "f_locals",
+        "co_consts",
+        "__loader__",
+        "__spec__",
+    }
+)
+_BY_NAME = ("getattr", "setattr", "delattr", "hasattr", "vars", "globals", "locals")
+
+
+def _named_attribute(node):
+    """(the name, the attribute) of ``R.f``, ``getattr(R, "f")`` or ``R.__dict__["f"]``,
+    else (None, None)."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.value, node.attr
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[0], ast.Name)
+        and _constant(node.args[1])
+    ):
+        return node.args[0], str(node.args[1].value)
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "__dict__"
+        and isinstance(node.value.value, ast.Name)
+        and _constant(node.slice)
+    ):
+        return node.value.value, str(node.slice.value)
+    return None, None
+
+
 def suspicious(source: str) -> list[str]:
-    """Learner-code patterns worth a human look (see SUSPICIOUS)."""
+    """Learner-code patterns worth a human look (see SUSPICIOUS), read as Python reads the
+    code: NFKC-normalised (full-width letters are ASCII to Python), plus what only the
+    syntax tree shows (:func:`reaching`). The patterns are linear in the source's length."""
+    import unicodedata
+
+    text = unicodedata.normalize("NFKC", source)
     found = []
     for pattern, what in SUSPICIOUS:
-        m = re.search(pattern, source)
+        m = re.search(pattern, text)
         if m:
             found.append(f"{what} (`{m.group(0).strip()[:60]}`)")
-    return found
+    return found + reaching(text)
+
+
+def reaching(source: str) -> list[str]:
+    """Attribute chains that reach past a name: ``f.__globals__``, ``m.__dict__[…]``, and
+    ``getattr``/``vars``/subscripts whose attribute or key is built at run time."""
+    tree = _parse(source)
+    if tree is None:
+        return []
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in REACHING_ATTRIBUTES:
+            found.setdefault(
+                "reach", f"reaches past a name through `{node.attr}` (`{_show(node)}`)"
+            )
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in _BY_NAME and len(node.args) > 1 and not _constant(node.args[1]):
+                found.setdefault(
+                    "built",
+                    f"looks up an attribute by a name built at run time (`{_show(node)}`)",
+                )
+        elif isinstance(node, ast.Subscript) and not _constant(node.slice):
+            base = node.value
+            if isinstance(base, ast.Attribute) and base.attr in REACHING_ATTRIBUTES:
+                found.setdefault(
+                    "built",
+                    f"looks up a key built at run time in `{base.attr}` (`{_show(node)}`)",
+                )
+    return list(found.values())
+
+
+def _constant(node) -> bool:
+    return isinstance(node, ast.Constant)
+
+
+def _show(node) -> str:
+    try:
+        return ast.unparse(node)[:60]
+    except Exception:  # (unparse recurses: a deep expression is not shown)
+        return type(node).__name__
+
+
+def safe_flags(analysis):
+    """``(analysis(), [])``, or, when the analysis of the learner's code fails (a tree too
+    deep, memory), ``([], [a note])``: a failed analysis skips the flag, never the grade."""
+    try:
+        return analysis(), []
+    except Exception as err:  # RecursionError, MemoryError, anything: the flag only
+        return [], [
+            f"the copy and pattern checks could not read this code ({type(err).__name__}); "
+            "they were skipped"
+        ]
 
 
 def _normal(source: str) -> str:
@@ -565,6 +769,13 @@ def _placeholder_source(source: str, ex_id: str, nbgrader: bool = False) -> str:
     return "\n".join(out)
 
 
+def get_exercise(ex_id: str):
+    """The exercise (imported on first use: the checks load every chapter's references)."""
+    from course_lib.checks.core import get_exercise as lookup
+
+    return lookup(ex_id)
+
+
 def rebuild(
     submission_nb,
     assignment: str,
@@ -577,14 +788,18 @@ def rebuild(
     The learner's code is every solution cell (matched by exercise id, nbgrader grade_id
     or, failing both, the function's name) and every code cell the learner *added*, each
     placed after the course cell it follows in the submission; the learner's copies of the
-    course's own cells (same cell id, or the same code) are not used: the course's are.
-    Each exercise's harvest cell goes where its check cell was or, when a later learner
-    cell defines the function again, right after that cell: the grader checks the last
-    definition, as the learner's last run of the check did. ``inputs`` maps exercises to
+    course's own cells (same cell id, or the same code; never its solution cells) are not
+    used: the course's are. Each exercise's harvest cell goes where its check cell was:
+    the grader checks the definition in force when the check cell runs, wherever the
+    learner wrote it, as a top-to-bottom run of the notebook does. ``inputs`` maps exercises to
     the files of their cases' inputs (see :mod:`course_tools.grading.results`).
-    """
-    from course_lib.checks.core import get_exercise
 
+    The stages: where the course's cells are (:class:`_CoursePositions`), the learner's
+    solution cells (:func:`_learner_solutions`) and added cells (:func:`_added_cells`),
+    the cells in running order (:func:`_running_order`), the exercises never started
+    (:func:`_unstarted`), the flags (:func:`_flag`), where each harvest goes
+    (:func:`_harvest_positions`) and the notebook itself (:func:`_emit`).
+    """
     from .results import code_fingerprint
 
     inputs = inputs or {e: "" for e in harvest_dirs}
@@ -597,35 +812,80 @@ def rebuild(
         dict(harvest_dirs),
         dict(inputs),
     )
-    # --- the course's cells: where each is, what the learner's copy would look like
-    base_pos_by_id: dict[str, int] = {}
-    base_pos_by_code: dict[str, int] = {}
-    sol_pos: dict[str, int] = {}
-    check_pos: dict[str, int] = {}
-    for k, cell in enumerate(base.cells):
-        meta = _course_meta(cell)
-        ex_id, role = meta.get("exercise"), meta.get("role")
-        if cell.get("id"):
-            base_pos_by_id[cell["id"]] = k
-        if cell.cell_type == "code":
-            base_pos_by_code.setdefault(_normal(cell.source), k)
-        if ex_id is not None and str(ex_id) in plan.exercises:
-            if role == "solution":
-                sol_pos[str(ex_id)] = k
-            elif role == "check":
-                check_pos[str(ex_id)] = k
-    # --- the learner's solution cells
-    solution_of: dict[int, str] = {}  # id(cell) -> exercise
+    where = _CoursePositions.of(base, plan.exercises)
+    solution_of = _learner_solutions(submission_nb, plan)
+    solutions, after = _added_cells(submission_nb, solution_of, where, plan)
+    order = _running_order(base, plan, solutions, after)
+    reference = {e: _solution_source(course, assignment, e) for e in plan.exercises}
+    unstarted = _unstarted(order, plan, solutions, reference)
+    _, trouble = safe_flags(
+        lambda: _flag(plan, order, solutions, reference, unstarted, course_imports(base.cells))
+    )
+    plan.notes.setdefault("*", []).extend(trouble)
+    learner_sources = [src for role, _, src in order if role in ("solution", "learner")]
+    plan.fingerprint = code_fingerprint(learner_sources)
+    _emit(plan, order, _harvest_positions(order, plan, unstarted))
+    for ex_id in sorted(unstarted):
+        ex = get_exercise(ex_id)
+        plan.missing[ex_id] = (
+            f"not implemented yet: `{ex.target}` still raises NotImplementedError "
+            "(the placeholder line)"
+        )
+    return plan
+
+
+@dataclass
+class _CoursePositions:
+    """Where the course's cells are: by cell id, by normalised code, and each exercise's
+    solution and check cell."""
+
+    by_id: dict[str, int]
+    by_code: dict[str, int]
+    solution: dict[str, int]
+    check: dict[str, int]
+
+    @classmethod
+    def of(cls, base, exercises: list[str]) -> _CoursePositions:
+        where = cls({}, {}, {}, {})
+        for k, cell in enumerate(base.cells):
+            meta = _course_meta(cell)
+            ex_id, role = meta.get("exercise"), meta.get("role")
+            solution = role == "solution" and str(ex_id) in exercises
+            # A learner's cell that matches the course's *solution* cell is the learner's
+            # answer (the course's own, perhaps), never a copy of a course cell to drop.
+            if cell.get("id") and not solution:
+                where.by_id[cell["id"]] = k
+            if cell.cell_type == "code" and not solution:
+                where.by_code.setdefault(_normal(cell.source), k)
+            if ex_id is not None and str(ex_id) in exercises:
+                if role == "solution":
+                    where.solution[str(ex_id)] = k
+                elif role == "check":
+                    where.check[str(ex_id)] = k
+        return where
+
+
+def _learner_solutions(submission_nb, plan: Plan) -> dict[int, str]:
+    """{id(cell): exercise} for the learner's solution cells; notes and missing ones are
+    recorded in ``plan``."""
+    solution_of: dict[int, str] = {}
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
-        cells, notes, missing = find_solution_cells(submission_nb, assignment, ex_id, ex.target)
+        cells, notes, missing = find_solution_cells(
+            submission_nb, plan.assignment, ex_id, ex.target
+        )
         plan.notes[ex_id] = notes
         if missing:
             plan.missing[ex_id] = missing
         for c in cells:
             solution_of[id(c)] = ex_id
-    # --- walk the submission: anchor every added cell after the course cell before it
-    after: dict[int, list[tuple[str, str | None, str]]] = {}  # base pos -> [(role, ex, src)]
+    return solution_of
+
+
+def _added_cells(submission_nb, solution_of, where: _CoursePositions, plan: Plan):
+    """Walk the submission: each exercise's solution sources, and every cell the learner
+    added anchored after the course cell before it ({course position: [(role, ex, src)]})."""
+    after: dict[int, list[tuple[str, str | None, str]]] = {}
     solutions: dict[str, list[str]] = {e: [] for e in plan.exercises}
     anchor = -1
     added = 0
@@ -634,21 +894,21 @@ def rebuild(
         if id(cell) in solution_of:
             ex_id = solution_of[id(cell)]
             solutions[ex_id].append(cell.get("source", ""))
-            anchor = sol_pos[ex_id]
+            anchor = where.solution[ex_id]
             continue
         if cell.get("cell_type") != "code":
-            pos = base_pos_by_id.get(cell.get("id", ""))
+            pos = where.by_id.get(cell.get("id", ""))
             anchor = pos if pos is not None else anchor
             continue
         ex_id, role = meta.get("exercise"), meta.get("role")
         nbg = cell.get("metadata", {}).get("nbgrader") or {}
         if role in ("check", "statement", "solution"):
-            pos = (check_pos if role == "check" else sol_pos).get(str(ex_id))
+            pos = (where.check if role == "check" else where.solution).get(str(ex_id))
             anchor = pos if pos is not None else anchor
             continue
-        pos = base_pos_by_id.get(cell.get("id", ""))
+        pos = where.by_id.get(cell.get("id", ""))
         if pos is None:
-            pos = base_pos_by_code.get(_normal(cell.get("source", "")))
+            pos = where.by_code.get(_normal(cell.get("source", "")))
         if pos is not None:
             anchor = pos
             continue
@@ -663,14 +923,13 @@ def rebuild(
             f"the notebook has {added} cells added by the learner; only the first "
             f"{MAX_ADDED_CELLS} were run"
         )
-    # --- the rebuilt cells, in order, with where each exercise's harvest goes
-    order: list[tuple[str, str | None, str | object]] = []  # (role, ex, source | course cell)
+    return solutions, after
 
-    def emit_after(k: int) -> None:
-        for role, ex, src in after.get(k, []):
-            order.append((role, ex, src))
 
-    emit_after(-1)
+def _running_order(base, plan: Plan, solutions, after) -> list[tuple[str, str | None, object]]:
+    """The rebuilt cells in order: (role, exercise, source or the course's cell)."""
+    order: list[tuple[str, str | None, object]] = []
+    order += after.get(-1, [])
     for k, cell in enumerate(base.cells):
         meta = _course_meta(cell)
         ex_id, role = meta.get("exercise"), meta.get("role")
@@ -682,14 +941,14 @@ def rebuild(
             order.append(("check", ex_id, ""))
         else:
             order.append(("course", None, cell))
-        emit_after(k)
-    # --- the exercises nobody started (the placeholder untouched, no later definition)
-    learner_defs: dict[str, int] = {}
-    for idx, (role, _ex, src) in enumerate(order):
-        if role in ("solution", "learner"):
-            for name in defined_names(src):
-                learner_defs[name] = idx
-    reference = {e: _solution_source(course, assignment, e) for e in plan.exercises}
+        order += after.get(k, [])
+    return order
+
+
+def _unstarted(order, plan: Plan, solutions, reference) -> set[str]:
+    """The exercises nobody started: the definition in force when the check cell runs (the
+    last one above it, in running order) is the untouched placeholder. A definition the
+    learner wrote above the placeholder, which replaces it, gets a note saying so."""
     unstarted: set[str] = set()
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
@@ -699,13 +958,35 @@ def rebuild(
             _normal(_placeholder_source(reference[ex_id], ex_id, nbgrader))
             for nbgrader in (False, True)
         }
-        if all(_normal(s) in blanks for s in solutions[ex_id]) and not any(
-            ex.target in defined_names(src) for role, _, src in order if role == "learner"
-        ):
+        check = next(
+            (i for i, (r, e, _) in enumerate(order) if r == "check" and e == ex_id),
+            None,
+        )
+        if check is None:
+            continue
+        defs = [
+            i
+            for i, (role, e, src) in enumerate(order[:check])
+            if (role == "learner" or (role == "solution" and e == ex_id))
+            and ex.target in defined_names(src)
+        ]
+        if not defs:
+            continue
+        last = order[defs[-1]]
+        if last[0] == "solution" and _normal(last[2]) in blanks:
             unstarted.add(ex_id)
-    # --- flags for a human look: suspicious code, copies, the course's implementations
-    imported = course_imports(base.cells)
-    learner_sources = [src for role, _, src in order if role in ("solution", "learner")]
+            if any(order[i][0] == "learner" for i in defs):
+                plan.notes[ex_id].append(
+                    f"`{ex.target}` is defined in a cell you added above the exercise, but "
+                    "the exercise's own cell, which still holds the placeholder, runs after "
+                    "it and replaces it: delete the placeholder line (or move your code into "
+                    "that cell)"
+                )
+    return unstarted
+
+
+def _flag(plan: Plan, order, solutions, reference, unstarted, imported) -> None:
+    """Flags for a human look: suspicious code, copies, the course's implementations."""
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
         mine = list(solutions[ex_id]) + [
@@ -733,23 +1014,31 @@ def rebuild(
     extra = sorted({f for role, _, src in order if role == "learner" for f in suspicious(src)})
     if extra:
         plan.flags["*"] = [f"a cell the learner added {f}" for f in extra]
-    plan.fingerprint = code_fingerprint(learner_sources)
-    # --- the harvest of each exercise: at its check cell, or after the last definition
-    last_def = {ex_id: learner_defs.get(get_exercise(ex_id).target, -1) for ex_id in plan.exercises}
-    targets = {e: get_exercise(e).target for e in plan.exercises}
+
+
+def _harvest_positions(order, plan: Plan, unstarted) -> dict[int, list[str]]:
+    """{position in ``order``: exercises harvested right after it}: at the check cell, so
+    the grader checks the definition in force when the check cell runs, as a top-to-bottom
+    run of the notebook does; a later redefinition gets a note."""
     harvest_at: dict[int, list[str]] = {}
     for idx, (role, ex_id, _) in enumerate(order):
-        if role != "check":
+        if role != "check" or ex_id in plan.missing or ex_id in unstarted:
             continue
-        if ex_id in plan.missing or ex_id in unstarted:
-            continue
-        at = max(idx, last_def[ex_id])
-        harvest_at.setdefault(at, []).append(ex_id)
-        if at > idx and order[at][0] == "learner":
+        harvest_at.setdefault(idx, []).append(ex_id)
+        target = get_exercise(ex_id).target
+        if any(r == "learner" and target in defined_names(src) for r, _e, src in order[idx + 1 :]):
             plan.notes[ex_id].append(
-                f"`{get_exercise(ex_id).target}` is defined again in a cell you added below "
-                "the exercise; that last definition was checked"
+                f"`{target}` is defined again in a cell you added after the check; the "
+                "grader checked the definition in force when the check cell runs, as "
+                "running the notebook from the top does (move that cell above the check if "
+                "it holds your answer)"
             )
+    return harvest_at
+
+
+def _emit(plan: Plan, order, harvest_at) -> None:
+    """The notebook to run, its cells' roles, each harvest cell where it goes."""
+    targets = {e: get_exercise(e).target for e in plan.exercises}
     for idx, (role, ex_id, item) in enumerate(order):
         if role == "course":
             cell = item
@@ -764,16 +1053,11 @@ def rebuild(
             plan.nb.cells.append(_code_cell(item, role, ex_id))
             plan.roles.append((role, ex_id))
         for h in harvest_at.get(idx, []):
-            target = get_exercise(h).target
             src = HARVEST_TEMPLATE.format(
-                ex_id=h, target=target, inputs=str(plan.inputs.get(h, "")), out=str(harvest_dirs[h])
+                ex_id=h,
+                target=targets[h],
+                inputs=str(plan.inputs.get(h, "")),
+                out=str(plan.harvest_dirs[h]),
             )
             plan.nb.cells.append(_code_cell(src, "harvest", h))
             plan.roles.append(("harvest", h))
-    for ex_id in sorted(unstarted):
-        ex = get_exercise(ex_id)
-        plan.missing[ex_id] = (
-            f"not implemented yet: `{ex.target}` still raises NotImplementedError "
-            "(the placeholder line)"
-        )
-    return plan

@@ -171,15 +171,70 @@ def _result_file_problem(path: Path) -> str | None:
     if st.st_size > MAX_RESULT_BYTES:
         return f"{path.name} is {st.st_size} bytes, over the {MAX_RESULT_BYTES} byte limit"
     if path.suffix == ".npz":  # a zip: bound what it unpacks to, not its size on disk
-        try:
-            with zipfile.ZipFile(path) as zf:
-                unpacked = sum(i.file_size for i in zf.infolist())
-        except (zipfile.BadZipFile, OSError, ValueError):
-            return f"{path.name} is not a readable archive"
-        if unpacked > MAX_RESULT_BYTES:
-            return (
-                f"{path.name} unpacks to {unpacked} bytes, over the {MAX_RESULT_BYTES} byte limit"
-            )
+        return zip_problem(path)
+    return None
+
+
+MAX_ZIP_ENTRIES = 10_000  # a case records a few arrays; the course's largest is far below
+_EOCD, _EOCD64, _LOCATOR64 = b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
+
+
+def zip_entries(path: str | Path) -> tuple[int, int]:
+    """(entries, central directory bytes) of a zip archive, read from its end record (and
+    the zip64 one), before anything parses the central directory. ValueError when there
+    is no end record."""
+    import struct
+
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        tail_len = min(size, 22 + 65535)
+        f.seek(size - tail_len)
+        tail = f.read(tail_len)
+        at = tail.rfind(_EOCD)
+        if at < 0 or len(tail) - at < 22:
+            raise ValueError("no end-of-archive record")
+        entries, cd_size = struct.unpack("<10xHI4x", tail[at : at + 20])
+        if entries == 0xFFFF or cd_size == 0xFFFFFFFF:  # zip64: the counts are elsewhere
+            loc = tail[at - 20 : at] if at >= 20 else b""
+            if not loc.startswith(_LOCATOR64):
+                raise ValueError("a zip64 archive without its locator")
+            (offset,) = struct.unpack("<8xQ4x", loc[:20])
+            if offset > size - 56:
+                raise ValueError("a zip64 end record outside the file")
+            f.seek(offset)
+            rec = f.read(56)
+            if not rec.startswith(_EOCD64):
+                raise ValueError("a broken zip64 end record")
+            entries, cd_size = struct.unpack("<32xQQ", rec[:48])
+    return entries, cd_size
+
+
+def zip_problem(
+    path: str | Path, max_entries: int = MAX_ZIP_ENTRIES, max_bytes: int | None = None
+) -> str | None:
+    """Why the recorded archive at ``path`` must not be opened (too many entries, a
+    central directory too large, or it unpacks to more than ``max_bytes``), or None. The
+    counts come from the end record: an archive listing millions of entries costs a few
+    bytes read, not the memory and minutes of parsing them."""
+    name = Path(path).name
+    max_bytes = MAX_RESULT_BYTES if max_bytes is None else max_bytes
+    try:
+        entries, cd_size = zip_entries(path)
+    except (OSError, ValueError) as err:
+        return f"the recorded outputs ({name}) are not a readable archive ({err})"
+    if entries > max_entries or cd_size > max_entries * 1024:
+        return (
+            f"the recorded outputs ({name}) list {entries} entries, more than the "
+            f"{max_entries} the grader reads"
+        )
+    try:
+        with zipfile.ZipFile(path) as zf:
+            unpacked = sum(i.file_size for i in zf.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        return f"the recorded outputs ({name}) are not a readable archive ({err})"
+    if unpacked > max_bytes:
+        return f"{name} unpacks to {unpacked} bytes, over the {max_bytes} byte limit"
     return None
 
 
@@ -215,7 +270,7 @@ def score(
     except Exception as err:
         return Verdict(ex.id, 0, ex.points, "error", [f"unreadable results: {err}"])
     if isinstance(record, dict) and record.get("missing"):
-        return Verdict(ex.id, 0, ex.points, "missing", [record["missing"]])
+        return Verdict(ex.id, 0, ex.points, "missing", [str(record["missing"])[:MAX_MESSAGE]])
     recorded = record.get("cases", []) if isinstance(record, dict) else None
     if not isinstance(recorded, list) or not all(isinstance(e, dict) for e in recorded):
         return Verdict(ex.id, 0, ex.points, "error", ["unreadable results: not a list of cases"])
@@ -228,6 +283,7 @@ def score(
             [f"expected results for {len(cases)} cases, found {len(recorded)}"],
         )
     feedback, passed, not_impl = [], 0, 0
+    ran = sum(1 for entry in recorded if "error" not in entry)  # cases that returned
     for case, entry in zip(cases, recorded):
         if "error" in entry:
             not_impl += bool(entry.get("not_implemented"))
@@ -245,7 +301,7 @@ def score(
             feedback.append(f"✗ {case.name}: {result.message}")
     if passed == len(cases):
         return Verdict(ex.id, ex.points, ex.points, "passed", feedback)
-    if not_impl:
+    if not_impl and not ran:  # missing only when no case ran the learner's code to a result
         return Verdict(ex.id, 0, ex.points, "missing", ["not implemented"] + feedback)
     points = round(ex.points * passed / len(cases), 2) if partial and cases else 0
     if points:

@@ -40,6 +40,11 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from .sandbox import CgroupSet, Limits, Sandbox, apply_limits
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# The largest message the grader's sockets accept from a kernel: ZMQ drops a bigger one
+# before reading it (a 400 MB print would otherwise cost the grader gigabytes).
+MAX_KERNEL_MESSAGE = 32 * 2**20
+MAX_BOX_ENTRIES = 100_000  # files and folders a kernel may make in its working folders
+GUARD_PERIOD = 0.2  # seconds between two looks at what a kernel has written
 
 
 @dataclass
@@ -119,6 +124,14 @@ class SandboxedKernelManager(AsyncKernelManager):
     sandbox_ro: list[str] = []
     sandbox_cwd: str = "/"
 
+    def client(self, **kwargs):
+        """A client whose sockets refuse messages over :data:`MAX_KERNEL_MESSAGE`."""
+        import zmq
+
+        kc = super().client(**kwargs)
+        kc.context.setsockopt(zmq.MAXMSGSIZE, MAX_KERNEL_MESSAGE)
+        return kc
+
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
         if self.sandbox is None:
@@ -196,6 +209,108 @@ class _Started:
         shutil.rmtree(self.channel, ignore_errors=True)
 
 
+class _DiskGuard:
+    """Watches what a kernel writes into its working folders (the box and its channel
+    folder, on the host's disk): over ``limit`` bytes or :data:`MAX_BOX_ENTRIES` entries,
+    it kills the kernel, empties the folders and says why (:attr:`reason`). With or
+    without cgroups; a kernel gets at most ``limit`` plus what it writes in
+    :data:`GUARD_PERIOD` seconds."""
+
+    def __init__(self, folders: list[Path], limit: int, pid: int | None):
+        import threading
+
+        self.folders, self.limit, self.pid = folders, limit, pid
+        self.reason = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes on disk, entries) under the folders, counting stops past the caps."""
+        used = entries = 0
+        stack = [str(f) for f in self.folders]
+        while stack and entries <= MAX_BOX_ENTRIES and used <= self.limit:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for e in it:
+                        entries += 1
+                        st = e.stat(follow_symlinks=False)
+                        used += st.st_blocks * 512
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+            except OSError:
+                continue
+        return used, entries
+
+    def _watch(self) -> None:
+        while not self._stop.wait(GUARD_PERIOD):
+            used, entries = self.usage()
+            if used > self.limit or entries > MAX_BOX_ENTRIES:
+                what = (
+                    f"more than {self.limit / 2**30:g} GB"
+                    if used > self.limit
+                    else f"more than {MAX_BOX_ENTRIES} files"
+                )
+                self.reason = (
+                    f"the kernel was stopped: it wrote {what} into its working folder "
+                    "(the grader's --disk-limit); the files were deleted"
+                )
+                _kill_group(self.pid)
+                for folder in self.folders:
+                    for child in list(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+                        if child.is_dir() and not child.is_symlink():
+                            shutil.rmtree(child, ignore_errors=True)
+                        else:
+                            child.unlink(missing_ok=True)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+class _ChannelWatch:
+    """Tells whether the grader's sockets dropped their connection to the kernel (ZMQ does
+    so on a message over :data:`MAX_KERNEL_MESSAGE`): a monitor on the client's iopub and
+    shell sockets, read without waiting after each cell."""
+
+    def __init__(self, client):
+        import zmq
+
+        self.monitors = []
+        for name in ("iopub_channel", "shell_channel"):
+            try:
+                sock = getattr(client.kc, name).socket
+                mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                self.monitors.append((sock, mon, zmq.Socket.shadow(mon.underlying)))
+            except Exception:  # no monitor: a dropped message goes unnoticed, still unread
+                continue
+
+    def broken(self) -> bool:
+        import zmq
+
+        hit = False
+        for _sock, _mon, sync in self.monitors:
+            try:
+                while True:
+                    sync.recv_multipart(zmq.NOBLOCK)
+                    hit = True
+            except zmq.Again:
+                pass
+            except zmq.ZMQError:
+                continue
+        return hit
+
+    def close(self) -> None:
+        for sock, mon, _sync in self.monitors:
+            try:
+                sock.disable_monitor()
+                mon.close(linger=0)
+            except Exception:
+                pass
+        self.monitors = []
+
+
 def _new_client(nb, place: KernelPlace, started: _Started, cell_timeout: float) -> _Client:
     client = _Client(
         nb,
@@ -243,157 +358,189 @@ def execute(
     ``on_cell(i, outcome)`` after every cell. ``place`` says where kernels run and with
     which limits (a sandbox, or none).
     """
-    n = len(nb.cells)
-    deadline = time.monotonic() + total_timeout
-    outcomes: list[CellOutcome | None] = [None] * n
-    bad: set[int] = set()
-    restarts = 0
-    i = 0
-    first_learner = next((j for j, (r, _) in enumerate(roles) if r != "course"), n)
+    run = _Execution(nb, roles, place, cell_timeout, total_timeout, on_kernel, on_cell)
+    while run.i < run.n:
+        kernel = run.start_kernel()
+        if kernel is None:
+            break
+        restart_needed = run.session(*kernel)
+        if restart_needed and run.i < run.n:
+            run.restarts += 1
+            if run.restarts > max_restarts:
+                run.skip_rest(
+                    run.i,
+                    f"not run: the kernel hung or crashed {run.restarts} times; grading "
+                    "of this notebook stopped",
+                )
+                break
+    return [o if o is not None else CellOutcome("skipped", "not run") for o in run.outcomes]
 
-    def done(idx: int, outcome: CellOutcome) -> None:
-        outcomes[idx] = outcome
-        if on_cell is not None:
-            on_cell(idx, outcome)
 
-    def skip_rest(start: int, why: str) -> None:
-        for j in range(start, n):
-            if outcomes[j] is None:
-                done(j, CellOutcome("skipped", why))
+class _OutOfTime(Exception):
+    pass
 
-    def limit_for(j: int, remaining: float) -> float:
+
+class _Execution:
+    """The state of one notebook's run across kernel restarts: the next cell ``i``, each
+    cell's outcome, the cells that hung or crashed (never replayed), the deadline."""
+
+    def __init__(self, nb, roles, place, cell_timeout, total_timeout, on_kernel, on_cell):
+        self.nb, self.roles, self.place = nb, roles, place
+        self.cell_timeout, self.total_timeout = cell_timeout, total_timeout
+        self.on_kernel, self.on_cell = on_kernel, on_cell
+        self.n = len(nb.cells)
+        self.deadline = time.monotonic() + total_timeout
+        self.outcomes: list[CellOutcome | None] = [None] * self.n
+        self.bad: set[int] = set()
+        self.restarts = 0
+        self.i = 0
+        self.first_learner = next((j for j, (r, _) in enumerate(roles) if r != "course"), self.n)
+
+    def done(self, idx: int, outcome: CellOutcome) -> None:
+        self.outcomes[idx] = outcome
+        if self.on_cell is not None:
+            self.on_cell(idx, outcome)
+
+    def skip_rest(self, start: int, why: str) -> None:
+        for j in range(start, self.n):
+            if self.outcomes[j] is None:
+                self.done(j, CellOutcome("skipped", why))
+
+    def limit_for(self, j: int, remaining: float) -> float:
         # Course cells before any learner code are known to run: only the notebook's limit
         # bounds them (a slow machine must not fail an import). Anything later may call
         # learner code (a shadowed `print`, a patched module): the cell limit applies.
-        guarded = roles[j][0] != "course" or j > first_learner
-        return min(cell_timeout, remaining) if guarded else remaining
+        guarded = self.roles[j][0] != "course" or j > self.first_learner
+        return min(self.cell_timeout, remaining) if guarded else remaining
 
-    while i < n:
-        started = _Started(place)
-        client = _new_client(nb, place, started, cell_timeout)
+    def remaining(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 1:
+            raise _OutOfTime()
+        return left
+
+    def start_kernel(self):
+        """A fresh kernel and its client, or None (the rest skipped) when it cannot start."""
+        started = _Started(self.place)
+        client = _new_client(self.nb, self.place, started, self.cell_timeout)
         pid = None
         try:
             client.start_new_kernel(
-                cwd=str(place.box),
-                env=place.env,
+                cwd=str(self.place.box),
+                env=self.place.env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 preexec_fn=started.preexec,
             )
             proc = getattr(getattr(client.km, "provisioner", None), "process", None)
             pid = getattr(proc, "pid", None)
-            if pid and on_kernel:
-                on_kernel(pid)
+            if pid and self.on_kernel:
+                self.on_kernel(pid)
             client.start_new_kernel_client()
         except Exception as err:
             _kill_group(pid)
             started.close()
-            skip_rest(i, f"the kernel could not be started: {err}")
-            break
-        restart_needed = False
+            self.skip_rest(self.i, f"the kernel could not be started: {err}")
+            return None
+        return client, started, pid
+
+    def session(self, client, started, pid) -> bool:
+        """Run cells in this kernel until the end, or until one hangs or crashes it
+        (True: a restart is needed); the kernel is always stopped afterwards."""
+        limits = self.place.limits or Limits()
+        self.guard = _DiskGuard([self.place.box, started.channel], limits.disk_bytes, pid)
+        self.channel = _ChannelWatch(client)
         try:
-            if restarts:  # replay what went well before, so later cells have their state
-                for j in range(i):
-                    if nb.cells[j].cell_type != "code" or j in bad or roles[j][0] == "harvest":
-                        continue
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 1:
-                        raise _OutOfTime()
-                    client.timeout = max(1, int(limit_for(j, remaining)))
-                    client.execute_cell(nb.cells[j], j)
-            while i < n:
-                cell = nb.cells[i]
-                if cell.cell_type != "code" or not cell.source.strip():
-                    done(i, CellOutcome("ok"))
-                    i += 1
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 1:
-                    raise _OutOfTime()
-                limit = limit_for(i, remaining)
-                client.timeout = max(1, int(limit))
-                t0 = time.monotonic()
-                try:
-                    client.execute_cell(cell, i)
-                except CellTimeoutError:
-                    total = limit < cell_timeout
-                    msg = (
-                        f"the notebook reached its total time limit of {total_timeout:g} s "
-                        "while this cell ran"
-                        if total
-                        else f"the cell did not finish within {cell_timeout:g} s"
-                    )
-                    done(
-                        i,
-                        CellOutcome(
-                            "timeout", msg, client.output_bytes.get(i, 0), time.monotonic() - t0
-                        ),
-                    )
-                    bad.add(i)
-                    i += 1
-                    if total:
-                        raise _OutOfTime() from None
-                    restart_needed = True
-                    break
-                except Exception as err:  # DeadKernelError, or a channel the kernel broke
-                    died = isinstance(err, DeadKernelError)
-                    done(
-                        i,
-                        CellOutcome(
-                            "died",
-                            "the kernel died while this cell ran (os._exit, "
-                            "a signal, a crash in native code, or out of memory)"
-                            if died
-                            else "the kernel broke its connection to the grader while this "
-                            f"cell ran ({type(err).__name__}: {str(err)[:200]})",
-                            client.output_bytes.get(i, 0),
-                            time.monotonic() - t0,
-                        ),
-                    )
-                    bad.add(i)
-                    i += 1
-                    restart_needed = True
-                    break
-                err = client.errors.get(i)
-                done(
-                    i,
-                    CellOutcome(
-                        "error" if err else "ok",
-                        err or "",
-                        client.output_bytes.get(i, 0),
-                        time.monotonic() - t0,
-                    ),
-                )
-                i += 1
+            if self.restarts:
+                self.replay(client)
+            while self.i < self.n:
+                if self.run_cell(client, self.i):
+                    return True
         except _OutOfTime:
-            skip_rest(
-                i, f"not run: the notebook reached its total time limit of {total_timeout:g} s"
+            self.skip_rest(
+                self.i,
+                f"not run: the notebook reached its total time limit of {self.total_timeout:g} s",
             )
-            i = n
+            self.i = self.n
         except Exception:
             # a replayed cell failed this time (hung, crashed, broke the channel): stop
             # rather than loop
-            skip_rest(
-                i,
+            self.skip_rest(
+                self.i,
                 "not run: the kernel could not be brought back to a working state "
                 "after an earlier cell hung or crashed it",
             )
-            i = n
+            self.i = self.n
         finally:
+            self.guard.stop()
+            self.channel.close()
             _kill_group(pid)  # first: a kernel that broke its channel cannot stall the rest
             _cleanup(client)
             started.close()
-        if restart_needed and i < n:
-            restarts += 1
-            if restarts > max_restarts:
-                skip_rest(
-                    i,
-                    f"not run: the kernel hung or crashed {restarts} times; grading "
-                    "of this notebook stopped",
-                )
-                break
-    return [o if o is not None else CellOutcome("skipped", "not run") for o in outcomes]
+        return False
 
+    def replay(self, client) -> None:
+        """Run again what went well before, so later cells have their state."""
+        for j in range(self.i):
+            cell = self.nb.cells[j]
+            if cell.cell_type != "code" or j in self.bad or self.roles[j][0] == "harvest":
+                continue
+            client.timeout = max(1, int(self.limit_for(j, self.remaining())))
+            client.execute_cell(cell, j)
 
-class _OutOfTime(Exception):
-    pass
+    def run_cell(self, client, i: int) -> bool:
+        """Run cell ``i`` and record its outcome; True when it hung or crashed the kernel."""
+        cell = self.nb.cells[i]
+        if cell.cell_type != "code" or not cell.source.strip():
+            self.i = i + 1
+            self.done(i, CellOutcome("ok"))
+            return False
+        limit = self.limit_for(i, self.remaining())  # (out of time: cell i is skipped)
+        self.i = i + 1
+        client.timeout = max(1, int(limit))
+        t0 = time.monotonic()
+
+        def outcome(status: str, message: str) -> CellOutcome:
+            return CellOutcome(
+                status, message, client.output_bytes.get(i, 0), time.monotonic() - t0
+            )
+
+        try:
+            client.execute_cell(cell, i)
+        except CellTimeoutError:
+            total = limit < self.cell_timeout
+            msg = (
+                f"the notebook reached its total time limit of {self.total_timeout:g} s "
+                "while this cell ran"
+                if total
+                else f"the cell did not finish within {self.cell_timeout:g} s"
+            )
+            self.done(i, outcome("timeout", msg))
+            self.bad.add(i)
+            if total:
+                raise _OutOfTime() from None
+            return True
+        except Exception as err:  # DeadKernelError, or a channel the kernel broke
+            msg = (
+                self.guard.reason
+                or "the kernel died while this cell ran (os._exit, "
+                "a signal, a crash in native code, or out of memory)"
+                if isinstance(err, DeadKernelError) or self.guard.reason
+                else "the kernel broke its connection to the grader while this "
+                f"cell ran ({type(err).__name__}: {str(err)[:200]})"
+            )
+            self.done(i, outcome("died", msg))
+            self.bad.add(i)
+            return True
+        if self.channel.broken():  # a message over MAX_KERNEL_MESSAGE was refused
+            msg = (
+                "the kernel broke its connection to the grader while this cell ran (it sent "
+                f"a message over {MAX_KERNEL_MESSAGE // 2**20} MB, more than the grader "
+                "reads: print less)"
+            )
+            self.done(i, outcome("died", msg))
+            self.bad.add(i)
+            return True
+        err = client.errors.get(i)
+        self.done(i, outcome("error" if err else "ok", err or ""))
+        return False

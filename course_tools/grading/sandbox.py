@@ -51,7 +51,9 @@ ETC_SECRETS = (
     "krb5.keytab",
     "machine-id",
 )
+PACKAGES = "/opt/course-packages"  # where a kernel finds course_lib and course_tools
 TMP_BYTES = 1 << 30  # the kernel's private /tmp (a tmpfs: memory)
+SHM_BYTES = 512 << 20  # its /dev/shm (a tmpfs too: shared memory, torch's worker tensors)
 GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
 SAFE_ENV_PREFIXES = ("COURSE_", "TRITON_", "CUDA_", "NVIDIA_")
 SAFE_ENV = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
@@ -77,6 +79,17 @@ def pythonpath(hide: list[str | Path] = ()) -> list[str]:
             continue
         out.append(os.path.abspath(entry))
     return out
+
+
+def course_packages() -> dict[str, str]:
+    """{name: folder} of the packages ``course_lib`` and ``course_tools`` this process
+    imported; the sandbox shows them under :data:`PACKAGES`, first on the kernel's path, so
+    a kernel runs the very code the grader checked (not another checkout that an editable
+    install of the environment points to)."""
+    import course_lib
+    import course_tools
+
+    return {m.__name__: _real(Path(m.__file__).parent) for m in (course_lib, course_tools)}
 
 
 def python_paths(hide: list[str | Path] = ()) -> list[str]:
@@ -121,6 +134,7 @@ class Limits:
     pids: int = 512
     cpu_seconds: int | None = None
     file_bytes: int = 2 << 30
+    disk_bytes: int = 2 << 30  # what the kernel may write into its working folders, in all
     cgroup: CgroupSet | None = None
 
     def describe(self) -> str:
@@ -137,7 +151,8 @@ class Limits:
         if self.cpu_seconds:
             parts.append(f"CPU time {self.cpu_seconds} s per process (rlimit)")
         parts.append(f"files up to {self.file_bytes / 2**30:.0f} GB (rlimit)")
-        parts.append(f"/tmp {TMP_BYTES / 2**30:.0f} GB")
+        parts.append(f"working folders {self.disk_bytes / 2**30:g} GB in all")
+        parts.append(f"/tmp {TMP_BYTES / 2**30:.0f} GB, /dev/shm {SHM_BYTES / 2**30:g} GB")
         return ", ".join(parts)
 
 
@@ -403,6 +418,8 @@ class Sandbox:
             elif os.path.lexists(p):
                 b += ["--ro-bind", "/dev/null", p]
         b += ["--proc", "/proc", "--dev", "/dev"]
+        if self.version >= (0, 7):  # a sized /dev/shm: an unsized one is memory unbounded
+            b += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
         for pattern in GPU_DEVICES:
             for dev in sorted(glob.glob(pattern)):
                 b += ["--dev-bind", dev, dev]
@@ -419,9 +436,13 @@ class Sandbox:
                 continue
             seen.add(p)
             b += ["--ro-bind", _real(p), p]
+        for name, folder in course_packages().items():  # the grader's own, whatever the
+            b += ["--ro-bind", folder, f"{PACKAGES}/{name}"]  # kernel's Python would find
         for p in rw:
             b += ["--bind", str(p), str(p)]
-        b += ["--chdir", str(cwd), "--"]
+        # last: the root (bubblewrap's own tmpfs, unsized) becomes read-only once every
+        # mount point is made; the binds and tmpfs under it keep their own modes
+        b += ["--remount-ro", "/", "--chdir", str(cwd), "--"]
         return b + list(cmd)
 
 
@@ -430,8 +451,7 @@ def kernel_env(threads: int, hide: list[str | Path] = ()) -> dict[str, str]:
     (no tokens or credentials), private folders under the sandbox's own /tmp, and the
     ``PYTHONPATH`` folders the sandbox shows (see :func:`pythonpath`)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(SAFE_ENV_PREFIXES) or k in SAFE_ENV}
-    if pythonpath(hide):
-        env["PYTHONPATH"] = os.pathsep.join(pythonpath(hide))
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGES, *pythonpath(hide)])
     bindir = os.path.dirname(sys.executable)
     env.update(
         {

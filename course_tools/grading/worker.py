@@ -38,11 +38,14 @@ import os  # noqa: E402
 import shutil  # noqa: E402
 import site  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 STATUSES = ("passed", "failed", "error", "timeout", "missing")
 MAX_RESULT_BYTES = 256 * 2**20  # what the grader reads of one exercise's recorded outputs
 MAX_RECORD_BYTES = 16 * 2**20  # its .json: names and small values (arrays are in the .npz)
+MAX_FEEDBACK_LINES = 200  # what a row keeps of its feedback: lines, and characters each
+MAX_FEEDBACK_LINE = 5000
 
 
 # --------------------------------------------------------------------------- integrity
@@ -112,6 +115,7 @@ def row(
     title: str = "",
 ) -> dict:
     assert status in STATUSES, status
+    feedback = [str(f)[:MAX_FEEDBACK_LINE] for f in list(feedback)[:MAX_FEEDBACK_LINES]]
     return {
         "submission": submission,
         "assignment": assignment,
@@ -157,8 +161,12 @@ def results_problem(folder: Path) -> str | None:
         return "the results folder was replaced by something else"
     import zipfile
 
+    from .results import zip_problem
+
     total = 0
-    for f in folder.iterdir():
+    for n, f in enumerate(folder.iterdir()):
+        if n >= 100:
+            return "the results folder holds more than 100 files"
         st = os.lstat(f)
         if not stat.S_ISREG(st.st_mode):
             return f"the results folder holds a non-file ({f.name})"
@@ -169,11 +177,11 @@ def results_problem(folder: Path) -> str | None:
                 f"than the {MAX_RECORD_BYTES / 2**20:.0f} MB the grader reads"
             )
         if f.suffix == ".npz":  # a zip: what it unpacks to counts, not its size on disk
-            try:
-                with zipfile.ZipFile(f) as zf:
-                    total += sum(i.file_size for i in zf.infolist()) - st.st_size
-            except (zipfile.BadZipFile, OSError, ValueError):
-                return f"the recorded outputs ({f.name}) are not a readable archive"
+            problem = zip_problem(f)  # (its entries counted from the end record first)
+            if problem:
+                return problem
+            with zipfile.ZipFile(f) as zf:
+                total += sum(i.file_size for i in zf.infolist()) - st.st_size
     if total > MAX_RESULT_BYTES:
         return (
             f"your function's outputs take {total / 2**20:.0f} MB, more than the "
@@ -182,37 +190,24 @@ def results_problem(folder: Path) -> str | None:
     return None
 
 
-def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float, list[str]]:
-    """Combine the score of the recorded outputs with what happened to the cells."""
-    ex_id = ex.id
-    sol_cells = [
-        i for i, (r, e) in enumerate(plan.roles) if r in ("solution", "learner") and e == ex_id
-    ]
-    harvest = [i for i, (r, e) in enumerate(plan.roles) if r == "harvest" and e == ex_id]
-    v = verdicts.get(ex_id)
-    if v is not None and v.status == "passed":
-        return "passed", v.points, v.feedback
-    h = outcomes[harvest[0]] if harvest else None
-    if h is not None and h.status == "timeout":
+def _harvest_failure(h, cell_timeout) -> tuple[str, float, list[str]] | None:
+    """The verdict when the harvest cell itself timed out or its kernel died."""
+    if h is None:
+        return None
+    if h.status == "timeout":
         if "total time limit" in h.message:
-            return (
-                "timeout",
-                0,
-                [
-                    f"your function was still running when the notebook reached "
-                    f"its total time limit ({h.message})"
-                ],
+            why = (
+                "your function was still running when the notebook reached "
+                f"its total time limit ({h.message})"
             )
-        return (
-            "timeout",
-            0,
-            [
+        else:
+            why = (
                 f"your function did not finish within {cell_timeout:g} s on the "
                 "grader's tests: an infinite loop, or far too slow"
-            ],
-        )
-    if h is not None and h.status == "died":
-        if "connection" in h.message:
+            )
+        return "timeout", 0, [why]
+    if h.status == "died":
+        if "was stopped" in h.message or "connection" in h.message:
             return "error", 0, [f"while your function ran on the grader's tests, {h.message}"]
         return (
             "error",
@@ -223,6 +218,11 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
                 "of memory)"
             ],
         )
+    return None
+
+
+def _solution_cell_failure(outcomes, sol_cells) -> tuple[str, float, list[str]] | None:
+    """The verdict when one of the exercise's own cells hung or crashed its kernel."""
     for i in sol_cells:
         o = outcomes[i]
         if o.status == "timeout":
@@ -234,6 +234,8 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
                     "is there an infinite loop outside the function?"
                 ],
             )
+        if o.status == "died" and ("was stopped" in o.message or "connection" in o.message):
+            return "error", 0, [f"in your solution cell: {o.message}"]
         if o.status == "died":
             return (
                 "error",
@@ -243,14 +245,11 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
                     "signal, a crash in native code, or out of memory)"
                 ],
             )
-    if h is not None and h.status == "skipped":
-        status = "timeout" if "time limit" in h.message else "error"
-        return status, 0, [f"your function was never checked: {h.message}"]
-    errored = [outcomes[i] for i in sol_cells if outcomes[i].status == "error"]
-    if v is None:
-        msg = h.message if h is not None and h.message else "no results were recorded"
-        extra = [f"your solution cell raised {errored[-1].message}"] if errored else []
-        return "error", 0, extra + [f"the check of this exercise did not run: {msg}"]
+    return None
+
+
+def _scored_verdict(ex, v, h, errored) -> tuple[str, float, list[str]]:
+    """The verdict from the score of the recorded outputs, with the cells' errors."""
     if (
         errored
         and v.status in ("missing", "error")
@@ -280,6 +279,31 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
             + rest,
         )
     return v.status, v.points, v.feedback
+
+
+def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float, list[str]]:
+    """Combine the score of the recorded outputs with what happened to the cells."""
+    ex_id = ex.id
+    sol_cells = [
+        i for i, (r, e) in enumerate(plan.roles) if r in ("solution", "learner") and e == ex_id
+    ]
+    harvest = [i for i, (r, e) in enumerate(plan.roles) if r == "harvest" and e == ex_id]
+    v = verdicts.get(ex_id)
+    if v is not None and v.status == "passed":
+        return "passed", v.points, v.feedback
+    h = outcomes[harvest[0]] if harvest else None
+    failed = _harvest_failure(h, cell_timeout) or _solution_cell_failure(outcomes, sol_cells)
+    if failed:
+        return failed
+    if h is not None and h.status == "skipped":
+        status = "timeout" if "time limit" in h.message else "error"
+        return status, 0, [f"your function was never checked: {h.message}"]
+    errored = [outcomes[i] for i in sol_cells if outcomes[i].status == "error"]
+    if v is None:
+        msg = h.message if h is not None and h.message else "no results were recorded"
+        extra = [f"your solution cell raised {errored[-1].message}"] if errored else []
+        return "error", 0, extra + [f"the check of this exercise did not run: {msg}"]
+    return _scored_verdict(ex, v, h, errored)
 
 
 def warm_up(exercise_ids: list[str]) -> None:
@@ -314,39 +338,62 @@ def warm_up(exercise_ids: list[str]) -> None:
 def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None:
     """Grade one submission described by ``job``; return its result (rows, notes, flags).
 
+    The stages: read the submission and find its assignment (:func:`_read`), rebuild it
+    from the course's copy (:func:`_rebuild`), run it in a kernel, scoring each harvest
+    as it finishes (:func:`_run`), then turn scores and cell outcomes into rows
+    (:func:`_exercise_rows`) and notes (:func:`_course_cell_notes`).
+
     ``send(payload)`` (when given) reports progress to the grader: the assignment once
     known, each kernel's pid, each exercise's row as soon as it is scored, so a crash of
     this process later loses nothing already earned. With ``kernel=False`` (the grader's
     triage, in its own process), a submission that needs a kernel returns None instead.
     """
-    from course_lib.checks.core import get_exercise
-
-    from .rebuild import (
-        Course,
-        SubmissionError,
-        assignment_from_name,
-        identify,
-        parse_notebook,
-        rebuild,
-    )
-    from .results import Verdict, grader_cases, score, write_inputs
-    from .run import CellOutcome, KernelPlace, execute, kernel_env
-    from .sandbox import CgroupSet, Limits, Sandbox
-    from .sandbox import kernel_env as sandbox_env
+    from .rebuild import Course
+    from .run import CellOutcome
 
     send = send or (lambda payload: None)
     t0 = time.monotonic()
-    root = Path(job["root"])
-    sub_id, name = job["submission"], job["name"]
-    scratch = Path(job["scratch"])
-    course = course or Course.load(root, check=False)
-    result = {"submission": sub_id, "assignment": "", "rows": [], "notes": [], "flags": {}}
+    course = course or Course.load(Path(job["root"]), check=False)
+    result = {"submission": job["submission"], "assignment": "", "rows": [], "notes": []}
+    result["flags"] = {}
 
     def finish(rows):
         result["rows"] = rows
         result["seconds"] = round(time.monotonic() - t0, 2)
         return result
 
+    nb, early = _read(job, course, result, send)
+    if early is not None:
+        return finish(early)
+    plan, where = _rebuild(job, nb, result["assignment"], course)
+    if plan.needs_kernel and not kernel:
+        return None
+    result["flags"] = plan.flags
+    result["notes"] += plan.notes.pop("*", [])
+    mismatch = result.pop("mismatch", None)
+    if mismatch:
+        plan.flags.setdefault("*", []).insert(0, mismatch)
+    verdicts: dict = {}
+    outcomes: list = [CellOutcome("skipped", "not run") for _ in plan.roles]
+    if plan.needs_kernel:
+        outcomes = _run(job, plan, where, verdicts, send, result["notes"])
+    rows = _exercise_rows(job, plan, outcomes, verdicts)
+    result["notes"] += _course_cell_notes(plan, outcomes)
+    return finish(rows)
+
+
+def _read(job: dict, course, result: dict, send) -> tuple[object, list[dict] | None]:
+    """Stage 1: the submission's notebook and assignment (set in ``result``), or the rows
+    of a submission that cannot be graded at all."""
+    from .rebuild import (
+        SubmissionError,
+        assignment_from_name,
+        claimed_assignment,
+        identify,
+        parse_notebook,
+    )
+
+    sub_id, name = job["submission"], job["name"]
     data = (
         base64.b64decode(job["notebook_b64"])
         if "notebook_b64" in job
@@ -357,145 +404,178 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None
     except SubmissionError as err:
         assignment = assignment_from_name(name, course)
         result["assignment"] = assignment or ""
-        return finish(whole_submission_rows(sub_id, assignment, course, err.status, err.reason))
+        return None, whole_submission_rows(sub_id, assignment, course, err.status, err.reason)
     result["notes"] += notes
-    assignment, how = identify(nb, name, course)
+    assignment, how = identify(nb, name, course, job.get("expected"))
     if assignment is None:
         known = ", ".join(course.notebooks) or "none"
-        return finish(
-            whole_submission_rows(
-                sub_id,
-                None,
-                course,
-                "error",
-                f"unknown assignment: neither the notebook's metadata nor its file name "
-                f"{name!r} nor its exercise ids match one of this course's assignments ({known})",
-            )
+        reason = (
+            f"unknown assignment: neither the notebook's metadata nor its file name "
+            f"{name!r} nor its exercise ids match one of this course's assignments ({known})"
         )
+        return None, whole_submission_rows(sub_id, None, course, "error", reason)
     result["assignment"] = assignment
     send({"assignment": assignment})
     if assignment in course.broken:
-        return finish(
-            whole_submission_rows(
-                sub_id,
-                assignment,
-                course,
-                "error",
-                "the course's own copy of this assignment "
-                f"could not be read, so nothing was graded: {course.broken[assignment]}",
-            )
+        reason = (
+            "the course's own copy of this assignment "
+            f"could not be read, so nothing was graded: {course.broken[assignment]}"
         )
-    if how != "metadata":
+        return None, whole_submission_rows(sub_id, assignment, course, "error", reason)
+    claimed = claimed_assignment(nb, course)
+    if claimed and claimed != assignment:
+        result["mismatch"] = (
+            f"handed in as {assignment} ({job.get('expected_from') or 'its name'}), but the "
+            f"notebook's metadata says it is {claimed}: graded as {assignment}"
+        )
+        result["notes"].append(
+            result["mismatch"] + "; if the wrong notebook was handed in, hand in the right one"
+        )
+    elif how not in ("metadata", "expected"):
         result["notes"].append(f"assignment {assignment} recognised by its {how}")
-    seed = int(job["seed"])
-    box = scratch / "box"  # the kernel's working folder (writable in the sandbox)
-    inputs_dir = scratch / "inputs"  # the cases' inputs (read-only in the sandbox)
-    harvest_dirs = {e: str(box / f"results-{e}") for e in course.exercises[assignment]}
-    inputs = {e: str(inputs_dir / f"{e}.pkl") for e in course.exercises[assignment]}
-    plan = rebuild(nb, assignment, course, harvest_dirs, inputs)
-    if plan.needs_kernel and not kernel:
-        return None
-    result["flags"] = plan.flags
-    result["notes"] += plan.notes.pop("*", [])
-    verdicts: dict = {}
-    outcomes: list = [CellOutcome("skipped", "not run") for _ in plan.roles]
-    partial = bool(job.get("partial"))
-    if plan.needs_kernel:
-        harvested = [e for r, e in plan.roles if r == "harvest"]
-        warm_up(harvested)  # everything scoring needs, imported before learner code runs
-        box.mkdir(parents=True, exist_ok=True)
-        inputs_dir.mkdir(parents=True, exist_ok=True)
-        cases = {}
-        for ex_id in harvested:
-            cases[ex_id] = grader_cases(ex_id, seed, plan.fingerprint)
-            write_inputs(cases[ex_id], inputs[ex_id])
+    return nb, None
 
-        def on_cell(i, outcome):
-            role, ex_id = plan.roles[i]
-            if role != "harvest":
-                return
-            problem = results_problem(Path(harvest_dirs[ex_id]))
-            if problem:
-                ex = get_exercise(ex_id)
-                verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [problem])
-            else:
-                verdicts[ex_id] = score(ex_id, cases[ex_id], harvest_dirs[ex_id], partial)
-            shutil.rmtree(harvest_dirs[ex_id], ignore_errors=True)
-            v = verdicts[ex_id]
-            if v.status == "passed" or v.points:  # earned: the grader keeps it whatever follows
-                ex = get_exercise(ex_id)
-                send(
-                    {
-                        "earned": row(
-                            sub_id,
-                            assignment,
-                            ex_id,
-                            v.points,
-                            ex.points,
-                            v.status,
-                            v.feedback,
-                            ex.title,
-                        )
-                    }
-                )
 
-        threads = int(job.get("threads", 1))
-        sandbox = None
-        if job.get("sandbox"):
-            how = job["sandbox"]
-            sandbox = Sandbox(
-                how["bwrap"], how["user_namespace"], version=tuple(how["version"]), hide=[root]
-            )
-            env = sandbox_env(threads, hide=[root])
-        else:
-            env = kernel_env(threads, scratch / "private")
-        lim = dict(job.get("limits") or {})
-        cg = lim.pop("cgroup", None)
-        limits = Limits(**lim)
-        if cg:
-            limits.cgroup = CgroupSet.from_json(cg)
-        place = KernelPlace(
-            box=box,
-            channels=scratch / "channels",
-            env=env,
-            inputs=inputs_dir,
-            sandbox=sandbox,
-            limits=limits,
+@dataclass
+class _Where:
+    """A submission's scratch folders: the kernel's working folder ``box`` (writable in
+    the sandbox), the cases' inputs (read-only there), and per exercise the input file and
+    the folder its harvest writes."""
+
+    scratch: Path
+    box: Path
+    inputs_dir: Path
+    harvest_dirs: dict[str, str]
+    inputs: dict[str, str]
+
+
+def _rebuild(job: dict, nb, assignment: str, course):
+    """Stage 2: the notebook to run (:func:`course_tools.grading.rebuild.rebuild`) and
+    where its files go."""
+    from .rebuild import rebuild
+
+    scratch = Path(job["scratch"])
+    box, inputs_dir = scratch / "box", scratch / "inputs"
+    exercises = course.exercises[assignment]
+    where = _Where(
+        scratch,
+        box,
+        inputs_dir,
+        {e: str(box / f"results-{e}") for e in exercises},
+        {e: str(inputs_dir / f"{e}.pkl") for e in exercises},
+    )
+    return rebuild(nb, assignment, course, where.harvest_dirs, where.inputs), where
+
+
+def _kernel_place(job: dict, where: _Where):
+    """Where and with which limits the kernels run: the sandbox the grader found (or
+    none), the environment, the limits (and cgroups) it chose."""
+    from .run import KernelPlace, kernel_env
+    from .sandbox import CgroupSet, Limits, Sandbox
+    from .sandbox import kernel_env as sandbox_env
+
+    root = Path(job["root"])
+    threads = int(job.get("threads", 1))
+    sandbox = None
+    if job.get("sandbox"):
+        how = job["sandbox"]
+        sandbox = Sandbox(
+            how["bwrap"], how["user_namespace"], version=tuple(how["version"]), hide=[root]
         )
-        try:
-            outcomes = execute(
-                plan.nb,
-                plan.roles,
-                place,
-                cell_timeout=float(job["cell_timeout"]),
-                total_timeout=float(job["timeout"]),
-                on_kernel=lambda pid: send({"kernel_pid": pid}),
-                on_cell=on_cell,
+        env = sandbox_env(threads, hide=[root])
+    else:
+        env = kernel_env(threads, where.scratch / "private")
+    lim = dict(job.get("limits") or {})
+    cg = lim.pop("cgroup", None)
+    limits = Limits(**lim)
+    if cg:
+        limits.cgroup = CgroupSet.from_json(cg)
+    return KernelPlace(
+        box=where.box,
+        channels=where.scratch / "channels",
+        env=env,
+        inputs=where.inputs_dir,
+        sandbox=sandbox,
+        limits=limits,
+    )
+
+
+def _run(job: dict, plan, where: _Where, verdicts: dict, send, notes: list[str]) -> list:
+    """Stage 3: run the rebuilt notebook in a kernel; right after each harvest cell, score
+    what it recorded (here, never in the kernel), delete it and report earned points."""
+    from course_lib.checks.core import get_exercise
+
+    from .results import Verdict, grader_cases, score, write_inputs
+    from .run import CellOutcome, execute
+
+    harvested = [e for r, e in plan.roles if r == "harvest"]
+    warm_up(harvested)  # everything scoring needs, imported before learner code runs
+    where.box.mkdir(parents=True, exist_ok=True)
+    where.inputs_dir.mkdir(parents=True, exist_ok=True)
+    cases = {}
+    for ex_id in harvested:
+        cases[ex_id] = grader_cases(ex_id, int(job["seed"]), plan.fingerprint)
+        write_inputs(cases[ex_id], where.inputs[ex_id])
+    partial = bool(job.get("partial"))
+
+    def on_cell(i, outcome):
+        role, ex_id = plan.roles[i]
+        if role != "harvest":
+            return
+        folder = where.harvest_dirs[ex_id]
+        ex = get_exercise(ex_id)
+        problem = results_problem(Path(folder))
+        if problem:
+            verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [problem])
+        else:
+            verdicts[ex_id] = score(ex_id, cases[ex_id], folder, partial)
+        shutil.rmtree(folder, ignore_errors=True)
+        v = verdicts[ex_id]
+        if v.status == "passed" or v.points:  # earned: the grader keeps it whatever follows
+            earned = row(
+                job["submission"],
+                plan.assignment,
+                ex_id,
+                v.points,
+                ex.points,
+                v.status,
+                v.feedback,
+                ex.title,
             )
-        except Exception as err:  # the kernel's machinery failed: keep what was scored
-            result["notes"].append(f"grading stopped early: {type(err).__name__}: {str(err)[:300]}")
-    limit = int(job.get("output_limit", 0))
+            send({"earned": earned})
+
+    try:
+        return execute(
+            plan.nb,
+            plan.roles,
+            _kernel_place(job, where),
+            cell_timeout=float(job["cell_timeout"]),
+            total_timeout=float(job["timeout"]),
+            on_kernel=lambda pid: send({"kernel_pid": pid}),
+            on_cell=on_cell,
+        )
+    except Exception as err:  # the kernel's machinery failed: keep what was scored
+        notes.append(f"grading stopped early: {type(err).__name__}: {str(err)[:300]}")
+        return [CellOutcome("skipped", "not run") for _ in plan.roles]
+
+
+def _exercise_rows(job: dict, plan, outcomes: list, verdicts: dict) -> list[dict]:
+    """Stage 4: one row per exercise, from its score and what happened to its cells."""
+    from course_lib.checks.core import get_exercise
+
+    sub_id, limit = job["submission"], int(job.get("output_limit", 0))
+    cell_timeout = float(job["cell_timeout"])
     rows = []
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
         notes = list(plan.notes.get(ex_id, []))
         if ex_id in plan.missing:
+            feedback = notes + [plan.missing[ex_id]]
             rows.append(
-                row(
-                    sub_id,
-                    assignment,
-                    ex_id,
-                    0,
-                    ex.points,
-                    "missing",
-                    notes + [plan.missing[ex_id]],
-                    ex.title,
-                )
+                row(sub_id, plan.assignment, ex_id, 0, ex.points, "missing", feedback, ex.title)
             )
             continue
-        status, points, feedback = _verdict_for(
-            ex, plan, outcomes, verdicts, float(job["cell_timeout"])
-        )
+        status, points, feedback = _verdict_for(ex, plan, outcomes, verdicts, cell_timeout)
         cells = [i for i, (_, e) in enumerate(plan.roles) if e == ex_id]
         printed = sum(outcomes[i].output_bytes for i in cells)
         if limit and printed > limit:
@@ -504,8 +584,22 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None
                 "discarded it (print less: the output is not graded)"
             )
         rows.append(
-            row(sub_id, assignment, ex_id, points, ex.points, status, notes + feedback, ex.title)
+            row(
+                sub_id,
+                plan.assignment,
+                ex_id,
+                points,
+                ex.points,
+                status,
+                notes + feedback,
+                ex.title,
+            )
         )
+    return rows
+
+
+def _course_cell_notes(plan, outcomes: list) -> list[str]:
+    """Stage 5: the course's own cells that failed, each kind said once (at most ten)."""
     first_learner = next((i for i, (r, _) in enumerate(plan.roles) if r != "course"), None)
     course_notes: dict[str, int] = {}
     for i, (o, (r, _)) in enumerate(zip(outcomes, plan.roles)):
@@ -524,9 +618,10 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None
                 f"{o.message[:300]}); later exercises may be affected"
             )
         course_notes[note] = course_notes.get(note, 0) + 1
-    for note, times in list(course_notes.items())[:10]:
-        result["notes"].append(note + (f" ({times} cells)" if times > 1 else ""))
-    return finish(rows)
+    return [
+        note + (f" ({times} cells)" if times > 1 else "")
+        for note, times in list(course_notes.items())[:10]
+    ]
 
 
 # --------------------------------------------------------------------------- channel
