@@ -226,3 +226,16 @@ def test_every_path_on_the_architecture_page_exists():
         if p != "course_lib/checks/chNN.py" and not (ROOT / p).exists()
     ]
     assert not gone, f"docs/architecture.md names paths that do not exist: {gone}"
+
+
+def test_no_learner_module_is_longer_than_a_reader_can_hold():
+    # The library a lecture sends its reader to (chapters, experiments, widgets, foundation).
+    # checks/ is left out on purpose: its chapter files hold the exercises' wrong twins, which
+    # a learner should meet as feedback, not read before solving.
+    long = {
+        rel: n
+        for rel in _modules("course_lib")
+        if not rel.startswith("course_lib/checks/")
+        and (n := len((ROOT / rel).read_text().splitlines())) >= LEARNER_MODULE_MAX_LINES
+    }
+    assert not long, f"modules of {LEARNER_MODULE_MAX_LINES} lines or more: {long}"
