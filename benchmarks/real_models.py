@@ -52,7 +52,9 @@ def measure(name: str, folder: Path) -> dict:
     t0 = time.perf_counter()
     model = P.load_pretrained(folder)
     load_s = time.perf_counter() - t0
-    reference = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    # float32 like the course's model (a checkpoint stored in bfloat16 would load as bfloat16)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    reference = reference.eval()
     tokenizer = P.load_tokenizer(folder)
     cfg = model.config
     tokens = tokenizer.encode(SENTENCE)[None, :]  # (1, N)

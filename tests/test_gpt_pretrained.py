@@ -282,3 +282,26 @@ def test_tokenizers_round_trip(folders):
     assert tok.show(tok.encode("a b\n")) == ["a", "␣", "b", "⏎"]
     with pytest.raises(ValueError, match="family must be one of"):
         P.make_tiny_checkpoint("bert", folders["gpt2"])
+
+
+def test_a_tied_llama_like_smollm2_loads(tmp_path):
+    folder = P.make_tiny_checkpoint("llama", tmp_path / "tied", tie_word_embeddings=True)
+    model = P.load_pretrained(folder)
+    assert model.config.tie_embeddings and model.lm_head is None
+    tokens = _tokens()
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), _reference(folder)(tokens).logits)
+
+
+def test_a_bfloat16_checkpoint_loads_in_the_dtype_asked_for(folders, tmp_path):
+    folder = tmp_path / "bf16"
+    _reference(folders["llama"]).to(torch.bfloat16).save_pretrained(folder)
+    from safetensors.torch import load_file
+
+    assert load_file(folder / "model.safetensors")["model.norm.weight"].dtype == torch.bfloat16
+    model = P.load_pretrained(folder)  # float32 by default
+    assert next(model.parameters()).dtype == torch.float32
+    tokens = _tokens()
+    with torch.no_grad():
+        ours, theirs = model(tokens), _reference(folder)(tokens).logits  # both float32
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=5e-5)
