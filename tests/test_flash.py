@@ -373,9 +373,9 @@ kernels = flash._load_kernels()  # conftest.py has chosen Triton's mode already
 def _probe_ranges(OUT, A, B, N, DIAG, WINDOW, BLOCK: tl.constexpr, QUERY: tl.constexpr):
     """Store the kernels' (lo, full_lo, full_hi, hi) for one call, causal with a window."""
     if QUERY:
-        lo, flo, fhi, hi = kernels._query_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
+        lo, flo, fhi, hi = kernels.common._query_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
     else:
-        lo, flo, fhi, hi = kernels._key_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
+        lo, flo, fhi, hi = kernels.common._key_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
     tl.store(OUT + 0, lo)
     tl.store(OUT + 1, flo)
     tl.store(OUT + 2, fhi)
@@ -488,7 +488,7 @@ def test_kernel_gqa_reads_kv_heads_without_copies(monkeypatch):
         seen.append((q.shape[1], k.shape[1], k.data_ptr()))
         return real(q, k, v, mask)
 
-    monkeypatch.setattr(flash, "_forward", spy)
+    monkeypatch.setattr(flash.forward, "_forward", spy)
     q, k, v, _ = _inputs(1, 8, 16, 16, 16, torch.float32, DEVICE, h_kv=2)
     flash_attention(q, k, v)
     assert seen == [(8, 2, k.data_ptr())]
@@ -530,7 +530,9 @@ def test_kernel_layout_bnhd_reads_flash_attn_tensors_without_copies(monkeypatch)
     seen = []
     real = flash._forward
     monkeypatch.setattr(
-        flash, "_forward", lambda q_, k_, v_, m: seen.append(q_.data_ptr()) or real(q_, k_, v_, m)
+        flash.forward,
+        "_forward",
+        lambda q_, k_, v_, m: seen.append(q_.data_ptr()) or real(q_, k_, v_, m),
     )
     out = flash_attention(qb, kb, vb, is_causal=True, layout="bnhd")
     assert out.shape == (1, 20, 4, 16) and out.is_contiguous()
@@ -665,8 +667,9 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
         "dq": [flash._cfg(32, 16), flash._cfg(16, 16)],
         "decode": [flash._cfg(16, 16)],
     }
-    monkeypatch.setattr(flash, "kernel_config", lambda *a, **k: two)
-    monkeypatch.setattr(flash, "_DO_BENCH", cpu_bench)
+    for module in (flash.forward, flash.backward):  # where the launchers look them up
+        monkeypatch.setattr(module, "kernel_config", lambda *a, **k: two)
+    monkeypatch.setattr(flash.launch, "_DO_BENCH", cpu_bench)
     _check_kernel(1, 2, 45, 45, 32, True, None, torch.float32)
     assert any(key[2] is cpu_bench for key in flash._autotuned)
     tuned = len(calls)
@@ -685,9 +688,7 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
 
 
 def _kernel_source() -> str:
-    from pathlib import Path
-
-    return (Path(flash.__file__).parent / "kernels.py").read_text()
+    return flash.kernel_source()
 
 
 def test_every_tl_dot_states_its_input_precision():
@@ -722,7 +723,7 @@ def test_batch_head_offsets_are_int64():
 
 
 def test_too_many_batch_heads_for_the_cuda_grid_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(flash, "_MAX_GRID_Y", 3)
+    monkeypatch.setattr(flash.inputs, "_MAX_GRID_Y", 3)
     q = torch.empty(2, 2, 8, 16, device="meta")  # B*H = 4 > 3
     monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
     with pytest.raises(ValueError, match="B\\*H = 4"):

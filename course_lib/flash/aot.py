@@ -141,7 +141,7 @@ def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged):
     import torch
     import triton
 
-    from . import _dot_precision
+    from .launch import _dot_precision
 
     block_d = max(16, triton.next_power_of_2(head_dim))
     const = dict(HEAD_DIM=head_dim, BLOCK_D=block_d)
@@ -193,7 +193,7 @@ def compile_kernel(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import kernel_config
+    from .launch import kernel_config
 
     fn = getattr(kernels, _KERNEL[kind])
     if config is None and kind not in ("preprocess", "merge"):
@@ -292,7 +292,7 @@ def default_jobs(
     """
     import torch
 
-    from . import kernel_config
+    from .launch import kernel_config
 
     jobs = []
     for arch in archs:

@@ -217,7 +217,7 @@ def bench_one(
 
 def autotuned_configs() -> dict[str, str]:
     """The block sizes / warps / stages that Triton's autotuner last chose, per kernel."""
-    from . import _autotuned
+    from .launch import _autotuned
 
     return {
         key[0].strip("_"): str(tuner.best_config)
