@@ -22,10 +22,10 @@ Three implementations of the same algorithm:
   returns ``(output, lse)``, with a backward that recomputes the tiles from the saved
   log-sum-exp (so autograd never holds more than one tile of scores either): the algorithm
   to read.
-* :func:`flash_attention`: Triton kernels (forward, and a backward in three kernels) behind
-  a ``torch.autograd.Function``: the algorithm to run. On a CUDA GPU the kernels are
-  compiled; on a CPU they run in Triton's interpreter (``TRITON_INTERPRET=1``, set by
-  ``course_lib.env.setup()``), slowly but exactly.
+* :func:`flash_attention`: Triton kernels (forward, and a backward in three kernels, or two
+  with ``deterministic=False``) behind a ``torch.autograd.Function``: the algorithm to run.
+  On a CUDA GPU the kernels are compiled; on a CPU they run in Triton's interpreter
+  (``TRITON_INTERPRET=1``, set by ``course_lib.env.setup()``), slowly but exactly.
 * :func:`flash_decode`: the forward for a few queries against a long key/value cache, with
   the keys split over programs and the partial results merged by their log-sum-exps.
 

@@ -21,8 +21,15 @@ from .launch import (
 )
 
 
-def _backward(do, q, k, v, o, lse, mask: _Mask):
-    """Run the three backward kernels: returns ``dQ, dK, dV`` shaped like q, k, v."""
+def _backward(do, q, k, v, o, lse, mask: _Mask, deterministic: bool = True):
+    r"""Run the backward kernels: returns ``dQ, dK, dV`` shaped like q, k, v.
+
+    Deterministic (the default): the preprocess, the dK/dV kernel and the dQ kernel, seven
+    tile matmuls, every gradient written by one program (bit-for-bit reproducible).
+    ``deterministic=False``: the dK/dV kernel also adds each tile's :math:`dS K` into a
+    float32 dQ buffer with atomics (FlashAttention-2's five matmuls, no dQ kernel); the order
+    of the additions changes from run to run, so dQ differs in its last bits.
+    """
     import triton
 
     kernels, interpreted = _prepare(q)
@@ -50,14 +57,19 @@ def _backward(do, q, k, v, o, lse, mask: _Mask):
     )
     inputs = (q, k, v, do, lse, delta)
     strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do))
+    # fp32 dQ for the atomic additions (zeroed); a placeholder the kernel never touches else
+    dq_acc = dk if deterministic else torch.zeros(B, H, n_q, head_dim, device=q.device)
     _launch(
         kernels,
         "_bwd_dkdv_kernel",
-        cfg["dkdv"],
+        cfg["dkdv" if deterministic else "dkdv_atomic"],
         lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), B * h_kv),  # (key tiles, B*H_kv)
-        n_q, n_k, *inputs, dk, dv, mask.scale, mask.scale * kernels.LOG2E,
-        *strides, *_strides(dk), *_strides(dv), *common, **meta,
+        n_q, n_k, *inputs, dk, dv, dq_acc, mask.scale, mask.scale * kernels.LOG2E,
+        *strides, *_strides(dk), *_strides(dv), *_strides(dq_acc), *common,
+        reset=() if deterministic else ("DQ_ACC",), ATOMIC_DQ=not deterministic, **meta,
     )  # fmt: skip
+    if not deterministic:
+        return dq.copy_(dq_acc), dk, dv  # (B, H, Nq, d_h) in q's dtype
     _launch(
         kernels,
         "_bwd_dq_kernel",

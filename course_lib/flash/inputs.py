@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..validation import check_flash_inputs, shape_of
+from .launch import device_arch
 
 SUPPORTED_HEAD_DIMS = (16, 128)  # inclusive range of head dimensions the kernel takes
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -175,11 +176,7 @@ def _kernel_views(q, k, v, scale, layout, who: str):
         where = "on CUDA" if q.device.type == "cuda" else "on the CPU (Triton's interpreter)"
         names = ", ".join(str(t).replace("torch.", "") for t in allowed)
         raise TypeError(f"{who}: dtype {q.dtype} is not supported {where}; use one of {names}")
-    if (
-        q.device.type == "cuda"
-        and q.dtype == torch.bfloat16
-        and torch.cuda.get_device_capability(q.device) < (8, 0)
-    ):
+    if q.device.type == "cuda" and q.dtype == torch.bfloat16 and device_arch(q.device) < 80:
         raise TypeError(
             f"{who}: bfloat16 needs a GPU of compute capability 8.0 or newer (Ampere); use "
             "float16 on this GPU"

@@ -55,6 +55,9 @@ deterministic. The course does the same as the tutorial, in two kernels (after a
 *preprocess* kernel for :math:`D = \mathrm{rowsum}(dO\circ O)`): each kernel is one loop a
 learner can read on its own, and the gradients are bit-for-bit reproducible (float32
 atomics add in a different order on every run). The price is 7/5 of the matmul work.
+``deterministic=False`` takes FlashAttention-2's way instead: the dK/dV kernel, compiled
+with ``ATOMIC_DQ``, also adds each tile's :math:`dS K` into a float32 dQ buffer with
+atomics, and the dQ kernel is not launched.
 
 **Grouped-query attention.** K and V have :math:`H_{kv}` heads, :math:`H = G\,H_{kv}`; query head
 :math:`h` reads key/value head :math:`\lfloor h/G\rfloor` (no repeated K, V is materialised). The

@@ -84,6 +84,10 @@ def _bwd_dkdv_inner(
     DIAG,
     WINDOW,
     NUM_GROUPS,
+    dq_base,
+    stride_dqh,
+    stride_dqn,
+    sm_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     MASKED: tl.constexpr,
@@ -92,6 +96,7 @@ def _bwd_dkdv_inner(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
 ):
     r"""Accumulate :math:`dV_j \mathrel{+}= P_{ij}^\top dO_i`, :math:`dK_j \mathrel{+}= dS_{ij}^\top Q_i`.
 
@@ -102,6 +107,11 @@ def _bwd_dkdv_inner(
 
     One loop runs over the query tiles of all :math:`G` query heads of the group (``g``, the
     head, is ``t // n_tiles``): a loop of loops would keep more registers alive.
+
+    ``ATOMIC_DQ`` (the fast, non-deterministic backward of FlashAttention-2): also
+    :math:`dQ_i \mathrel{+}= \text{scale}\,dS_{ij} K_j`, added with float32 atomics into
+    ``dq_base`` (every key tile's program adds to the same query rows, in whatever order the
+    GPU runs them): the fifth matmul, instead of the dQ kernel's three.
     """
     n_tiles = _tile_count(lo, full_lo, full_hi, hi, BLOCK_M, MASKED)
     for t in range(0, NUM_GROUPS * n_tiles):
@@ -141,6 +151,11 @@ def _bwd_dkdv_inner(
         dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M) dP^T
         dst = pt * (dpt - delta[None, :])  # (BLOCK_N, BLOCK_M) dS^T = P^T o (dP^T - D)
         dk = tl.dot(dst.to(q.dtype), q, dk, input_precision=DOT_PRECISION)  # dK += dS^T Q
+        if ATOMIC_DQ:
+            dq = tl.dot(tl.trans(dst.to(k.dtype)), k, input_precision=DOT_PRECISION)  # dS K
+            ptrs = dq_base + g * stride_dqh + rows[:, None] * stride_dqn + offs_d[None, :]
+            ok = (rows[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)  # (BLOCK_M, BLOCK_D)
+            tl.atomic_add(ptrs, dq * sm_scale, mask=ok, sem="relaxed")  # (BLOCK_M, BLOCK_D)
     return dk, dv
 
 
@@ -154,6 +169,7 @@ def _bwd_dkdv_kernel(
     DELTA,
     DK,
     DV,
+    DQ_ACC,
     sm_scale,
     qk_scale,
     stride_qb,
@@ -174,6 +190,9 @@ def _bwd_dkdv_kernel(
     stride_dvb,
     stride_dvh,
     stride_dvn,
+    stride_dqb,
+    stride_dqh,
+    stride_dqn,
     H,
     NUM_GROUPS,
     N_Q,
@@ -192,6 +211,7 @@ def _bwd_dkdv_kernel(
     EVEN_N: tl.constexpr,
     EVEN_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr = False,
 ):
     r"""One program = one tile of BLOCK_N keys of one (batch, key/value head).
 
@@ -199,6 +219,8 @@ def _bwd_dkdv_kernel(
     partial ones), of each of the :math:`G` query heads that read this key/value head, so
     :math:`dK_j = \text{scale}\sum_{g,i} dS_{ij}^\top Q_i` and :math:`dV_j = \sum_{g,i} P_{ij}^\top dO_i`
     are summed over the group in registers. Each dK, dV tile is owned by one program: no atomics.
+    With ``ATOMIC_DQ`` the program also adds its share of dQ into ``DQ_ACC`` (float32,
+    zeroed by the caller) with atomics, and the dQ kernel is not launched.
     """
     pid_n = tl.program_id(0)  # which key tile; the first ones are the heaviest when causal
     bhk = tl.program_id(1)  # b * H_kv + hk
@@ -242,12 +264,14 @@ def _bwd_dkdv_kernel(
     do_base = DO + b * stride_dob + h0 * stride_doh
     lse_base = LSE + (b * H + h0) * N_Q
     delta_base = DELTA + (b * H + h0) * N_Q
+    dq_base = DQ_ACC + b * stride_dqb + h0 * stride_dqh  # used only with ATOMIC_DQ
     for masked in tl.static_range(2):  # the full query tiles, then the partial ones
         dk, dv = _bwd_dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qh, stride_qn,
             stride_doh, stride_don, offs_n, offs_m, offs_d, lo, full_lo, full_hi, hi, qk_scale,
-            N_Q, N_K, DIAG, WINDOW, NUM_GROUPS, HEAD_DIM, BLOCK_M, masked == 1, EVEN_M, EVEN_D,
-            IS_CAUSAL, HAS_WINDOW, DOT_PRECISION,
+            N_Q, N_K, DIAG, WINDOW, NUM_GROUPS, dq_base, stride_dqh, stride_dqn, sm_scale,
+            HEAD_DIM, BLOCK_M, masked == 1, EVEN_M, EVEN_D, IS_CAUSAL, HAS_WINDOW,
+            DOT_PRECISION, ATOMIC_DQ,
         )  # fmt: skip
     dk = dk * sm_scale  # (BLOCK_N, BLOCK_D)
     _store_2d(
