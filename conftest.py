@@ -43,9 +43,13 @@ def pytest_collection_modifyitems(config, items):
 
 _times: dict[str, float] = defaultdict(float)
 _failed: set[str] = set()
+# every test's time (setup + call + teardown), for benchmarks/test_times.py
+_test_times: dict[str, float] = defaultdict(float)
+_session_start = time.time()
 
 
 def pytest_runtest_logreport(report):
+    _test_times[report.nodeid] += report.duration
     path = report.nodeid.split("::")[0]
     if path.endswith(".ipynb"):
         _times[path] += report.duration
@@ -53,7 +57,25 @@ def pytest_runtest_logreport(report):
             _failed.add(path)
 
 
+def _write_test_times(config) -> None:
+    """test-output/test_times.json: how long each test took in this run (never asserted;
+    ``benchmarks/test_times.py`` turns it into the slowest-tests report)."""
+    if not _test_times or hasattr(config, "workerinput"):  # xdist workers: the controller writes
+        return
+    OUTPUT.mkdir(exist_ok=True)
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "workers": getattr(config.option, "numprocesses", None) or 1,
+        "args": list(config.invocation_params.args),
+        "wall_s": round(time.time() - _session_start, 1),
+        "tests": {k: round(v, 3) for k, v in sorted(_test_times.items())},
+    }
+    (OUTPUT / "test_times.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
 def pytest_terminal_summary(terminalreporter):
+    _write_test_times(terminalreporter.config)
     if not _times:
         return
     rows = []

@@ -6,13 +6,43 @@ Every notebook starts with::
     env.setup()
 
 which must run before anything imports triton (it decides whether Triton runs on a GPU or
-in its CPU interpreter). The other modules are imported where a chapter needs them:
-``course_lib.rnn``, ``course_lib.attention``, ``course_lib.multihead``,
-``course_lib.positional``, ``course_lib.flash``, ``course_lib.checks``. Names follow
-``docs/notation.md``. The grader and the exercise generator are a separate package,
-``course_tools``, which this one never imports.
+in its CPU interpreter). The rest is laid out by chapter (docs/architecture.md):
+
+=======  ===============================  ==========================================
+chapter  module                           what it holds
+=======  ===============================  ==========================================
+01       ``course_lib.rnn``                the recurrence, its gradients, the recall task
+02       ``course_lib.attention``          scaled dot-product attention and masks
+03       ``course_lib.scaling``            the variance argument for 1/sqrt(d_k)
+04       ``course_lib.multihead``          multi-head attention, GQA/MQA, the KV cache
+05       ``course_lib.positional``         sinusoidal encodings, RoPE and its scaling
+06       ``course_lib.flash``              FlashAttention in Triton, by pass
+07       ``course_lib.gpt``                a tiny GPT: model, data, training, probes
+08       ``course_lib.variants``           FlexAttention, masks, ALiBi, windows, MLA, linear
+09       ``course_lib.context_parallel``   ring attention and Ulysses over processes
+=======  ===============================  ==========================================
+
+Beside the chapters: ``course_lib.experiments`` (the small models the lectures train and
+measure: coreference, recall, extrapolation), ``course_lib.checks`` and
+``course_lib.widgets`` (the exercises' checks and the lectures' widgets, thin over the
+modules above), ``course_lib.progress`` (the learner's self-check) and the foundation every
+module uses (``env``, ``validation``, ``timing``). Names follow ``docs/notation.md``. The
+grader and the exercise generator are a separate package, ``course_tools``, which this one
+never imports.
 """
 
 # The one version of the project: pyproject.toml reads it, the grader writes it into
 # grades.csv. Bump it (and CHANGELOG.md) with every release.
 __version__ = "0.2.0"
+
+# Old import paths of the modules that moved (_deprecated.MOVED_MODULES)
+# keep working for one release, with a FutureWarning (docs/architecture.md).
+from ._deprecated import install_moved_module_finder as _install_moved_module_finder
+
+_install_moved_module_finder()
+
+
+def __getattr__(name: str):
+    from ._deprecated import moved_attribute
+
+    return moved_attribute(name)

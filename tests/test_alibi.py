@@ -1,4 +1,4 @@
-"""Unit tests of course_lib.alibi: the slopes recipe of Press et al. (2022) and the bias."""
+"""Unit tests of course_lib.variants.alibi: the slopes recipe of Press et al. (2022) and the bias."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from course_lib.alibi import alibi_bias, alibi_slopes
+from course_lib.variants.alibi import alibi_bias, alibi_slopes
 
 
 def test_power_of_two_slopes_are_the_geometric_sequence():

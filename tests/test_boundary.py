@@ -65,7 +65,7 @@ def test_the_scan_sees_every_kind_of_import(tmp_path):
 def test_learner_modules_load_without_the_tools():
     code = (
         "import sys, course_lib, course_lib.env, course_lib.attention, course_lib.multihead, "
-        "course_lib.positional, course_lib.rnn, course_lib.scaling, course_lib.coref, "
+        "course_lib.positional, course_lib.rnn, course_lib.scaling, course_lib.experiments.coref, "
         "course_lib.flash, course_lib.checks\n"
         "from course_lib.checks import all_exercises\nall_exercises()\n"
         "print(sorted(m for m in sys.modules if m.startswith('course_tools')))"

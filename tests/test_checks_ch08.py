@@ -11,8 +11,6 @@ import math
 import pytest
 import torch
 
-from course_lib import flex as FX
-from course_lib import mask_mods as M
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.ch08 import (
     DEEPSEEK_V2_CONFIG,
@@ -22,9 +20,16 @@ from course_lib.checks.ch08 import (
     mla_cache_bytes_from_config,
     ring_decode_step_reference,
 )
-from course_lib.linear_attention import linear_attention_step
-from course_lib.mla import DEEPSEEK_V2, MLAConfig, MultiHeadLatentAttention, mla_cache_bytes
-from course_lib.sliding_window import RingKVCache
+from course_lib.variants import flex as FX
+from course_lib.variants import mask_mods as M
+from course_lib.variants.linear_attention import linear_attention_step
+from course_lib.variants.mla import (
+    DEEPSEEK_V2,
+    MLAConfig,
+    MultiHeadLatentAttention,
+    mla_cache_bytes,
+)
+from course_lib.variants.sliding_window import RingKVCache
 
 
 def test_python_and_in_a_mask_mod_is_reported_with_the_hint():
@@ -159,7 +164,7 @@ def test_ring_shift_mistake_is_named_as_a_queue():
 
 def test_sorted_alibi_slopes_are_named():
     def sorted_slopes(num_heads):
-        from course_lib.alibi import alibi_slopes
+        from course_lib.variants.alibi import alibi_slopes
 
         return torch.sort(alibi_slopes(num_heads, dtype=torch.float64), descending=True).values
 

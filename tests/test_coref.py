@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib import coref
+from course_lib.experiments import coref
 
 
 @pytest.fixture(scope="module")

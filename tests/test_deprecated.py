@@ -7,7 +7,8 @@ import warnings
 import pytest
 import torch
 
-from course_lib import _deprecated, coref, multihead, positional, rnn, scaling
+from course_lib import _deprecated, multihead, positional, rnn, scaling
+from course_lib.experiments import coref
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,11 @@
-"""Unit tests of course_lib.extrapolation: the tiny RoPE/ALiBi character model."""
+"""Unit tests of course_lib.experiments.extrapolation: the tiny RoPE/ALiBi character model."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_lib import extrapolation as X
+from course_lib.experiments import extrapolation as X
 
 
 def test_corpus_is_python_text():

@@ -1,12 +1,12 @@
-"""Unit tests of course_lib.linear_attention and course_lib.recall."""
+"""Unit tests of course_lib.variants.linear_attention and course_lib.experiments.recall."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_lib import recall
-from course_lib.linear_attention import (
+from course_lib.experiments import recall
+from course_lib.variants.linear_attention import (
     elu_feature_map,
     linear_attention,
     linear_attention_recurrent,

@@ -1,4 +1,4 @@
-"""Unit tests of course_lib.mask_mods, course_lib.score_mods and course_lib.flex.
+"""Unit tests of course_lib.variants.mask_mods, course_lib.variants.score_mods and course_lib.variants.flex.
 
 Every variant is checked equal to the course's explicit-mask attention
 (course_lib.attention.scaled_dot_product_attention with a boolean mask or a float bias),
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib import flex as FX
-from course_lib import mask_mods as M
-from course_lib import score_mods as S
-from course_lib.alibi import alibi_bias, alibi_slopes
 from course_lib.attention import causal_mask, padding_mask, scaled_dot_product_attention
+from course_lib.variants import flex as FX
+from course_lib.variants import mask_mods as M
+from course_lib.variants import score_mods as S
+from course_lib.variants.alibi import alibi_bias, alibi_slopes
 
 needs_flex = pytest.mark.skipif(not FX.flex_available(), reason=FX.FLEX_MISSING)
 DT = torch.float64

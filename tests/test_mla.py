@@ -1,18 +1,18 @@
-"""Unit tests of course_lib.mla: multi-head latent attention, its cache and its absorption."""
+"""Unit tests of course_lib.variants.mla: multi-head latent attention, its cache and its absorption."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_lib.mla import (
+from course_lib.positional import apply_rope
+from course_lib.variants.mla import (
     DEEPSEEK_V2,
     MLAConfig,
     MultiHeadLatentAttention,
     cache_bytes_per_token,
     mla_cache_bytes,
 )
-from course_lib.positional import apply_rope
 
 SMALL = MLAConfig(d_model=32, num_heads=4, head_dim=8, kv_latent_dim=12, rope_head_dim=4)
 

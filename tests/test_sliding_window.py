@@ -1,14 +1,14 @@
-"""Unit tests of course_lib.sliding_window: ring-buffer cache, memory, receptive field."""
+"""Unit tests of course_lib.variants.sliding_window: ring-buffer cache, memory, receptive field."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_lib import mask_mods as M
 from course_lib.attention import scaled_dot_product_attention
 from course_lib.multihead import kv_cache_bytes, repeat_kv
-from course_lib.sliding_window import (
+from course_lib.variants import mask_mods as M
+from course_lib.variants.sliding_window import (
     RingKVCache,
     reachable,
     receptive_field,

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..alibi import alibi_slopes as lib_alibi_slopes
 from ..attention import masked_softmax
-from ..flex import tile_map
-from ..mask_mods import document_ids, index_grids
 from ..multihead import repeat_kv
+from ..variants.alibi import alibi_slopes as lib_alibi_slopes
+from ..variants.flex import tile_map
+from ..variants.mask_mods import document_ids, index_grids
 from .core import Case, Exercise, Hint, NotThisMistake, byte_count_message, register
 
 DT = torch.float64

@@ -2,8 +2,8 @@ r"""Chapter 08's cache comparison: MHA, GQA, MQA and MLA for one model shape.
 
 Two sliders choose the context length :math:`N` and the number of sequences :math:`B`; the
 table shows each kind of attention's cache, per token and in total. The numbers come from
-:func:`course_lib.mla.cache_bytes_per_token` (chapter 04's ``kv_cache_bytes`` for
-MHA/GQA/MQA, :func:`course_lib.mla.mla_cache_bytes` for MLA); the widget only multiplies by
+:func:`course_lib.variants.mla.cache_bytes_per_token` (chapter 04's ``kv_cache_bytes`` for
+MHA/GQA/MQA, :func:`course_lib.variants.mla.mla_cache_bytes` for MLA); the widget only multiplies by
 :math:`N \times B` and writes the table. It runs headless: set the sliders from code and read
 :attr:`CacheComparison.totals`.
 
@@ -14,7 +14,7 @@ For browser tests, the parts carry CSS classes ``cache-compare`` (the VBox),
 
 from __future__ import annotations
 
-from ..mla import MLAConfig, cache_bytes_per_token
+from ..variants.mla import MLAConfig, cache_bytes_per_token
 
 __all__ = ["CacheComparison"]
 

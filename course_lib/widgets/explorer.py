@@ -1,7 +1,7 @@
 """Chapter 02's interactive attention explorer: pick a sentence and a query token, see where
 it looks.
 
-Thin over :mod:`course_lib.coref` and :mod:`course_lib.attention`: the weights come from
+Thin over :mod:`course_lib.experiments.coref` and :mod:`course_lib.attention`: the weights come from
 :func:`attention_maps`, the widgets only choose the inputs and draw. The drawing is a
 PNG rendered by matplotlib's Agg backend into an ``ipywidgets.Image``, so it works headless
 and offline (no JavaScript from a CDN).
@@ -33,7 +33,7 @@ import html
 import numpy as np
 import torch
 
-from ..coref import CorefAttention, Vocab
+from ..experiments.coref import CorefAttention, Vocab
 from .render import figure_png
 
 __all__ = ["AttentionExplorer", "attention_maps"]
@@ -89,7 +89,7 @@ def _render_png(tokens: list[str], weights: np.ndarray, query: int, title: str) 
 
 
 class AttentionExplorer:
-    """Widgets to explore the attention of :class:`~course_lib.coref.CorefAttention` models.
+    """Widgets to explore the attention of :class:`~course_lib.experiments.coref.CorefAttention` models.
 
     ``models`` maps a name ("trained", "untrained", ...) to a model sharing ``vocab``;
     ``sentences`` are the choices of the sentence dropdown. Display it with

@@ -1,7 +1,7 @@
 r"""Recall with softmax attention and with linear attention: where the fixed state shows.
 
 Two tasks, each learned by one causal attention layer whose attention is either softmax
-(chapter 02) or linear (``course_lib.linear_attention``); everything else is the same.
+(chapter 02) or linear (``course_lib.variants.linear_attention``); everything else is the same.
 
 * **Marker recall**, chapter 01's task (``course_lib.rnn.make_recall_batch``): random
   symbols, one marked; after the marker, output the marked symbol. One thing to remember.
@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import scaled_dot_product_attention
-from .linear_attention import linear_attention
-from .rnn import make_recall_batch
+from ..attention import scaled_dot_product_attention
+from ..rnn import make_recall_batch
+from ..variants.linear_attention import linear_attention
 
 __all__ = [
     "ATTENTIONS",

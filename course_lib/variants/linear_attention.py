@@ -24,7 +24,7 @@ The price: every past token is folded into one fixed-size state. A softmax KV ca
 all :math:`N` keys apart; :math:`S_i` can keep at most :math:`d_k` of them perfectly apart
 (with :math:`\phi \ge 0`, keys that do not interfere need disjoint supports, and there are
 only :math:`d_k` features; Schlag, Irie and Schmidhuber, 2021, "Linear Transformers Are
-Secretly Fast Weight Programmers", study this capacity). ``course_lib.recall`` measures the
+Secretly Fast Weight Programmers", study this capacity). ``course_lib.experiments.recall`` measures the
 consequence.
 """
 

@@ -2,7 +2,7 @@ r"""Sliding-window attention: a KV cache of constant size, and a receptive field
 with depth.
 
 With a window of :math:`W` tokens, query :math:`i` attends to keys
-:math:`i - W + 1, \dots, i` only (``course_lib.mask_mods.sliding_window``). At decoding
+:math:`i - W + 1, \dots, i` only (``course_lib.variants.mask_mods.sliding_window``). At decoding
 time a key older than :math:`W` tokens is never read again, so the KV cache needs
 :math:`W` slots, not :math:`N`: a **ring buffer** where token :math:`t` goes to slot
 :math:`t \bmod W`, overwriting token :math:`t - W`, the one that just left the window.
@@ -25,8 +25,8 @@ import math
 
 import torch
 
-from .attention import masked_softmax
-from .multihead import kv_cache_bytes, repeat_kv
+from ..attention import masked_softmax
+from ..multihead import kv_cache_bytes, repeat_kv
 
 __all__ = [
     "RingKVCache",

@@ -1,6 +1,6 @@
 r"""Score modifications as functions: FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)``.
 
-A ``mask_mod`` (``course_lib.mask_mods``) says *whether* query :math:`i` may attend to key
+A ``mask_mod`` (``course_lib.variants.mask_mods``) says *whether* query :math:`i` may attend to key
 :math:`j`; a ``score_mod`` changes the score itself, before the softmax:
 
 .. math::
@@ -11,7 +11,7 @@ A ``mask_mod`` (``course_lib.mask_mods``) says *whether* query :math:`i` may att
 Two that current models use:
 
 * :func:`alibi`: :math:`S - m_h (i - j)`, a per-head linear distance penalty (Press et al.,
-  2022; slopes from ``course_lib.alibi``);
+  2022; slopes from ``course_lib.variants.alibi``);
 * :func:`soft_cap`: :math:`c \tanh(S / c)`, which keeps every score in :math:`(-c, c)`
   (Gemma Team, 2024, "Gemma 2: Improving Open Language Models at a Practical Size", caps
   attention scores at :math:`c = 50`). Unlike ALiBi it is not an additive bias, so no

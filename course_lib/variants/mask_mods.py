@@ -10,7 +10,7 @@ flex_attention``) describes a mask instead by a *function* of the indices,
 
 True = may attend (chapter 02's polarity). The function is data: it can be combined
 (:func:`and_masks`, :func:`or_masks`), turned into a tensor when one is wanted
-(:func:`materialize`), or summarised per tile to skip work (``course_lib.flex``).
+(:func:`materialize`), or summarised per tile to skip work (``course_lib.variants.flex``).
 
 Every ``mask_mod`` here is written with tensor operations only (``&``, ``|``, ``~``,
 comparisons, indexing a captured tensor), never Python's ``and``/``or``/``if``, so the same
@@ -89,7 +89,7 @@ def sliding_window(window: int) -> MaskMod:
 
     Query :math:`i` sees keys :math:`i - W + 1, \dots, i`: exactly :math:`W` keys once
     :math:`i \ge W - 1`, which is what a ring buffer of :math:`W` slots holds
-    (``course_lib.sliding_window``). ``window = 1`` sees only itself.
+    (``course_lib.variants.sliding_window``). ``window = 1`` sees only itself.
     """
     if isinstance(window, bool) or int(window) != window or window < 1:
         raise ValueError(f"window must be a positive integer, got {window!r}")

@@ -1,7 +1,7 @@
 r"""FlexAttention and its readable twin; block masks as chapter 06's tile map.
 
-One attention, any mask and any score modification (``course_lib.mask_mods``,
-``course_lib.score_mods``):
+One attention, any mask and any score modification (``course_lib.variants.mask_mods``,
+``course_lib.variants.score_mods``):
 
 .. math::
 
@@ -40,10 +40,10 @@ import warnings
 import numpy as np
 import torch
 
-from .attention import masked_softmax
+from ..attention import masked_softmax
+from ..validation import check_qkv
 from .mask_mods import MaskMod, materialize
 from .score_mods import ScoreMod, apply_score_mod
-from .validation import check_qkv
 
 __all__ = [
     "FLEX_MISSING",

@@ -12,7 +12,7 @@ What the two models see at a position past :math:`N`:
 
 * RoPE (chapter 05): query–key pairs at distances never met in training, i.e. rotation
   angles the model never learned to read;
-* ALiBi (``course_lib.alibi``): only a larger penalty for the far keys, which pushes their
+* ALiBi (``course_lib.variants.alibi``): only a larger penalty for the far keys, which pushes their
   weights further towards zero.
 """
 
@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .alibi import alibi_bias
-from .positional import apply_rope
+from ..positional import apply_rope
+from ..variants.alibi import alibi_bias
 
 __all__ = ["POSITIONS", "TinyLM", "char_corpus", "loss_by_position", "train_lm"]
 

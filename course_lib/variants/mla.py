@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import scaled_dot_product_attention
-from .multihead import kv_cache_bytes, merge_heads, split_heads
-from .positional import apply_rope
+from ..attention import scaled_dot_product_attention
+from ..multihead import kv_cache_bytes, merge_heads, split_heads
+from ..positional import apply_rope
 
 __all__ = [
     "DEEPSEEK_V2",

@@ -18,7 +18,7 @@ ALiBi.
 
 Because the penalty only grows with distance, a model trained on short sequences meets
 nothing new on longer ones: far keys are simply penalised more. Chapter 08 measures what
-that buys against RoPE (``course_lib.extrapolation``).
+that buys against RoPE (``course_lib.experiments.extrapolation``).
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._deprecated import renamed_attributes, renamed_kwargs
-from .attention import padding_mask, scaled_dot_product_attention
-from .timing import single_thread
+from .._deprecated import renamed_attributes, renamed_kwargs
+from ..attention import padding_mask, scaled_dot_product_attention
+from ..timing import single_thread
 
 __all__ = [
     "CorefAttention",
