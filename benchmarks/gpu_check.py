@@ -152,20 +152,30 @@ def sdpa_flash_impl() -> str:
 
 
 def compile_budget(arch: int, autotune: str) -> dict:
-    """Seconds the run's compilations take, from the compile times measured ahead of time."""
+    """Seconds the run's compilations take, from the compile times measured ahead of time.
+
+    ``all``: every candidate of every kernel; ``headline``: every candidate at d_h = 128 (the
+    autotuned shapes), the first configuration at d_h = 64; ``none``: first configurations.
+    """
     if not AOT_TABLE.exists():
         return dict(seconds=None, kernels=0, note="no AOT table")
+    from course_lib.flash import kernel_config
+
+    def first(kind, d):
+        c = kernel_config(d, "cuda", interpreted=False, arch=arch).get(kind, [{}])[0]
+        return tuple(c.get(k) for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
+
+    def needed(r):
+        if r["kind"] in ("preprocess", "merge") or autotune == "all":
+            return True
+        if autotune == "headline" and r["head_dim"] == 128:
+            return True
+        return first(r["kind"], r["head_dim"]) == (
+            r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"]
+        )  # fmt: skip
+
     rows = [r for r in json.loads(AOT_TABLE.read_text())["rows"] if r["arch"] == arch]
-    if autotune == "none":  # the first configuration of each kernel only
-        from course_lib.flash import kernel_config
-
-        def first(kind, d):
-            c = kernel_config(d, "cuda", interpreted=False, arch=arch).get(kind, [{}])[0]
-            return tuple(c.get(k) for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
-
-        rows = [r for r in rows if r["kind"] in ("preprocess", "merge") or first(r["kind"], r["head_dim"])
-                == (r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"])]  # fmt: skip
-    plain = [r for r in rows if not r["window"] and r["groups"] == 1]
+    plain = [r for r in rows if not r["window"] and r["groups"] == 1 and needed(r)]
     if any("compile_seconds" not in r for r in plain):
         return dict(seconds=None, kernels=len(plain), note="the AOT table has no compile times")
     seconds = sum(r["compile_seconds"] for r in plain)
@@ -499,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     if cb["seconds"] is not None:
         print(f"compilation measured ahead of time: {cb['seconds']:.0f} s for {cb['kernels']} "
               f"kernels on a CPU ({cb['note']})")  # fmt: skip
+        if cb["seconds"] > 0.5 * args.budget_s:
+            print(f"  over half of --budget-s {args.budget_s:.0f}: if the run runs out of time, "
+                  "rerun with --autotune none (first configurations only)")  # fmt: skip
 
     if args.out is None:
         if args.dry_run:
