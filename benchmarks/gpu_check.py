@@ -1,40 +1,47 @@
-"""One script that checks chapter 06's FlashAttention on a GPU, in under 8 minutes.
+"""One script that checks chapter 06's FlashAttention on a GPU and records what it measured.
 
-On a machine with a CUDA GPU (PyTorch with CUDA, Triton 3.x, ``TRITON_INTERPRET`` unset)::
+On a fresh machine with a CUDA GPU and a CUDA build of PyTorch (which brings Triton)::
 
-    python benchmarks/gpu_check.py
+    python benchmarks/gpu_check.py --install     # installs numpy and pytest if missing, then runs
 
 1. **Correctness, compiled**: the GPU tests of ``tests/test_flash.py`` and
-   ``tests/test_checks_ch06.py`` (``pytest -m gpu``, first kernel configuration only) —
-   forward and backward against SDPA in fp16/bf16/fp32, grouped-query attention,
-   bottom-right causal alignment, sliding windows, the decode path, int64 offsets.
-2. **Speed and memory** of ``flash_attention`` against every SDPA backend torch has (flash,
-   efficient, cuDNN, math), for N in {1k, 4k, 16k}, d in {64, 128}, bfloat16 and float16,
-   causal or not, forward and backward; grouped-query shapes (32 query heads, 8 key/value
-   heads); and decode shapes (one query against a 4k or 32k cache) for ``flash_decode``.
-   Prints TFLOP/s, the ratio to SDPA's flash backend and the peak memory.
-3. **The targets** (H100/H200, N = 4096, d = 128, bf16): forward >= 0.9x SDPA flash, backward
-   >= 0.6x, decode >= 1.0x the fastest SDPA backend at Nq = 1, Nk = 32k; each printed as
-   met or not, with the measured ratio.
-4. **A record**: ``benchmarks/results/flash_attention_<gpu>_<date>.json`` with the GPU, the
-   versions, the date, every measurement and the verdicts. Chapter 06 plots the newest one.
+   ``tests/test_checks_ch06.py`` (``pytest -m gpu``, first kernel configuration only).
+2. **Speed, memory and agreement at every point**: ``flash_attention`` (deterministic
+   backward, and ``deterministic=False``, the atomic-dQ one) against every SDPA backend torch
+   has, for N in {1k, 4k, 16k}, d in {64, 128}, bf16 and fp16, causal or not, forward and
+   backward; grouped-query shapes; decode shapes (one query against a 4k or 32k cache) for
+   ``flash_decode``. Inputs are drawn once per point, on the GPU. Each implementation is
+   timed with ``triton.testing.do_bench`` end to end (the Python call: wrappers,
+   validation, launches) and kernel-only (the same call replayed as a CUDA graph, no host
+   work); the output *and* the gradients are compared with SDPA's flash backend on the same
+   inputs and a mismatch is marked. Printed beside each measurement: the prediction of
+   ``benchmarks/flash_prediction.py`` (``results/flash_prediction.json``), made from the
+   compiled code before any GPU run.
+3. **The targets** (H100/H200, N = 4096, d = 128, bf16): forward >= 1.0x SDPA flash
+   (non-causal and causal), backward >= 0.7x, decode >= 1.0x the fastest SDPA backend at
+   Nq = 1, Nk = 32k; each printed as met or not.
+4. **A record**, written after every point (a run stopped at any time keeps what it
+   measured): ``benchmarks/results/flash_attention_<gpu>_<date>.json`` with the GPU, driver,
+   clocks and power limit, the versions, the git commit, which implementation SDPA's flash
+   backend is, and per point the configuration each kernel ran with.
 
-Autotuning compiles every candidate configuration, which is what takes the time on a fresh
-machine; it runs for the headline shapes (d = 128, bf16) and the first configuration serves
-the rest (``--autotune all|headline|none``). ``--budget-s`` (default 450 s) caps the whole
-run: the tests get at most ``--tests-timeout-s`` (240 s), the benchmark measures the headline
-and decode shapes first and records what the budget leaves out as skipped; the JSON is
-written anyway. Expected: about 7 minutes on an H100 or H200, most of it compilation.
+It refuses to run (exit 2, with the reason) under Triton's interpreter (``TRITON_INTERPRET``
+set) or without a CUDA GPU. Autotuning compiles every candidate configuration; the compile
+time of each kernel was measured ahead of time on a CPU
+(``results/flash_aot_registers.json``) and the script prints the budget it implies before it
+starts. It autotunes the headline shapes (d = 128, bf16) and runs the first configuration
+elsewhere (``--autotune all|headline|none``); ``--budget-s`` (450 s) caps the whole run.
 
-Without a GPU, ``--dry-run`` runs the same steps end to end on tiny shapes through Triton's
-interpreter (a couple of CPU tests, float32, no timing claims) and writes its JSON to
-``test-output/`` unless ``--out`` says otherwise: the check that this script works, used by
-the test suite.
+``--dry-run`` runs the same steps end to end on tiny shapes through Triton's interpreter on
+the CPU (float32, CPU timers, no kernel-only time, no claims) and writes its JSON to
+``test-output/`` unless ``--out`` says otherwise: the test suite runs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -45,10 +52,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from course_lib import env  # noqa: E402  (env.setup() must run before triton is imported)
-
-# The compiled tests: every GPU-marked test of the kernels, and chapter 06's Triton exercise
-# checks (which run compiled when Triton compiles). The dry run picks two CPU tests.
 GPU_TESTS = [
     ["tests/test_flash.py", "-m", "gpu"],
     ["tests/test_checks_ch06.py", "-k", "triton"],
@@ -56,10 +59,139 @@ GPU_TESTS = [
 DRY_RUN_TESTS = [
     ["tests/test_flash.py", "-k", "test_kernel_lse_and_causality or test_decode_float16_and_layout"]
 ]
+NEEDS = ("numpy", "pytest")  # beyond torch and triton; pytest only for step 1
+PREDICTION = ROOT / "benchmarks" / "results" / "flash_prediction.json"
+AOT_TABLE = ROOT / "benchmarks" / "results" / "flash_aot_registers.json"
+# |ours - SDPA flash| / max|SDPA flash| beyond which a point is marked as a mismatch
+MISMATCH = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-4}
+
+
+# --------------------------------------------------------------------------- before starting
+
+
+def refusal(dry_run: bool) -> str | None:
+    """Why this machine cannot run the real check (None: it can). Nothing imported yet."""
+    if dry_run:
+        return None
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return (
+            "TRITON_INTERPRET is set: the kernels would run in Triton's CPU interpreter on "
+            "CUDA tensors (hours, and no speed to measure). Unset it: "
+            "`env -u TRITON_INTERPRET python benchmarks/gpu_check.py`. (`--dry-run` checks "
+            "the script itself on a CPU.)"
+        )
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU-only build of PyTorch" if torch.version.cuda is None else "no CUDA device"
+        return (
+            f"No CUDA GPU here ({build}): nothing to measure. Run it on a machine with an "
+            "NVIDIA GPU and CUDA PyTorch; `--dry-run` checks that the script works (tiny "
+            "shapes through Triton's interpreter)."
+        )
+    return None
+
+
+def missing_packages() -> list[str]:
+    return [m for m in NEEDS if importlib.util.find_spec(m) is None]
+
+
+def install(packages: list[str]) -> int:
+    """``pip install`` what a bare machine lacks (into this interpreter's environment)."""
+    if not packages:
+        return 0
+    print(f"$ pip install {' '.join(packages)}", flush=True)
+    return subprocess.call([sys.executable, "-m", "pip", "install", "-q", *packages])
+
+
+def machine() -> dict:
+    """Driver, clocks and power limit (nvidia-smi), the git commit, SDPA's flash implementation."""
+    info: dict = {}
+    fields = ("driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "power.limit",
+              "power.max_limit", "temperature.gpu", "persistence_mode")  # fmt: skip
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        ).stdout.strip().splitlines()  # fmt: skip
+        info["nvidia_smi"] = dict(zip(fields, (x.strip() for x in out[0].split(","))))
+    except (OSError, IndexError, subprocess.TimeoutExpired) as err:
+        info["nvidia_smi"] = f"unavailable: {type(err).__name__}"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=20).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=20).stdout  # fmt: skip
+        info["git_commit"] = commit + ("+dirty" if dirty.strip() else "") if commit else None
+    except (OSError, subprocess.TimeoutExpired):
+        info["git_commit"] = None
+    info["sdpa_flash_impl"] = sdpa_flash_impl()
+    return info
+
+
+def sdpa_flash_impl() -> str:
+    """Which kernels torch SDPA's flash backend runs (``torch.nn.attention`` can swap in FA3)."""
+    try:
+        import torch.nn.attention as attn
+    except ImportError:  # pragma: no cover
+        return "unknown"
+    parts = []
+    current = getattr(attn, "current_flash_attention_impl", None)
+    if current is not None:
+        try:
+            parts.append(f"impl={current() or 'default (FA2, built into torch)'}")
+        except Exception as err:  # pragma: no cover - API differences
+            parts.append(f"impl=? ({type(err).__name__})")
+    version = getattr(attn, "_get_flash_version", None)
+    if version is not None:
+        try:
+            parts.append(f"version={version()}")
+        except Exception:  # pragma: no cover
+            pass
+    return ", ".join(parts) or "default (FA2, built into torch)"
+
+
+def compile_budget(arch: int, autotune: str) -> dict:
+    """Seconds the run's compilations take, from the compile times measured ahead of time.
+
+    ``all``: every candidate of every kernel; ``headline``: every candidate at d_h = 128 (the
+    autotuned shapes), the first configuration at d_h = 64; ``none``: first configurations.
+    """
+    if not AOT_TABLE.exists():
+        return dict(seconds=None, kernels=0, note="no AOT table")
+    from course_lib.flash import kernel_config
+
+    def first(kind, d):
+        c = kernel_config(d, "cuda", interpreted=False, arch=arch).get(kind, [{}])[0]
+        return tuple(c.get(k) for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
+
+    def needed(r):
+        if r["kind"] in ("preprocess", "merge") or autotune == "all":
+            return True
+        if autotune == "headline" and r["head_dim"] == 128:
+            return True
+        return first(r["kind"], r["head_dim"]) == (
+            r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"]
+        )  # fmt: skip
+
+    rows = [r for r in json.loads(AOT_TABLE.read_text())["rows"] if r["arch"] == arch]
+    plain = [r for r in rows if not r["window"] and r["groups"] == 1 and needed(r)]
+    if any("compile_seconds" not in r for r in plain):
+        return dict(seconds=None, kernels=len(plain), note="the AOT table has no compile times")
+    seconds = sum(r["compile_seconds"] for r in plain)
+    return dict(seconds=round(seconds, 1), kernels=len(plain),
+                note="CPU compile times of the plain and causal variants (AOT table), "
+                "one dtype; the GPU run compiles bf16 and fp16 and the GQA/ragged variants too")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- measuring
 
 
 def run_tests(dry_run: bool, timeout_s: float) -> dict:
     """Step 1: pytest in subprocesses (first kernel configuration only: no autotuning)."""
+    if importlib.util.find_spec("pytest") is None:
+        print("   pytest is not installed: step 1 skipped (`--install` installs it)")
+        return dict(runs=[], exit_code=0, skipped="pytest not installed")
     environ = dict(os.environ, COURSE_FLASH_AUTOTUNE="0")
     if not dry_run:
         environ.pop("TRITON_INTERPRET", None)
@@ -86,171 +218,370 @@ def run_tests(dry_run: bool, timeout_s: float) -> dict:
     return dict(runs=runs, exit_code=worst, seconds=round(time.perf_counter() - t0, 1))
 
 
-def _line(rec: dict) -> str:
+def _timers(cuda: bool, repeats: int):
+    """``(end_to_end_ms, kernel_only_ms)``: do_bench and a CUDA-graph replay (None on a CPU)."""
+    if not cuda:
+        from course_lib.timing import best_time
+
+        def e2e(fn):
+            return 1e3 * best_time(fn, repeats, warmup=0, statistic="median", device="cpu")
+
+        return e2e, lambda fn: None
+    import triton.testing as tt
+
+    def e2e(fn):
+        return float(tt.do_bench(fn, warmup=10, rep=60, return_mode="median"))
+
+    def kernel_only(fn):
+        try:
+            return float(tt.do_bench_cudagraph(fn, rep=60, return_mode="median"))
+        except Exception:  # not capturable (e.g. a host synchronisation inside): say so
+            return None
+
+    return e2e, kernel_only
+
+
+def _impl(name: str, decode: bool):
+    """``fn(q, k, v, causal)`` for our two backward modes or an SDPA backend."""
+    from course_lib.flash import bench, flash_attention
+
+    if name == "flash_attention_atomic_dq":
+        return lambda q, k, v, c: flash_attention(q, k, v, is_causal=c, layout="bhnd",
+                                                  deterministic=False)  # fmt: skip
+    return bench.make_impl(name, decode=decode)
+
+
+def _errors(got, ref) -> float:
+    """max |got - ref| / max |ref| (0 for an all-zero reference)."""
+    scale = float(ref.detach().abs().max()) or 1.0
+    return float((got.detach().float() - ref.detach().float()).abs().max()) / scale
+
+
+def measure_point(point: dict, impls: list[str], device: str, repeats: int, tune: bool) -> list:
+    """Every implementation at one point, on the same inputs: times, memory, agreement."""
+    import torch
+
+    from course_lib.flash import bench
+
+    kind = point.get("kind", "train")
+    decode = kind == "decode"
+    B, H, N, d, dtype = point["B"], point["H"], point["N"], point["d"], point["dtype"]
+    h_kv, n_q, causal = point.get("h_kv", H), point.get("n_q", N), point["is_causal"]
+    cuda = device == "cuda"
+    e2e, kernel_only = _timers(cuda, repeats)
+    g = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(B, H, n_q, d, generator=g, device=device, dtype=dtype)  # (B, H, Nq, d)
+    k = torch.randn(B, h_kv, N, d, generator=g, device=device, dtype=dtype)  # (B, H_kv, Nk, d)
+    v = torch.randn(B, h_kv, N, d, generator=g, device=device, dtype=dtype)  # (B, H_kv, Nk, d)
+    do = torch.randn(B, H, n_q, d, generator=g, device=device, dtype=dtype)  # (B, H, Nq, d)
+    backward = not decode
+    flops = bench.attention_flops(B, H, N, d, causal, "fwd", n_q=n_q)
+    shape = dict(kind=kind, B=B, H=H, H_kv=h_kv, N=N, N_q=n_q, d=d,
+                 dtype=str(dtype).replace("torch.", ""), causal=bool(causal))  # fmt: skip
+    group, reference = [], None
+    order = ["sdpa_flash"] + [i for i in impls if i != "sdpa_flash"]  # the reference first
+    for name in order:
+        if name not in impls:
+            continue
+        rec = dict(impl=name, **shape)
+        if decode and name == "flash_attention_atomic_dq":
+            continue
+        if name == "sdpa_math" and cuda and not bench.math_is_feasible(B, H, N, n_q=n_q):
+            group.append(dict(rec, error="skipped: N x N matrices too large"))
+            continue
+        try:
+            fn = _impl(name, decode)
+            xs = [x.detach().requires_grad_(backward) for x in (q, k, v)]
+            with torch.set_grad_enabled(backward):
+                out = fn(*xs, causal)  # (B, H, Nq, d)
+                if backward:
+                    out.backward(do)
+            got = [out.detach()] + ([x.grad for x in xs] if backward else [])
+            if reference is None and name == "sdpa_flash":
+                reference = got
+            elif reference is not None:
+                errs = [_errors(a, b) for a, b in zip(got, reference)]
+                rec["err_vs_sdpa_flash"] = dict(zip(("out", "dq", "dk", "dv"), errs))
+                rec["mismatch"] = max(errs) > MISMATCH[shape["dtype"]]
+            del out, got
+
+            def fwd(fn=fn, xs=xs):
+                return fn(*xs, causal)
+
+            with torch.no_grad():
+                rec["fwd_ms"] = e2e(fwd)
+                rec["fwd_kernel_ms"] = kernel_only(fwd)
+            rec["fwd_tflops"] = flops / rec["fwd_ms"] * 1e-9
+            if rec["fwd_kernel_ms"]:
+                rec["fwd_kernel_tflops"] = flops / rec["fwd_kernel_ms"] * 1e-9
+            if decode:
+                kv_bytes = 2 * B * h_kv * N * d * torch.finfo(dtype).bits // 8
+                rec["kv_gb_per_s"] = kv_bytes / rec["fwd_ms"] * 1e-6
+            if backward:
+
+                def fwd_bwd(fn=fn, xs=xs):
+                    for x in xs:
+                        x.grad = None
+                    fn(*xs, causal).backward(do)
+
+                total = e2e(fwd_bwd)
+                with torch.enable_grad():
+                    fwd_train = e2e(fwd)  # the training forward saves what backward needs
+                rec["bwd_ms"] = max(total - fwd_train, 1e-6)
+                rec["bwd_tflops"] = (
+                    bench.attention_flops(B, H, N, d, causal, "bwd", n_q=n_q) / rec["bwd_ms"] * 1e-9
+                )
+                graph_total = kernel_only(fwd_bwd)
+                if graph_total and rec["fwd_kernel_ms"]:
+                    rec["bwd_kernel_ms"] = max(graph_total - rec["fwd_kernel_ms"], 1e-6)
+            if name.startswith("flash_attention"):
+                rec["configs"] = configs_for(point, tune)
+            if cuda:
+                for x in xs:
+                    x.grad = None
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                with torch.set_grad_enabled(backward):
+                    out = fn(*xs, causal)
+                    if backward:
+                        out.backward(do)
+                del out
+                torch.cuda.synchronize()
+                rec["peak_mem_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        except torch.cuda.OutOfMemoryError:
+            rec["error"] = "out of memory"
+        except Exception as err:  # an unsupported backend/dtype/size: record, keep going
+            rec["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        finally:
+            if cuda:
+                torch.cuda.empty_cache()
+        group.append(rec)
+    for r in group:  # ratios to SDPA flash
+        base = next((x for x in group if x["impl"] == "sdpa_flash" and "error" not in x), None)
+        for m in ("fwd", "bwd"):
+            if base and "error" not in r and f"{m}_tflops" in r and f"{m}_tflops" in base:
+                r[f"ratio_{m}"] = r[f"{m}_tflops"] / base[f"{m}_tflops"]
+    return group
+
+
+def configs_for(point: dict, tune: bool) -> dict:
+    """The configuration each of our kernels ran with *at this point* (not the last tuned)."""
+    import triton
+
+    from course_lib.flash import kernel_config
+    from course_lib.flash.launch import _autotuned
+
+    n_q, n_k = point.get("n_q", point["N"]), point["N"]
+    first = {k: v[0] for k, v in kernel_config(point["d"], "cuda", dtype=point["dtype"]).items()}
+    if point.get("kind") == "decode":
+        return {"decode": "menu by rows (first that holds G*Nq)", "tuned": False}
+    out = {}
+    want = (triton.next_power_of_2(n_q), triton.next_power_of_2(n_k), point["d"],
+            bool(point["is_causal"]), False)  # fmt: skip
+    for key, tuner in _autotuned.items() if tune else ():
+        name = key[0].strip("_") + ("_atomic_dq" if key[4] else "")
+        for cache_key, cfg in getattr(tuner, "cache", {}).items():
+            if tuple(cache_key[:5]) == want:
+                out[name] = str(cfg)
+    for kind in ("fwd", "dkdv", "dq"):
+        out.setdefault(f"{kind} (first)", str(first[kind]))
+    out["tuned"] = bool(tune)
+    return out
+
+
+# --------------------------------------------------------------------------- predictions
+
+
+def load_prediction() -> list[dict]:
+    if not PREDICTION.exists():
+        return []
+    return json.loads(PREDICTION.read_text()).get("points", [])
+
+
+def predicted(rec: dict, predictions: list[dict]) -> dict | None:
+    """The prediction for a measured record, matched on the shape (ours only)."""
+    mode = "atomic_dq" if rec["impl"] == "flash_attention_atomic_dq" else "deterministic"
+    for p in predictions:
+        s = p["shape"]
+        if (s["kind"], s["B"], s["H"], s["H_kv"], s["N"], s["N_q"], s["d"], s["causal"]) == (
+            rec["kind"], rec["B"], rec["H"], rec["H_kv"], rec["N"], rec["N_q"], rec["d"],
+            rec["causal"],
+        ) and rec["dtype"] == s.get("dtype", "bfloat16") and p.get("backward", mode) == mode:  # fmt: skip
+            return p
+    return None
+
+
+def _line(rec: dict, pred: dict | None) -> str:
     shape = (
         f"B={rec['B']:2d} H={rec['H']:2d}/{rec['H_kv']:<2d} Nq={rec['N_q']:5d} Nk={rec['N']:5d} "
         f"d={rec['d']:3d} {rec['dtype']:8s} causal={int(rec['causal'])}"
     )
     if "error" in rec:
-        return f"{rec['impl']:16s} {shape}  {rec['error']}"
-    parts = [f"fwd {rec['fwd_tflops']:7.1f} TFLOP/s"]
+        return f"{rec['impl']:25s} {shape}  {rec['error']}"
+    parts = [f"fwd {rec['fwd_tflops']:6.1f}"]
+    if rec.get("fwd_kernel_tflops"):
+        parts.append(f"(kernel {rec['fwd_kernel_tflops']:6.1f})")
     if "bwd_tflops" in rec:
-        parts.append(f"bwd {rec['bwd_tflops']:7.1f} TFLOP/s")
+        parts.append(f"bwd {rec['bwd_tflops']:6.1f} TFLOP/s")
     if "kv_gb_per_s" in rec:
-        parts.append(f"{rec['fwd_ms'] * 1e3:8.1f} us, K/V read {rec['kv_gb_per_s']:7.0f} GB/s")
+        kernel = f", kernel {rec['fwd_kernel_ms'] * 1e3:.1f}" if rec.get("fwd_kernel_ms") else ""
+        parts.append(f"{rec['fwd_ms'] * 1e3:7.1f} us{kernel}, K/V {rec['kv_gb_per_s']:6.0f} GB/s")
     for key, what in (("ratio_fwd", "fwd"), ("ratio_bwd", "bwd")):
         if rec.get(key) is not None:
-            parts.append(f"{what} {rec[key]:.2f}x flash")
-    if rec.get("peak_mem_mib") is not None:
-        parts.append(f"peak {rec['peak_mem_mib']:8.1f} MiB")
-    if rec.get("max_abs_err") is not None:
-        parts.append(f"err {rec['max_abs_err']:.1e}")
-    return f"{rec['impl']:16s} {shape}  " + "  ".join(parts)
+            parts.append(f"{what} {rec[key]:.2f}x")
+    if pred is not None:
+        p = pred["predicted"]
+        guess = [f"{m} {p[m + '_tflops']:.0f}" for m in ("fwd", "bwd") if p.get(m + "_tflops")]
+        if p.get("fwd_us") and rec["kind"] == "decode":
+            guess = [f"{p['fwd_us']:.1f} us"]
+        parts.append("predicted " + ", ".join(guess))
+    if "err_vs_sdpa_flash" in rec:
+        worst = max(rec["err_vs_sdpa_flash"].values())
+        parts.append(f"err {worst:.1e}" + (" MISMATCH" if rec["mismatch"] else ""))
+    return f"{rec['impl']:25s} {shape}  " + "  ".join(parts)
 
 
-def _with_ratios(group: list[dict]) -> None:
-    """Ratios of each implementation's TFLOP/s to SDPA flash's at the same point."""
-    base = next((r for r in group if r["impl"] == "sdpa_flash" and "error" not in r), None)
-    for r in group:
-        if base is None or "error" in r:
-            continue
-        for m in ("fwd", "bwd"):
-            if f"{m}_tflops" in r and f"{m}_tflops" in base:
-                r[f"ratio_{m}"] = r[f"{m}_tflops"] / base[f"{m}_tflops"]
+# --------------------------------------------------------------------------- the run
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--dry-run", action="store_true", help="tiny shapes on the CPU (interpreter)"
-    )
+    parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU")
+    parser.add_argument("--install", action="store_true", help="pip install numpy, pytest")
     parser.add_argument("--out", type=Path, default=None, help="output JSON path")
-    parser.add_argument(
-        "--budget-s",
-        type=float,
-        default=450.0,
-        help="wall-time cap of the whole run (tests included)",
-    )
-    parser.add_argument("--tests-timeout-s", type=float, default=240.0)
+    parser.add_argument("--budget-s", type=float, default=450.0, help="wall-time cap")
+    parser.add_argument("--tests-timeout-s", type=float, default=180.0)
     parser.add_argument("--skip-tests", action="store_true", help="benchmark only")
     parser.add_argument("--autotune", choices=("all", "headline", "none"), default="headline")
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args(argv)
 
+    reason = refusal(args.dry_run)
+    if reason:
+        print(reason, file=sys.stderr)
+        return 2
+    missing = missing_packages()
+    if missing and args.install and install(missing) != 0:
+        print(f"pip could not install {missing}", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("numpy") is None:
+        print("numpy is needed (course_lib uses it): rerun with --install", file=sys.stderr)
+        return 2
     if args.dry_run:  # CPU tensors: the interpreter, even on a machine with a GPU
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    from course_lib import env
+
     env.setup(quiet=True, plots=False)
     import torch
 
     from course_lib.flash import bench
 
-    cuda = torch.cuda.is_available() and not args.dry_run
-    if not cuda and not args.dry_run:
-        print(
-            "No CUDA GPU here: nothing to measure. `--dry-run` checks that the script works "
-            "(tiny shapes through Triton's interpreter).",
-            file=sys.stderr,
-        )
-        return 2
+    cuda = not args.dry_run
     started = time.perf_counter()
     meta = bench.metadata(dry_run=args.dry_run)
     meta["command"] = " ".join(
-        ["benchmarks/gpu_check.py"] + (argv if argv is not None else sys.argv[1:])
+        ["benchmarks/gpu_check.py"] + (sys.argv[1:] if argv is None else argv)
     )
     meta["flop_convention"] = "fwd 4*B*H*Nq*Nk*d (x0.5 causal when Nq = Nk); bwd 2.5x fwd"
+    meta["timing"] = (
+        "triton.testing.do_bench, median: end to end (the Python call) and kernel-only "
+        "(do_bench_cudagraph: the call replayed as a CUDA graph); bwd = fwd+bwd - fwd"
+        if cuda
+        else "CPU timer (dry run): no kernel-only time"
+    )
     meta["autotune"] = args.autotune
+    meta["mismatch_threshold"] = MISMATCH
+    meta.update(machine())
+    arch = 90
     if cuda:
         props = torch.cuda.get_device_properties(0)
         meta["sm_count"] = props.multi_processor_count
-        meta["capability"] = ".".join(str(x) for x in torch.cuda.get_device_capability(0))
+        major, minor = torch.cuda.get_device_capability(0)
+        arch = 10 * major + minor
+        meta["capability"] = f"{major}.{minor}"
         meta["memory_gib"] = round(props.total_memory / 2**30, 1)
+    meta["compile_budget"] = compile_budget(arch, args.autotune)
     print(f"{meta.get('gpu') or 'CPU (dry run)'}; torch {meta['versions']['torch']}, "
-          f"triton {meta['versions']['triton']}; {meta['date']}", flush=True)  # fmt: skip
+          f"triton {meta['versions']['triton']}; SDPA flash: {meta['sdpa_flash_impl']}; "
+          f"commit {meta['git_commit']}; {meta['date']}", flush=True)  # fmt: skip
+    cb = meta["compile_budget"]
+    if cb["seconds"] is not None:
+        print(f"compilation measured ahead of time: {cb['seconds']:.0f} s for {cb['kernels']} "
+              f"kernels on a CPU ({cb['note']})")  # fmt: skip
+        if cb["seconds"] > 0.5 * args.budget_s:
+            print(f"  over half of --budget-s {args.budget_s:.0f}: if the run runs out of time, "
+                  "rerun with --autotune none (first configurations only)")  # fmt: skip
 
-    # 1. correctness
-    print("\n== 1. correctness, compiled ==" if cuda else "\n== 1. correctness (dry run) ==")
-    meta["tests"] = (
-        {"skipped": True} if args.skip_tests else run_tests(args.dry_run, args.tests_timeout_s)
-    )
-
-    # 2. speed and memory
-    print("\n== 2. speed and memory ==", flush=True)
-    impls = ["flash_attention", *bench.sdpa_backends(), "sdpa_auto"]
-    if args.dry_run:
-        device, repeats, warmup = "cpu", args.repeats or 1, 0
-        f32 = torch.float32
-        train = [
-            dict(B=1, H=2, N=n, d=16, dtype=f32, is_causal=c)
-            for n in (16, 32)
-            for c in (False, True)
-        ]
-        gqa = [dict(B=1, H=4, h_kv=2, N=32, d=16, dtype=f32, is_causal=True, kind="gqa")]
-        dec = [dict(B=1, H=4, h_kv=2, N=64, n_q=1, d=16, dtype=f32, is_causal=False, kind="decode")]
-    else:
-        device, repeats, warmup = "cuda", args.repeats or 10, 3
-        train, gqa, dec = bench.gpu_check_grid(), bench.gqa_shapes(), bench.decode_shapes()
-    headline = [p for p in train if p["d"] == 128 and p["dtype"] == torch.bfloat16]
-    # the headline shapes first: the targets are measured even if the budget runs out
-    points = headline + dec + gqa + [p for p in train if p not in headline]
-    results, skipped = [], 0
-    for point in points:
-        group = []
-        tune = args.autotune == "all" or (args.autotune == "headline" and point in headline)
-        os.environ["COURSE_FLASH_AUTOTUNE"] = "1" if tune else "0"
-        for impl in impls:
-            kind = point.get("kind", "train")
-            rec_shape = dict(point)
-            rec_shape.pop("kind", None)
-            if time.perf_counter() - started > args.budget_s - 15 and not args.dry_run:
-                skipped += 1
-                continue
-            n_q = point.get("n_q", point["N"])
-            if (
-                impl == "sdpa_math"
-                and cuda
-                and not bench.math_is_feasible(point["B"], point["H"], point["N"], n_q=n_q)
-            ):
-                rec = dict(impl=impl, kind=kind, B=point["B"], H=point["H"], H_kv=point.get("h_kv", point["H"]),
-                           N=point["N"], N_q=n_q, d=point["d"], dtype=str(point["dtype"]).replace("torch.", ""),
-                           causal=point["is_causal"], error="skipped: N x N matrices too large")  # fmt: skip
-            else:
-                rec = bench.bench_one(
-                    impl, **rec_shape, kind=kind, device=device, repeats=repeats, warmup=warmup
-                )
-            rec["autotuned"] = tune if impl == "flash_attention" else None
-            group.append(rec)
-        _with_ratios(group)
-        for rec in group:
-            print(_line(rec), flush=True)
-        results.extend(group)
-    if skipped:
-        print(f"(time budget of {args.budget_s:.0f} s reached: {skipped} measurements skipped)")
-    meta["skipped_for_budget"] = skipped
-
-    # 3. targets
-    data = {"meta": meta, "results": results}
-    print("\n== 3. targets (H100/H200) ==")
-    meta["targets"] = bench.check_targets(data)
-    for t in meta["targets"]:
-        value = "not measured" if t["measured"] is None else f"{t['measured']:.2f}x"
-        verdict = "" if t["met"] is None else ("met" if t["met"] else "NOT met")
-        print(f"{t['target']}: goal {t['goal']:.1f}x, measured {value} {verdict}")
-    if args.dry_run:
-        print("(dry run: tiny shapes on a CPU; these ratios mean nothing)")
-
-    # 4. record
-    meta["seconds"] = round(time.perf_counter() - started, 1)
     if args.out is None:
         if args.dry_run:
             args.out = ROOT / "test-output" / "gpu_check_dry_run.json"
         else:
             slug = re.sub(r"[^A-Za-z0-9]+", "-", meta.get("gpu") or "gpu").strip("-").lower()
-            args.out = (
-                ROOT / "benchmarks" / "results" / f"flash_attention_{slug}_{meta['date'][:10]}.json"
-            )
-    path = bench.write_results(args.out, meta, results)
-    print(f"\nwrote {path} ({meta['seconds']:.0f} s in all)")
-    return 0 if meta["tests"].get("exit_code", 0) == 0 else 1
+            name = f"flash_attention_{slug}_{meta['date'][:10]}.json"
+            args.out = ROOT / "benchmarks" / "results" / name
+    results: list[dict] = []
+
+    def record() -> None:
+        meta["seconds"] = round(time.perf_counter() - started, 1)
+        bench.write_results(args.out, meta, results)
+
+    print("\n== 1. correctness, compiled ==" if cuda else "\n== 1. correctness (dry run) ==")
+    meta["tests"] = (
+        {"skipped": True} if args.skip_tests else run_tests(args.dry_run, args.tests_timeout_s)
+    )
+    record()
+
+    print("\n== 2. speed, memory and agreement with SDPA flash ==", flush=True)
+    impls = ["flash_attention", "flash_attention_atomic_dq", *bench.sdpa_backends(), "sdpa_auto"]
+    if args.dry_run:
+        device, repeats = "cpu", args.repeats or 1
+        f32 = torch.float32
+        train = [dict(B=1, H=2, N=n, d=16, dtype=f32, is_causal=c)
+                 for n in (16, 32) for c in (False, True)]  # fmt: skip
+        gqa = [dict(B=1, H=4, h_kv=2, N=32, d=16, dtype=f32, is_causal=True, kind="gqa")]
+        dec = [dict(B=1, H=4, h_kv=2, N=64, n_q=1, d=16, dtype=f32, is_causal=False, kind="decode")]
+    else:
+        device, repeats = "cuda", args.repeats or 10
+        train, gqa, dec = bench.gpu_check_grid(), bench.gqa_shapes(), bench.decode_shapes()
+    headline = [p for p in train if p["d"] == 128 and p["dtype"] == torch.bfloat16]
+    points = headline + dec + gqa + [p for p in train if p not in headline]
+    predictions = load_prediction()
+    skipped = 0
+    for point in points:
+        if cuda and time.perf_counter() - started > args.budget_s - 20:
+            skipped += 1
+            continue
+        tune = args.autotune == "all" or (args.autotune == "headline" and point in headline)
+        os.environ["COURSE_FLASH_AUTOTUNE"] = "1" if tune else "0"
+        group = measure_point(point, impls, device, repeats, tune)
+        for rec in group:
+            rec["autotuned"] = tune if rec["impl"].startswith("flash_attention") else None
+            pred = predicted(rec, predictions) if rec["impl"].startswith("flash") else None
+            if pred is not None:
+                rec["predicted"] = pred["predicted"]
+            print(_line(rec, pred), flush=True)
+        results.extend(group)
+        record()  # after every point
+    if skipped:
+        print(f"(time budget of {args.budget_s:.0f} s reached: {skipped} points skipped)")
+    meta["skipped_for_budget"] = skipped
+
+    print("\n== 3. targets (H100/H200) ==")
+    meta["targets"] = bench.check_targets({"meta": meta, "results": results})
+    for t in meta["targets"]:
+        value = "not measured" if t["measured"] is None else f"{t['measured']:.2f}x"
+        verdict = "" if t["met"] is None else ("met" if t["met"] else "NOT met")
+        print(f"{t['target']}: goal {t['goal']:.1f}x, measured {value} {verdict}")
+    mismatches = [r for r in results if r.get("mismatch")]
+    meta["mismatches"] = len(mismatches)
+    print(f"{len(mismatches)} measurement(s) disagree with SDPA flash beyond {MISMATCH}")
+    if args.dry_run:
+        print("(dry run: tiny shapes on a CPU; these ratios mean nothing)")
+    record()
+    print(f"\nwrote {args.out} ({meta['seconds']:.0f} s in all)")
+    failed = meta["tests"].get("exit_code", 0) != 0 or mismatches
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -35,7 +34,6 @@ import triton.language as tl
 
 import course_lib.flash as flash
 from course_lib.flash import (
-    aot,
     flash_attention,
     flash_attention_reference,
     flash_attention_with_lse,
@@ -373,9 +371,9 @@ kernels = flash._load_kernels()  # conftest.py has chosen Triton's mode already
 def _probe_ranges(OUT, A, B, N, DIAG, WINDOW, BLOCK: tl.constexpr, QUERY: tl.constexpr):
     """Store the kernels' (lo, full_lo, full_hi, hi) for one call, causal with a window."""
     if QUERY:
-        lo, flo, fhi, hi = kernels._query_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
+        lo, flo, fhi, hi = kernels.common._query_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
     else:
-        lo, flo, fhi, hi = kernels._key_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
+        lo, flo, fhi, hi = kernels.common._key_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
     tl.store(OUT + 0, lo)
     tl.store(OUT + 1, flo)
     tl.store(OUT + 2, fhi)
@@ -488,10 +486,45 @@ def test_kernel_gqa_reads_kv_heads_without_copies(monkeypatch):
         seen.append((q.shape[1], k.shape[1], k.data_ptr()))
         return real(q, k, v, mask)
 
-    monkeypatch.setattr(flash, "_forward", spy)
+    monkeypatch.setattr(flash.forward, "_forward", spy)
     q, k, v, _ = _inputs(1, 8, 16, 16, 16, torch.float32, DEVICE, h_kv=2)
     flash_attention(q, k, v)
     assert seen == [(8, 2, k.data_ptr())]
+
+
+FAST_BACKWARD_CASES = [
+    # B, H, H_kv, Nq, Nk, d, causal, alignment, window: ragged tiles, GQA, a window, N_q < N_k
+    (1, 2, 2, 45, 45, 16, False, "top_left", None),
+    (1, 4, 2, 70, 70, 32, True, "top_left", None),
+    (2, 2, 1, 33, 33, 16, True, "top_left", 8),
+    (1, 2, 2, 20, 50, 16, True, "bottom_right", None),
+]
+
+
+@pytest.mark.parametrize("B,H,h_kv,n_q,n_k,d,causal,alignment,window", FAST_BACKWARD_CASES)
+def test_fast_backward_equals_the_deterministic_one(B, H, h_kv, n_q, n_k, d, causal, alignment,
+                                                    window):  # fmt: skip
+    """deterministic=False (dQ added with float32 atomics from the dK/dV pass, 5 matmuls):
+    dK and dV bit for bit the deterministic ones (the same kernel computes them), dQ equal
+    within float32 rounding (only the order of the additions differs)."""
+    q, k, v, do = _inputs(B, H, n_q, n_k, d, torch.float32, DEVICE, h_kv=h_kv)
+    grads = []
+    for deterministic in (True, False):
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        out = flash_attention(qg, kg, vg, is_causal=causal, causal_alignment=alignment,
+                              window=window, deterministic=deterministic)  # fmt: skip
+        out.backward(do)
+        grads.append((out.detach(), qg.grad, kg.grad, vg.grad))
+    (o1, dq1, dk1, dv1), (o2, dq2, dk2, dv2) = grads
+    assert torch.equal(o1, o2) and torch.equal(dk1, dk2) and torch.equal(dv1, dv2)
+    torch.testing.assert_close(dq2, dq1, atol=1e-5, rtol=1e-5)
+    assert dq2.dtype == q.dtype and dq2.shape == q.shape
+
+
+def test_fast_backward_refuses_a_non_bool():
+    x = torch.randn(1, 1, 4, 16)
+    with pytest.raises(TypeError, match="deterministic must be True or False"):
+        flash_attention(x, x, x, deterministic="no")
 
 
 def test_kernel_lse_and_causality():
@@ -530,7 +563,9 @@ def test_kernel_layout_bnhd_reads_flash_attn_tensors_without_copies(monkeypatch)
     seen = []
     real = flash._forward
     monkeypatch.setattr(
-        flash, "_forward", lambda q_, k_, v_, m: seen.append(q_.data_ptr()) or real(q_, k_, v_, m)
+        flash.forward,
+        "_forward",
+        lambda q_, k_, v_, m: seen.append(q_.data_ptr()) or real(q_, k_, v_, m),
     )
     out = flash_attention(qb, kb, vb, is_causal=True, layout="bnhd")
     assert out.shape == (1, 20, 4, 16) and out.is_contiguous()
@@ -621,11 +656,13 @@ def test_decode_splits_fill_the_gpu_not_more():
 def test_kernel_config_is_gpu_sized_on_cuda():
     for d in (64, 128):
         cfg = flash.kernel_config(d, "cuda", interpreted=False)
-        assert set(cfg) == {"fwd", "dkdv", "dq", "decode"}
+        assert set(cfg) == {"fwd", "dkdv", "dkdv_atomic", "dq", "decode"}
         for kind in ("fwd", "dkdv", "dq"):
             assert len(cfg[kind]) > 1  # several candidates: autotuned, too-big ones discarded
             assert all(c["BLOCK_M"] >= 16 and c["BLOCK_N"] >= 16 for c in cfg[kind])  # tl.dot
         assert cfg["fwd"][0]["BLOCK_M"] == 128  # a tall query tile that stays on chip
+        # 8 warps lay two warpgroups along the dK/dV pass's key tile: it needs 128 keys
+        assert all(c["BLOCK_N"] >= 16 * c["num_warps"] for c in cfg["dkdv"])
     small = flash.kernel_config(64, "cpu", interpreted=True)
     assert all(len(v) == 1 and v[0]["BLOCK_M"] <= 64 for v in small.values())
 
@@ -662,11 +699,13 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
     two = {
         "fwd": [flash._cfg(32, 16), flash._cfg(16, 32)],
         "dkdv": [flash._cfg(16, 32), flash._cfg(32, 16)],
+        "dkdv_atomic": [flash._cfg(16, 32), flash._cfg(32, 16)],
         "dq": [flash._cfg(32, 16), flash._cfg(16, 16)],
         "decode": [flash._cfg(16, 16)],
     }
-    monkeypatch.setattr(flash, "kernel_config", lambda *a, **k: two)
-    monkeypatch.setattr(flash, "_DO_BENCH", cpu_bench)
+    for module in (flash.forward, flash.backward):  # where the launchers look them up
+        monkeypatch.setattr(module, "kernel_config", lambda *a, **k: two)
+    monkeypatch.setattr(flash.launch, "_DO_BENCH", cpu_bench)
     _check_kernel(1, 2, 45, 45, 32, True, None, torch.float32)
     assert any(key[2] is cpu_bench for key in flash._autotuned)
     tuned = len(calls)
@@ -674,6 +713,13 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
     assert len(calls) == tuned
     _check_kernel(1, 2, 32, 32, 32, False, None, torch.float32)  # even lengths, new bucket
     assert len(calls) > tuned
+    # The atomic dQ under the autotuner: every timed trial adds into the same buffer, so the
+    # tuner must zero it before each (reset_to_zero); otherwise dQ comes out several times over.
+    q, k, v, do = _inputs(1, 2, 40, 40, 32, torch.float32, DEVICE)
+    q.requires_grad_()
+    flash_attention(q, k, v, is_causal=True, deterministic=False).backward(do)
+    assert any(key[4] == ("DQ_ACC",) for key in flash._autotuned)
+    _assert_close(q.grad, _sdpa_grads(q, k, v, do, True, None)[1], TOL[torch.float32]["grad"], "dQ")
     from course_lib.flash import bench
 
     chosen = bench.autotuned_configs()  # recorded in the benchmark's JSON on a GPU
@@ -685,9 +731,7 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
 
 
 def _kernel_source() -> str:
-    from pathlib import Path
-
-    return (Path(flash.__file__).parent / "kernels.py").read_text()
+    return flash.kernel_source()
 
 
 def test_every_tl_dot_states_its_input_precision():
@@ -698,7 +742,7 @@ def test_every_tl_dot_states_its_input_precision():
 
     src = _kernel_source()
     dots = re.findall(r"tl\.dot\((.*?)\)\s*(?:#|$)", src, flags=re.M | re.S)
-    assert len(dots) == src.count("tl.dot(") == 9  # forward 2, dK/dV 4, dQ 3 (decode reuses)
+    assert len(dots) == src.count("tl.dot(") == 10  # fwd 2, dK/dV 4 + the atomic dQ, dQ 3
     assert all("input_precision=DOT_PRECISION" in d for d in dots), dots
     assert flash._dot_precision(torch.float32) == "ieee"
     assert flash._dot_precision(torch.float16) != "ieee"  # ignored for 16-bit operands
@@ -722,123 +766,14 @@ def test_batch_head_offsets_are_int64():
 
 
 def test_too_many_batch_heads_for_the_cuda_grid_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(flash, "_MAX_GRID_Y", 3)
+    monkeypatch.setattr(flash.inputs, "_MAX_GRID_Y", 3)
     q = torch.empty(2, 2, 8, 16, device="meta")  # B*H = 4 > 3
     monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
     with pytest.raises(ValueError, match="B\\*H = 4"):
         flash._kernel_views(q, q, q, None, "bhnd", "flash_attention")
 
 
-def _aot(script: str, timeout: int = 1200):
-    """Run ``script`` in a fresh process without TRITON_INTERPRET (Triton's GPU compiler)."""
-    import json
-    import os
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", script],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if proc.returncode != 0 and ("ptxas" in proc.stderr and "not found" in proc.stderr):
-        pytest.skip("this Triton wheel ships no ptxas")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.slow
-def test_kernels_compile_for_an_h100_without_a_gpu():
-    """Ahead-of-time compilation for sm_90 through Triton's real compiler (ptxas included)
-    of the variants the default-config test does not cover (ragged lengths, d = 48, a
-    window, grouped heads, lengths of 1 that the runtime turns into constants): catches what the interpreter accepts but the compiler rejects
-    (dot shapes, constexpr misuse, Python control flow on tensors, shared memory), and
-    checks that the loads of the main loops are software-pipelined (cp.async)."""
-    reports = _aot(
-        "import json\n"
-        "from course_lib.flash import aot\n"
-        "out = [aot.compile_kernel(k, 'bfloat16', 48, True, ragged=True, window=True, groups=2)"
-        " for k in ('fwd', 'dkdv', 'dq', 'decode')]\n"
-        "out += [aot.compile_kernel(k, 'float16', 48) for k in ('preprocess', 'merge')]\n"
-        "out += [aot.compile_kernel('decode', 'bfloat16', 128, True, ones=('N_Q',))]\n"
-        "out += [aot.compile_kernel('fwd', 'float16', 64, ones=('N_Q', 'N_K'), ragged=True)]\n"
-        "print(json.dumps(out))\n"
-    )
-    for r in reports:
-        assert r["shared_bytes"] <= 227 * 1024, r  # an H100's shared memory per block
-        assert r["spill_stores"] == r["spill_loads"] == 0, r
-        if r["kind"] not in ("preprocess", "merge"):
-            assert r["tensor_cores"], r
-            # a loop of one key tile (N_K = 1, a constant) has nothing to pipeline
-            assert r["pipelined"] or "N_K" in r["ones"], r
-
-
-REGISTER_TABLE = Path(__file__).resolve().parents[1] / "benchmarks/results/flash_aot_registers.json"
-SHARED_LIMIT = {90: 227 * 1024, 80: 163 * 1024}  # shared memory one block may use, bytes
-
-
-def _row_key(r):
-    return (r["arch"], r["kind"], r["head_dim"], r["BLOCK_M"], r["BLOCK_N"], r["num_warps"],
-            r["num_stages"], aot.variant_of(r))  # fmt: skip
-
-
-def test_recorded_register_table_covers_every_default_configuration():
-    """The table ``python -m course_lib.flash.aot --all --variants ...`` recorded (chapter 06
-    shows it) holds every current autotune candidate of every kernel, for sm_90 and sm_80,
-    d_h = 64 and 128, in all three variants, and none of them spills or overflows shared
-    memory. Changing a configuration without recompiling the table fails here."""
-    import json
-
-    table = json.loads(REGISTER_TABLE.read_text())
-    recorded = {_row_key(r): r for r in table["rows"]}
-    jobs = aot.default_jobs(every_config=True, variants=tuple(aot.VARIANTS))
-    missing = []
-    for job in jobs:
-        if job["kind"] in ("preprocess", "merge"):
-            continue
-        cfg = job["config"]
-        row = dict(arch=job["arch"], kind=job["kind"], head_dim=job["head_dim"],
-                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"],
-                   num_stages=cfg["num_stages"], causal=job["is_causal"],
-                   window=job.get("window", False), groups=job.get("groups", 1))  # fmt: skip
-        if _row_key(row) not in recorded:
-            missing.append(_row_key(row))
-    assert not missing, f"rerun course_lib.flash.aot (see its docstring): missing {missing[:5]}"
-    for r in table["rows"]:
-        assert r["spill_stores"] == r["spill_loads"] == 0, aot.format_row(r)
-        assert 0 < r["registers"] <= 255 and r["shared_bytes"] <= SHARED_LIMIT[r["arch"]], r
-        if r["kind"] not in ("preprocess", "merge"):
-            assert r["tensor_cores"] and r["pipelined"], r
-
-
-@pytest.mark.slow
-def test_no_default_configuration_spills_registers():
-    """The default configuration of each kernel (what runs without autotuning), compiled now
-    for sm_90 (H100/H200) and sm_80 (A100), causal and in the heaviest variant, d_h = 64 and
-    128: no register spills (ptxas -v), and, with the Triton that made the recorded table, the
-    same registers as recorded (so a stale table fails). A spill would turn the on-chip loop
-    into a memory-bound one: the CPU-side guard of speed."""
-    import json
-
-    rows = _aot(
-        "import json\n"
-        "from course_lib.flash import aot\n"
-        "jobs = aot.default_jobs(every_config=False, variants=('causal', 'gqa_window_ragged'))\n"
-        "print(json.dumps([aot.compile_kernel(**j) for j in jobs if j['kind'] not in "
-        "('preprocess', 'merge')]))\n",
-        timeout=1800,
-    )
-    assert {r["arch"] for r in rows} == {80, 90} and len(rows) == 32
-    spilled = [aot.format_row(r) for r in rows if r["spill_stores"] or r["spill_loads"]]
-    assert not spilled, "\n".join(spilled)
-    table = json.loads(REGISTER_TABLE.read_text())
-    if table["meta"]["triton"] == triton.__version__:
-        recorded = {_row_key(r): r["registers"] for r in table["rows"]}
-        stale = [(_row_key(r), r["registers"], recorded.get(_row_key(r))) for r in rows
-                 if recorded.get(_row_key(r)) != r["registers"]]  # fmt: skip
-        assert not stale, f"the recorded table is stale (rerun course_lib.flash.aot): {stale[:5]}"
+# The kernels compiled ahead of time for sm_90 and sm_80: tests/test_flash_aot.py.
 
 
 # --------------------------------------------------------------------------- errors

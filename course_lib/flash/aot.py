@@ -9,12 +9,15 @@ TritonGPU IR → LLVM IR → PTX → cubin (``ptxas`` ships with the Triton whee
 CUDA driver.
 
 It reports, per kernel and configuration, the **registers** per thread and the bytes
-**spilled** to local memory (from ``ptxas -v``), the shared memory the kernel needs, whether
-its loads were software-pipelined (``cp.async`` copies in the TritonGPU IR, what
-``num_stages`` asks for) and whether its ``tl.dot``\ s use tensor cores. A spill means a tile
+**spilled** to local memory (from ``ptxas -v``), the shared memory the kernel needs (against
+:data:`SHARED_LIMIT`), whether its loads were software-pipelined (``cp.async`` copies in the
+TritonGPU IR, what ``num_stages`` asks for), the tensor-core instructions counted by kind
+and shape (``wgmma`` and ``mma.sync``, :func:`codegen`), the warp layout of every dot and
+whether it duplicates a warpgroup, and the compile time from an empty cache
+(``compile_seconds``). :func:`problems` names what is wrong. A spill means a tile
 that does not fit the 255 registers a thread may hold is kept in local memory (cached
 DRAM) instead: every step of the loop then pays memory traffic the algorithm was designed
-to avoid. ``tests/test_flash.py`` fails if any default configuration spills.
+to avoid. ``tests/test_flash_aot.py`` fails if any recorded configuration has a problem.
 
 Run it *without* ``TRITON_INTERPRET`` (Triton reads the variable when the kernels are
 first decorated)::
@@ -38,29 +41,44 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
+from .launch import SHARED_LIMIT  # bytes of shared memory one block may use
+
 TYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-KINDS = ("fwd", "dkdv", "dq", "decode", "preprocess", "merge")
+KINDS = ("fwd", "dkdv", "dkdv_atomic", "dq", "decode", "preprocess", "merge")
 _KERNEL = {
     "fwd": "_fwd_kernel",
     "dkdv": "_bwd_dkdv_kernel",
+    "dkdv_atomic": "_bwd_dkdv_kernel",  # with ATOMIC_DQ: the deterministic=False backward
     "dq": "_bwd_dq_kernel",
     "decode": "_decode_kernel",
     "preprocess": "_bwd_preprocess_kernel",
     "merge": "_decode_merge_kernel",
 }
 _ELEM_PTRS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
-_FP32_PTRS = {"LSE", "DELTA", "O_PART", "LSE_PART"}
+_FP32_PTRS = {"LSE", "DELTA", "O_PART", "LSE_PART", "DQ_ACC"}
 _FLOATS = {"qk_scale", "sm_scale"}
 _NOT_DIVISIBLE = {"H", "NUM_SPLITS"}  # counts that are rarely multiples of 16
 ARCHS = (90, 80)
+
+# The tensor-core layouts of the TritonGPU IR and the dots that use them.
+_MMA_LAYOUT = re.compile(
+    r"^#(mma\d*) = #ttg\.nvidia_mma<\{versionMajor = (\d+), versionMinor = \d+, "
+    r"warpsPerCTA = \[(\d+), (\d+)\], instrShape = \[(\d+), (\d+)",
+    re.M,
+)
+_DOT = re.compile(r"= (?:ttng\.warp_group_dot|tt\.dot) [^\n]*-> tensor<(\d+)x(\d+)xf32, #(mma\d*)>")
+_WGMMA = re.compile(r"\bwgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)")
+_MMA_SYNC = re.compile(r"\bmma\.sync\.aligned\.(m\d+n\d+k\d+)")
 
 
 def _kernels():
@@ -137,11 +155,65 @@ def ptxas_usage(ptx: str, arch: int) -> dict:
     )
 
 
+def codegen(ttgir: str, ptx: str) -> dict:
+    r"""What the compiled code does with its tensor cores: instruction kinds and warp layouts.
+
+    From the PTX, the tensor-core instructions counted **by kind and shape**: Hopper's
+    asynchronous warpgroup MMA (``wgmma.mma_async ... m64nNk16``: four warps, 64 rows) and
+    Ampere's warp-level ``mma.sync ... m16n8k16`` (which an sm_90 kernel falls back to when a
+    tile is too small for a warpgroup). From the TritonGPU IR, every ``tl.dot`` with the
+    result tile ``M x N`` and the layout that spreads it over the warps, ``warpsPerCTA =
+    [w_M, w_N]``: each warp holds 16 rows of an MMA tile, so a dot whose :math:`16\,w_M`
+    exceeds :math:`M` (or whose :math:`w_N \cdot n_{instr}` exceeds :math:`N`) has warps that
+    hold *copies* of the same rows — a *duplicated* warpgroup, which computes the dot
+    :math:`16 w_M / M` times over.
+    """
+    layouts = {
+        m[1]: dict(version=int(m[2]), warps=(int(m[3]), int(m[4])), instr=(int(m[5]), int(m[6])))
+        for m in _MMA_LAYOUT.finditer(ttgir)
+    }
+    dots = []
+    for m in _DOT.finditer(ttgir):
+        rows, cols, name = int(m[1]), int(m[2]), m[3]
+        lay = layouts[name]
+        w_m, w_n = lay["warps"]
+        copies = max(1, 16 * w_m // rows) * max(1, w_n * lay["instr"][1] // cols)
+        dots.append(dict(M=rows, N=cols, mma=lay["version"], warps=[w_m, w_n], copies=copies))
+    return dict(
+        wgmma=dict(sorted(Counter(_WGMMA.findall(ptx)).items())),
+        mma_sync=dict(sorted(Counter(_MMA_SYNC.findall(ptx)).items())),
+        dots=dots,
+        duplicated_dots=sum(d["copies"] > 1 for d in dots),
+    )
+
+
+def wgmma_possible(row: dict) -> bool:
+    """Whether every dot of a kernel's tile can be a Hopper warpgroup MMA (64 rows, 4 warps)."""
+    return (
+        row["arch"] >= 90 and row["num_warps"] % 4 == 0 and all(d["M"] >= 64 for d in row["dots"])
+    )
+
+
+def problems(row: dict) -> list[str]:
+    """What is wrong with one compiled kernel (an empty list when nothing is)."""
+    out = []
+    if row.get("spill_stores") or row.get("spill_loads"):
+        out.append(f"spills {row['spill_stores']} B stored, {row['spill_loads']} B loaded")
+    if row["shared_bytes"] > SHARED_LIMIT[row["arch"]]:
+        out.append(f"shared memory {row['shared_bytes']} B > {SHARED_LIMIT[row['arch']]} B")
+    if row["duplicated_dots"]:
+        dup = [f"{d['M']}x{d['N']} on warps {d['warps']}" for d in row["dots"] if d["copies"] > 1]
+        out.append(f"duplicated warpgroups: {', '.join(dup)}")
+    if row["dots"] and wgmma_possible(row) and (row["mma_sync"] or not row["wgmma"]):
+        out.append(f"mma.sync {row['mma_sync']} where the tile allows wgmma")
+    return out
+
+
 def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged):
     import torch
     import triton
 
-    from . import _dot_precision
+    from .launch import _dot_precision
 
     block_d = max(16, triton.next_power_of_2(head_dim))
     const = dict(HEAD_DIM=head_dim, BLOCK_D=block_d)
@@ -163,6 +235,8 @@ def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged):
         const["BLOCK_R"] = config["BLOCK_M"]
     else:
         const.update(BLOCK_M=config["BLOCK_M"], EVEN_M=not ragged)
+    if kind in ("dkdv", "dkdv_atomic"):
+        const["ATOMIC_DQ"] = kind == "dkdv_atomic"
     return const, config["num_warps"], config["num_stages"]
 
 
@@ -193,13 +267,14 @@ def compile_kernel(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import kernel_config
+    from .launch import kernel_config
 
     fn = getattr(kernels, _KERNEL[kind])
     if config is None and kind not in ("preprocess", "merge"):
-        config = kernel_config(head_dim, "cuda", interpreted=False, dtype=getattr(torch, dtype))[
-            kind
-        ][0]
+        cands = kernel_config(
+            head_dim, "cuda", interpreted=False, dtype=getattr(torch, dtype), arch=arch
+        )
+        config = cands[kind][0]
     const, warps, stages = _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged)
     if groups == 1 and "NUM_GROUPS" in fn.arg_names:
         const["NUM_GROUPS"] = 1  # what the runtime does with an int argument equal to 1
@@ -233,11 +308,22 @@ def compile_kernel(
         constexprs={(fn.arg_names.index(k),): v for k, v in const.items()},
         attrs=attrs,
     )
-    t0 = time.perf_counter()
-    compiled = triton.compile(
-        src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=warps, num_stages=stages)
-    )
-    seconds = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as cache:  # an empty cache: the real compile time
+        saved = os.environ.get("TRITON_CACHE_DIR")
+        os.environ["TRITON_CACHE_DIR"] = cache
+        try:
+            t0 = time.perf_counter()
+            compiled = triton.compile(
+                src,
+                target=GPUTarget("cuda", arch, 32),
+                options=dict(num_warps=warps, num_stages=stages),
+            )
+            seconds = time.perf_counter() - t0
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = saved
     ttgir = compiled.asm["ttgir"]
     report = dict(
         kind=kind,
@@ -255,8 +341,8 @@ def compile_kernel(
         BLOCK_N=const.get("BLOCK_N"),
         shared_bytes=int(compiled.metadata.shared),
         pipelined="async_copy_global_to_local" in ttgir or "async_tma" in ttgir,
-        tensor_cores=("warp_group_dot" in ttgir or "nvidia_mma" in ttgir),
-        seconds=seconds,
+        compile_seconds=round(seconds, 2),
+        **codegen(ttgir, compiled.asm["ptx"]),
     )
     if registers:
         report.update(ptxas_usage(compiled.asm["ptx"], arch))
@@ -280,7 +366,7 @@ def default_jobs(
     head_dims=(64, 128),
     every_config: bool = True,
     variants=("plain", "causal"),
-    kinds=("fwd", "dkdv", "dq", "decode"),
+    kinds=("fwd", "dkdv", "dkdv_atomic", "dq", "decode"),
 ) -> list[dict]:
     """The compilations that cover every default configuration (arguments of :func:`compile_kernel`).
 
@@ -292,15 +378,17 @@ def default_jobs(
     """
     import torch
 
-    from . import kernel_config
+    from .launch import kernel_config
 
     jobs = []
     for arch in archs:
         for dtype in dtypes:
             for d in head_dims:
-                cands = kernel_config(d, "cuda", interpreted=False, dtype=getattr(torch, dtype))
+                cands = kernel_config(
+                    d, "cuda", interpreted=False, dtype=getattr(torch, dtype), arch=arch
+                )
                 for kind in kinds:
-                    for cfg in cands[kind] if every_config else cands[kind][:1]:
+                    for cfg in cands[kind][: None if every_config else 1]:
                         for variant in variants:
                             jobs.append(
                                 dict(kind=kind, dtype=dtype, head_dim=d, config=cfg, arch=arch,
@@ -328,8 +416,9 @@ def format_row(r: dict) -> str:
         f"{variant_of(r):17s} M={r['BLOCK_M']!s:>3} N={r['BLOCK_N']!s:>4} "
         f"warps={r['num_warps']} stages={r['num_stages']}: {r.get('registers', '?'):>3} regs, "
         f"spills {spill:4d} B, shared {r['shared_bytes'] / 1024:6.1f} KiB, "
-        f"pipelined={r['pipelined']!s:5}, tensor cores={r['tensor_cores']!s:5} "
-        f"({r['seconds']:.1f} s)"
+        f"pipelined={r['pipelined']!s:5}, wgmma {sum(r['wgmma'].values()):4d}, "
+        f"mma.sync {sum(r['mma_sync'].values()):4d}, duplicated dots {r['duplicated_dots']} "
+        f"({r['compile_seconds']:.1f} s to compile)"
     )
 
 
@@ -340,13 +429,16 @@ def _meta(argv) -> dict:
     import triton
 
     return dict(
-        what="registers, spills and shared memory per kernel and configuration (ptxas -v)",
+        what="registers, spills (ptxas -v), shared memory, tensor-core instructions by kind "
+        "(PTX) and warp layout of every dot (TritonGPU IR) per kernel and configuration",
         command="python -m course_lib.flash.aot "
         + " ".join(sys.argv[1:] if argv is None else argv),
         triton=triton.__version__,
         python=platform.python_version(),
         date=datetime.date.today().isoformat(),
-        note="compiled ahead of time without a GPU; float16 uses the registers of bfloat16",
+        note="compiled ahead of time without a GPU; float16 uses the registers of bfloat16; "
+        "compile_seconds: one compilation from an empty cache on this machine's CPU",
+        cpu=platform.processor() or platform.machine(),
     )
 
 
@@ -365,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--head-dims", default="64,128")
-    parser.add_argument("--kinds", default="fwd,dkdv,dq,decode", help="kernels (comma-separated)")
+    parser.add_argument(
+        "--kinds", default="fwd,dkdv,dkdv_atomic,dq,decode", help="kernels (comma-separated)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
 
@@ -378,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         variants=tuple(args.variants.split(",")),
         kinds=tuple(args.kinds.split(",")),
     )
-    failures, spilled, rows = 0, 0, []
+    failures, bad, rows = 0, 0, []
     for job in jobs:
         try:
             r = compile_kernel(**job)
@@ -392,19 +486,19 @@ def main(argv: list[str] | None = None) -> int:
             )
             continue
         rows.append(r)
-        spilled += bool(r["spill_stores"] or r["spill_loads"])
-        print(
-            ("SPILL " if r["spill_stores"] or r["spill_loads"] else "ok    ") + format_row(r),
-            flush=True,
-        )
-    if args.json:
-        args.json.write_text(json.dumps({"meta": _meta(argv), "rows": rows}, indent=1) + "\n")
+        wrong = problems(r)
+        bad += bool(wrong)
+        print(("BAD   " if wrong else "ok    ") + format_row(r), flush=True)
+        for w in wrong:
+            print("      " + w, flush=True)
+        if args.json:  # after every kernel: a stopped run keeps what it compiled
+            args.json.write_text(json.dumps({"meta": _meta(argv), "rows": rows}, indent=1) + "\n")
     print(
-        "all compiled, none spills"
-        if not failures and not spilled
-        else f"{failures} failed to compile, {spilled} spill registers"
+        "all compiled: no spill, no duplicated warpgroup, wgmma wherever the tile allows"
+        if not failures and not bad
+        else f"{failures} failed to compile, {bad} with problems"
     )
-    return 1 if failures or spilled else 0
+    return 1 if failures or bad else 0
 
 
 if __name__ == "__main__":

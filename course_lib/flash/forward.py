@@ -1,0 +1,158 @@
+r"""The forward pass on the host, and the autograd function that ties it to the backward.
+
+:func:`flash_attention` (differentiable) and :func:`flash_attention_with_lse` (forward only,
+with the log-sum-exp) validate once, launch ``kernels.forward._fwd_kernel`` and, for the
+gradients, :func:`course_lib.flash.backward._backward`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .backward import _backward
+from .inputs import _kernel_views, _Mask, _mask_for
+from .launch import (
+    _bucket,
+    _dot_precision,
+    _empty_like_layout,
+    _last_dim_contiguous,
+    _launch,
+    _on_device,
+    _prepare,
+    _strides,
+    kernel_config,
+)
+
+
+def _forward(q, k, v, mask: _Mask):
+    """Run the forward kernel: ``O [B, H, Nq, d_h]`` (caller's layout) and ``LSE [B*H, Nq]``."""
+    import triton
+
+    kernels, interpreted = _prepare(q)
+    B, H, n_q, head_dim = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    o = _empty_like_layout(q, mask.layout)  # (B, H, Nq, d_h)
+    lse = torch.empty(B * H, n_q, dtype=torch.float32, device=q.device)  # (BH, Nq)
+    cfg = kernel_config(head_dim, q.device, interpreted=interpreted, dtype=q.dtype)
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    _launch(
+        kernels,
+        "_fwd_kernel",
+        cfg["fwd"],
+        lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), B * H),  # (query tiles, B*H)
+        n_q,
+        n_k,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        mask.scale * kernels.LOG2E,
+        *_strides(q),
+        *_strides(k),
+        *_strides(v),
+        *_strides(o),
+        H,
+        H // h_kv,
+        n_q,
+        n_k,
+        *mask.kernel_args(),
+        _bucket(n_q),
+        _bucket(n_k),
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        EVEN_D=block_d == head_dim,
+        DOT_PRECISION=_dot_precision(q.dtype),
+        **mask.meta(),
+    )
+    return o, lse
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """Autograd glue: the forward saves only q, k, v, O and the LSE — never P."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, deterministic=True):
+        q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
+        with _on_device(q):
+            o, lse = _forward(q, k, v, mask)  # (B, H, Nq, d_h), (BH, Nq)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.mask, ctx.deterministic = mask, deterministic
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        with _on_device(q):
+            dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.mask, ctx.deterministic)
+        return dq, dk, dv, None, None
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    causal_alignment: str = "top_left",
+    window: int | None = None,
+    layout: str | None = None,
+    deterministic: bool = True,
+) -> torch.Tensor:
+    r"""Exact attention :math:`\mathrm{softmax}(\text{scale}\cdot QK^\top)V` by Triton kernels.
+
+    ``q [B, H, Nq, d_h]``, ``k, v [B, H_kv, Nk, d_h]`` with :math:`16 \le d_h \le 128` and
+    :math:`H_{kv}` dividing :math:`H` (grouped-query attention, read directly: query head
+    :math:`h` uses key/value head :math:`\lfloor h / (H/H_{kv})\rfloor`; the backward sums
+    dK, dV over each group). Any sequence lengths. ``layout="bnhd"`` takes flash-attn's
+    ``[B, N, H, d_h]`` and returns the output that way (read through strides, no copy);
+    shapes that look like that layout (more heads than tokens in q and k) must say which
+    layout they are in.
+
+    ``is_causal``: top-left aligned by default, as torch SDPA (query :math:`i` sees keys
+    :math:`j \le i`); ``causal_alignment="bottom_right"`` as flash-attn and a KV cache
+    (:math:`j \le i + N_k - N_q`). ``window=W`` (with ``is_causal``): only the last :math:`W`
+    keys, the query's own included (tiles outside the window are never loaded). See the
+    module's table for the conventions of torch SDPA, flash-attn and Triton's tutorial.
+
+    Differentiable in q, k, v (the backward recomputes the attention weights from the saved
+    log-sum-exp). dtypes: float16/bfloat16 on CUDA (the fast path; float32 works too, in
+    true float32 matmuls without tensor cores — for checking, not speed); float32/float16 on
+    the CPU through Triton's interpreter. For a few queries against a long cache, use
+    :func:`flash_decode`.
+
+    ``deterministic=False`` takes the faster backward of FlashAttention-2: dQ is added with
+    float32 atomics from the dK/dV pass (5 tile matmuls instead of 7, no dQ kernel). The
+    additions happen in a different order on every run, so dQ is equal to the deterministic
+    one within float32 rounding but not bit for bit; dK and dV are unchanged.
+    """
+    who = "flash_attention"
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"{who}: deterministic must be True or False, got {deterministic!r}")
+    qv, kv, vv, layout, scale = _kernel_views(q, k, v, scale, layout, who)
+    mask = _mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who)
+    out = FlashAttentionFunction.apply(qv, kv, vv, mask, deterministic)  # (B, H, Nq, d_h)
+    return out.transpose(1, 2) if layout == "bnhd" else out
+
+
+def flash_attention_with_lse(
+    q,
+    k,
+    v,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    causal_alignment: str = "top_left",
+    window: int | None = None,
+    layout: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward kernel's two outputs, ``O`` (q's layout) and ``LSE [B, H, Nq]`` (no autograd)."""
+    who = "flash_attention_with_lse"
+    qv, kv, vv, layout, scale = _kernel_views(q, k, v, scale, layout, who)
+    mask = _mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who)
+    qv, kv, vv = (_last_dim_contiguous(x) for x in (qv, kv, vv))
+    with torch.no_grad(), _on_device(qv):
+        o, lse = _forward(qv, kv, vv, mask)
+    o = o.transpose(1, 2) if layout == "bnhd" else o
+    return o, lse.view(qv.shape[:-1])
