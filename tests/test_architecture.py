@@ -36,6 +36,8 @@ OLD_DOTTED = re.compile(r"\bcourse_lib\.(" + "|".join(OLD_SHORT) + r")\b")
 CHAPTER_CHECK = re.compile(r"course_lib/checks/ch\d\d\.py$")
 # a learner-facing module is one a learner reads beside a lecture
 LEARNER_MODULE_MAX_LINES = 600
+# a function of course_tools (the grader, the generators) a reader follows in one screen or two
+TOOL_FUNCTION_MAX_LINES = 80
 
 
 def _doc_paths() -> set[str]:
@@ -239,3 +241,15 @@ def test_no_learner_module_is_longer_than_a_reader_can_hold():
         and (n := len((ROOT / rel).read_text().splitlines())) >= LEARNER_MODULE_MAX_LINES
     }
     assert not long, f"modules of {LEARNER_MODULE_MAX_LINES} lines or more: {long}"
+
+
+def test_no_function_of_the_tools_is_longer_than_a_reader_can_follow():
+    # the grader's stages (rebuild, run, harvest, score, report) each in a function of its own
+    long = []
+    for rel in _modules("course_tools"):
+        for node in ast.walk(ast.parse((ROOT / rel).read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > TOOL_FUNCTION_MAX_LINES:
+                    long.append(f"{rel}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over {TOOL_FUNCTION_MAX_LINES} lines: {long}"

@@ -16,6 +16,7 @@ from course_lib.flash import bench
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_dry_run_writes_json(tmp_path):
     out = tmp_path / "flash_attention_dry.json"
     proc = subprocess.run(
@@ -135,6 +136,7 @@ def test_targets_are_judged_on_the_headline_shapes():
     assert all(t["measured"] is None and t["met"] is None for t in none)
 
 
+@pytest.mark.slow
 def test_gpu_check_dry_run_end_to_end(tmp_path):
     """benchmarks/gpu_check.py --dry-run: tests, benchmark (training, GQA and decode shapes,
     every SDPA backend torch has, errors recorded not raised), targets, JSON."""

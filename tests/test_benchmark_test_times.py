@@ -40,6 +40,7 @@ def test_a_missing_run_is_named(tmp_path, capsys):
     assert "run `make test`" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_pytest_run_records_every_test(tmp_path):
     # a tiny suite beside the course's conftest: its times land in test-output/test_times.json
     suite = tmp_path / "suite"

@@ -394,6 +394,7 @@ def _check_everything(world_size: int, ports_seen: dict[int, int]) -> None:
     )
 
 
+@pytest.mark.slow
 def test_two_ranks_equal_one_device_and_tear_down_cleanly(clean_teardown):
     _check_everything(2, clean_teardown)
 
@@ -403,11 +404,13 @@ def test_four_ranks_equal_one_device_and_tear_down_cleanly(clean_teardown):
     _check_everything(4, clean_teardown)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_reported_and_the_waiting_ones_are_stopped(clean_teardown):
     with pytest.raises(WorkerError, match=r"(?s)rank 1 of 2 failed.*fails on purpose"):
         launch(workers.fail_on_rank, 2, 1, timeout=240)
 
 
+@pytest.mark.slow
 def test_a_timeout_stops_every_process(clean_teardown):
     """0.5 s is shorter than starting Python and importing torch: the launch times out
     while the children are still starting, and they are stopped."""

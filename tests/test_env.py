@@ -101,7 +101,9 @@ def test_bootstrap_reuses_an_installed_environment():
     stamp = Path(bootstrap.STAMP)
     if not stamp.exists():
         pytest.skip("not running from the course's .venv")
-    assert stamp.read_text().strip() == bootstrap.requirements_hash()
+    installed, extras = bootstrap.read_stamp()
+    assert installed == bootstrap.requirements_hash(), "the stamp is not this pyproject.toml's"
+    assert "test" in extras, f"`make test` ran, yet the stamp records extras {extras}"
 
 
 def test_budget_reads_course_budget(monkeypatch):

@@ -24,6 +24,7 @@ def lab():
         yield server
 
 
+@pytest.mark.slow
 def test_serves_the_course_notebooks(lab):
     listing = lab.api("api/contents/notebooks")
     assert listing["type"] == "directory"
@@ -48,6 +49,7 @@ def test_every_course_notebook_names_the_course_kernel():
             assert spec.get("name") == "python3", f"{path.relative_to(ROOT)}: kernelspec {spec}"
 
 
+@pytest.mark.slow
 def test_the_token_is_required(lab):
     req = urllib.request.Request(lab.base + "api/contents/notebooks")
     with pytest.raises(urllib.error.HTTPError) as err:
@@ -55,11 +57,13 @@ def test_the_token_is_required(lab):
     assert err.value.code == 403
 
 
+@pytest.mark.slow
 def test_the_course_kernel_is_available(lab):
     specs = lab.api("api/kernelspecs")
     assert "python3" in specs["kernelspecs"], specs
 
 
+@pytest.mark.slow
 def test_jupyterlab_reads_the_course_settings(lab):
     """Every file in .jupyter/lab/user-settings is valid and is what JupyterLab reports."""
     files = sorted(COURSE_SETTINGS.rglob("*.jupyterlab-settings"))
@@ -115,6 +119,7 @@ def test_settings_files_are_plain_json_with_comments():
             json.dumps(read_settings_file(path))  # parses
 
 
+@pytest.mark.slow
 def test_every_url_of_the_server_opens_chapter_00(lab):
     """The URL `make lab` prints (or its bare address, typed by hand) opens chapter 00,
     not the Launcher: learners on a headless machine, WSL or a container copy it."""
@@ -187,6 +192,7 @@ def _run_in_kernel(lab, code: str, timeout: float = 90.0) -> str:
         lab.api(f"api/kernels/{kernel['id']}", method="DELETE", timeout=30.0)
 
 
+@pytest.mark.slow
 def test_the_log_has_no_alarming_lines(lab):
     """Nothing in the terminal a learner would take for a problem, also once a kernel has
     run a cell (over TCP, ipykernel warns of eavesdropping; the course's kernels talk to

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "06_flash_attention.ipynb"
 
@@ -26,6 +28,7 @@ with open(os.environ["HIDE_TRITON_LOG"], "a") as log:
 """
 
 
+@pytest.mark.slow
 def test_chapter_06_runs_under_nbval_with_triton_hidden(tmp_path):
     site = tmp_path / "site"
     site.mkdir()

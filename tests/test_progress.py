@@ -49,6 +49,7 @@ def by_id(rows) -> dict[str, P.Row]:
     return {r.exercise: r for r in rows}
 
 
+@pytest.mark.slow
 def test_blank_copies_are_not_started(tmp_path):
     copy = copy_exercises(tmp_path / "work", "02_qkv_attention")
     rows = P.check_copy(copy, ROOT / "exercises" / "02_qkv_attention.ipynb", "02_qkv_attention")
@@ -61,6 +62,7 @@ def test_blank_copies_are_not_started(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_partial_copy(tmp_path):
     copy = copy_exercises(tmp_path / "work", "02_qkv_attention")
     set_solution(copy, "02.1", solution_source("02_qkv_attention", "02.1"))
@@ -93,6 +95,7 @@ def test_a_partial_copy(tmp_path):
     assert rows["02.5"].status == P.NOT_STARTED
 
 
+@pytest.mark.slow
 def test_complete_copies_pass_and_the_table_adds_up(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -112,6 +115,7 @@ def test_complete_copies_pass_and_the_table_adds_up(tmp_path):
     assert "✓ passed" in text and "○ not started" in text
 
 
+@pytest.mark.slow
 def test_an_endless_function_is_stopped(tmp_path):
     # 30 s: half for the function, half for starting the kernel on a loaded CI machine
     copy = copy_exercises(tmp_path / "work", "00_setup")
@@ -172,6 +176,7 @@ def test_copies_are_recognised_like_the_grader_does(tmp_path):
     assert found == {"02_qkv_attention": a, "00_setup": renamed}
 
 
+@pytest.mark.slow
 def test_the_command_line(tmp_path):
     copy_exercises(tmp_path / "work", "00_setup")
     proc = subprocess.run(
@@ -196,6 +201,7 @@ def test_the_reason_is_whole_in_table_and_json():
     assert P.reason_of("c", "no cause here") == "c: no cause here"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["work", "./work", "work/", "~"])
 def test_the_command_line_takes_any_path_form(tmp_path, form, monkeypatch):
     """`python -m course_lib.progress work` (what --help shows) from the course folder."""

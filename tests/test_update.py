@@ -154,6 +154,7 @@ class Said:
         return "".join(self.parts)
 
 
+@pytest.mark.slow
 def test_make_update_after_running_every_notebook(upstream: Path):
     learner = clone(upstream, "learner")
     work = sorted((learner / "work").glob("*.ipynb"))
@@ -194,6 +195,7 @@ def test_make_update_after_running_every_notebook(upstream: Path):
     assert (learner / "work" / lf.work_name("98_new_chapter")).exists()
 
 
+@pytest.mark.slow
 def test_notebooks_the_update_leaves_alone_keep_their_outputs(upstream: Path):
     learner = clone(upstream, "learner")
     lecture = learner / "notebooks" / "01_rnn_bottleneck.ipynb"
@@ -213,6 +215,7 @@ def test_notebooks_the_update_leaves_alone_keep_their_outputs(upstream: Path):
     )
 
 
+@pytest.mark.slow
 def test_make_update_after_editing_a_lecture(upstream: Path):
     """Real edits (a lecture's code, a solution) are kept too; the update still merges."""
     learner = clone(upstream, "learner")

@@ -332,14 +332,11 @@ def _table(head: list[str], rows: list[list[str]], numeric: set[int] = frozenset
     return "\n".join(out)
 
 
-def render(data: ClassData) -> str:
-    """The report as one HTML document (escaped, self-contained)."""
-    totals = data.totals()
-    stats = data.exercises()
-    statuses = Counter(r.get("status") for r in data.rows)
+def _head(data: ClassData, totals, statuses: Counter) -> list[str]:
+    """The title, the summary cards and the totals' figure."""
     assignments = sorted({a for _, a, _, _ in totals if a})
     shares = [100 * g / t for _, _, g, t in totals if t > 0]
-    parts = [
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -359,27 +356,32 @@ def render(data: ClassData) -> str:
         "<h2>Totals</h2>",
         f'<div class="figure" id="fig-totals">{figure_totals(data)}</div>',
     ]
+
+
+def _per_assignment(totals) -> str:
     per_assignment = defaultdict(list)
     for _, a, g, t in totals:
         if t > 0:
             per_assignment[a].append(100 * g / t)
-    parts.append(
-        _table(
-            ["assignment", "submissions", "median %", "mean %", "all points"],
+    return _table(
+        ["assignment", "submissions", "median %", "mean %", "all points"],
+        [
             [
-                [
-                    _e(a or "(unknown)"),
-                    str(len(v)),
-                    f"{statistics.median(v):.0f}",
-                    f"{statistics.mean(v):.0f}",
-                    str(sum(x >= 100 - 1e-9 for x in v)),
-                ]
-                for a, v in sorted(per_assignment.items())
-            ],
-            numeric={1, 2, 3, 4},
-        )
+                _e(a or "(unknown)"),
+                str(len(v)),
+                f"{statistics.median(v):.0f}",
+                f"{statistics.mean(v):.0f}",
+                str(sum(x >= 100 - 1e-9 for x in v)),
+            ]
+            for a, v in sorted(per_assignment.items())
+        ],
+        numeric={1, 2, 3, 4},
     )
-    parts += [
+
+
+def _exercises(data: ClassData) -> list[str]:
+    stats = data.exercises()
+    return [
         "<h2>Exercises</h2>",
         f'<div class="figure" id="fig-exercises">{figure_exercises(data)}</div>'
         if stats
@@ -398,57 +400,61 @@ def render(data: ClassData) -> str:
             ],
             numeric={2, 3, 4, 5, 6, 7, 8},
         ),
-        "<h2>Where the class got stuck: the mistakes diagnosed</h2>",
     ]
-    mistakes = data.mistakes()
+
+
+def _mistakes(data: ClassData) -> list[str]:
+    parts = ["<h2>Where the class got stuck: the mistakes diagnosed</h2>"]
     fig = figure_mistakes(data)
-    if fig:
-        parts.append(f'<div class="figure" id="fig-mistakes">{fig}</div>')
-        parts.append(
-            _table(
-                ["exercise", "mistake (as the check names it)", "submissions"],
-                [[_e(ex), _e(name), str(n)] for ex, name, n in mistakes],
-                numeric={2},
-            )
-        )
-    else:
-        parts.append("<p>No failure matched a declared mistake.</p>")
+    if not fig:
+        return parts + ["<p>No failure matched a declared mistake.</p>"]
+    return parts + [
+        f'<div class="figure" id="fig-mistakes">{fig}</div>',
+        _table(
+            ["exercise", "mistake (as the check names it)", "submissions"],
+            [[_e(ex), _e(name), str(n)] for ex, name, n in data.mistakes()],
+            numeric={2},
+        ),
+    ]
+
+
+def _trouble(data: ClassData) -> list[str]:
     trouble = data.trouble()
-    parts.append(f"<h2>Time-outs and errors ({len(trouble)})</h2>")
-    parts.append(
-        _table(
-            ["submission", "exercise", "status", "reason"],
-            [
-                [
-                    f"<code>{_e(t['submission'])}</code>",
-                    _e(t["exercise"]),
-                    f'<span class="{_e(t["status"])}">{_e(t["status"])}</span>',
-                    _e(t["reason"]),
-                ]
-                for t in trouble
-            ],
-        )
-        if trouble
-        else "<p>None.</p>"
-    )
-    parts.append(f"<h2>Needs a human look ({len(data.review)} flags, from review.csv)</h2>")
-    parts.append(
-        _table(
-            ["submission", "exercise", "reason"],
-            [
-                [
-                    f"<code>{_e(r.get('submission', ''))}</code>",
-                    _e(r.get("exercise", "")),
-                    _e(r.get("reason", "")),
-                ]
-                for r in data.review
-            ],
-        )
+    rows = [
+        [
+            f"<code>{_e(t['submission'])}</code>",
+            _e(t["exercise"]),
+            f'<span class="{_e(t["status"])}">{_e(t["status"])}</span>',
+            _e(t["reason"]),
+        ]
+        for t in trouble
+    ]
+    return [
+        f"<h2>Time-outs and errors ({len(trouble)})</h2>",
+        _table(["submission", "exercise", "status", "reason"], rows) if trouble else "<p>None.</p>",
+    ]
+
+
+def _review(data: ClassData) -> list[str]:
+    rows = [
+        [
+            f"<code>{_e(r.get('submission', ''))}</code>",
+            _e(r.get("exercise", "")),
+            _e(r.get("reason", "")),
+        ]
+        for r in data.review
+    ]
+    return [
+        f"<h2>Needs a human look ({len(data.review)} flags, from review.csv)</h2>",
+        _table(["submission", "exercise", "reason"], rows)
         if data.review
-        else "<p>Nothing was flagged.</p>"
-    )
-    parts.append("<h2>Submissions, lowest score first</h2>")
-    parts.append(
+        else "<p>Nothing was flagged.</p>",
+    ]
+
+
+def _submissions(totals) -> list[str]:
+    return [
+        "<h2>Submissions, lowest score first</h2>",
         _table(
             ["submission", "assignment", "points"],
             [
@@ -456,9 +462,17 @@ def render(data: ClassData) -> str:
                 for s, a, g, t in sorted(totals, key=lambda x: (x[2] / x[3] if x[3] else 0, x[0]))
             ],
             numeric={2},
-        )
-    )
-    parts.append("</body></html>")
+        ),
+    ]
+
+
+def render(data: ClassData) -> str:
+    """The report as one HTML document (escaped, self-contained), section by section."""
+    totals = data.totals()
+    statuses = Counter(r.get("status") for r in data.rows)
+    parts = _head(data, totals, statuses) + [_per_assignment(totals)]
+    parts += _exercises(data) + _mistakes(data) + _trouble(data) + _review(data)
+    parts += _submissions(totals) + ["</body></html>"]
     return "\n".join(p for p in parts if p)
 
 
