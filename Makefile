@@ -26,7 +26,7 @@ lab:
 	$(BOOT) lab
 
 # The whole suite (tools/bootstrap.py full_suite_args): tests/ plus every notebook in
-# notebooks/ and solutions/ under nbval, $(JOBS) workers. About 12 minutes on 2 cores.
+# notebooks/ and solutions/ under nbval, $(JOBS) workers. About 13 minutes on 2 cores.
 test:
 	$(BOOT) test
 
