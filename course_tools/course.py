@@ -6,6 +6,7 @@ far from any course): it is given on the command line, or it is the current dire
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 from pathlib import Path
 
@@ -31,6 +32,21 @@ def course_root(given: str | Path | None = None) -> Path:
     if not (root / "solutions").is_dir():
         raise CourseRootError(f"{root} is not a course folder: it has no solutions/ folder")
     return root
+
+
+def add_course_argument(parser: argparse.ArgumentParser) -> None:
+    """``--course ROOT`` (or ``--root``): the one spelling of the option every tool takes;
+    :func:`course_root` resolves it."""
+    parser.add_argument(
+        "--course",
+        "--root",
+        dest="course",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="the course folder holding solutions/ (default: the current "
+        "directory, when it is one)",
+    )
 
 
 def course_commit(root: str | Path) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 
-from .course import CourseRootError, course_root
+from .course import CourseRootError, add_course_argument, course_root
 
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
@@ -242,16 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="change nothing; exit 1 if exercises/ or solutions' metadata are stale",
     )
-    parser.add_argument(
-        "--course",
-        "--root",
-        dest="course",
-        type=Path,
-        default=None,
-        metavar="ROOT",
-        help="the course folder holding solutions/ (default: the current "
-        "directory, when it is one)",
-    )
+    add_course_argument(parser)
     parser.add_argument(
         "notebooks",
         nargs="*",

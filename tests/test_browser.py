@@ -106,24 +106,33 @@ def find_chromium(playwright=None) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def browser():
+@contextlib.contextmanager
+def launched_chromium(missing=None, **launch):
+    """Chromium (Debian's where installed) under Playwright, with the course's flags; what is
+    missing goes to ``missing`` (skip here, fail in CI). The one launcher of every browser test."""
+    missing = missing or _missing
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _missing("the Python package `playwright` is not installed")
+        missing("the Python package `playwright` is not installed")
     with sync_playwright() as p:
         executable = find_chromium(p)
         if executable is None:
-            _missing(
+            missing(
                 "no Chromium found (looked for COURSE_CHROMIUM, chromium, "
                 "chromium-browser, google-chrome)"
             )
-        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
+        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, **launch)
         try:
             yield b
         finally:
             b.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with launched_chromium(headless=True) as b:
+        yield b
 
 
 @pytest.fixture(scope="module")

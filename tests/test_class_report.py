@@ -157,49 +157,38 @@ def test_a_folder_that_is_no_grading_run_is_refused(tmp_path, capsys):
 
 @pytest.mark.browser
 def test_the_report_renders_offline_in_chromium(graded):
-    from test_browser import CHROMIUM_ARGS, _missing, find_chromium
+    from test_browser import launched_chromium
 
     out, _ = graded
     page_path = C.write_report(out)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("the Python package `playwright` is not installed")
-    with sync_playwright() as p:
-        executable = find_chromium(p)
-        if executable is None:
-            _missing("no Chromium found")
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1200, "height": 900})
-            requests: list[str] = []
+    with launched_chromium() as browser:
+        context = browser.new_context(viewport={"width": 1200, "height": 900})
+        requests: list[str] = []
 
-            def route(r):
-                requests.append(r.request.url)
-                if r.request.url.startswith(("file://", "data:")):
-                    r.continue_()
-                else:
-                    r.abort()
+        def route(r):
+            requests.append(r.request.url)
+            if r.request.url.startswith(("file://", "data:")):
+                r.continue_()
+            else:
+                r.abort()
 
-            context.route("**/*", route)
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(page_path.resolve().as_uri())
-            page.wait_for_load_state("load")
-            assert errors == []
-            assert [u for u in requests if not u.startswith(("file://", "data:"))] == []
-            assert page.evaluate("typeof window.__pwned") == "undefined"
-            for fig in ("fig-totals", "fig-exercises", "fig-mistakes"):
-                box = page.locator(f"#{fig} svg").bounding_box()
-                assert box and box["width"] > 300 and box["height"] > 100, (fig, box)
-            text = page.inner_text("body")
-            assert "Where the class got stuck" in text and "Needs a human look (2 flags" in text
-            assert "41" in page.inner_text(".cards")  # 40 notebooks and the broken file
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SCREENSHOTS / "class_report.png"), full_page=True)
-        finally:
-            browser.close()
+        context.route("**/*", route)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(page_path.resolve().as_uri())
+        page.wait_for_load_state("load")
+        assert errors == []
+        assert [u for u in requests if not u.startswith(("file://", "data:"))] == []
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        for fig in ("fig-totals", "fig-exercises", "fig-mistakes"):
+            box = page.locator(f"#{fig} svg").bounding_box()
+            assert box and box["width"] > 300 and box["height"] > 100, (fig, box)
+        text = page.inner_text("body")
+        assert "Where the class got stuck" in text and "Needs a human look (2 flags" in text
+        assert "41" in page.inner_text(".cards")  # 40 notebooks and the broken file
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "class_report.png"), full_page=True)
 
 
 def test_review_rows_survive_the_round_trip(graded):

@@ -46,12 +46,8 @@ def test_every_notebook_carries_jupyterlabs_metadata():
 @pytest.mark.browser
 @pytest.mark.slow
 def test_opening_and_saving_in_jupyterlab_changes_nothing():
-    from test_browser import CHROMIUM_ARGS, NotebookPage, _missing, find_chromium
+    from test_browser import NotebookPage, launched_chromium
 
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("the Python package `playwright` is not installed")
     scratch = ROOT / SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
     copies = {}
@@ -63,42 +59,35 @@ def test_opening_and_saving_in_jupyterlab_changes_nothing():
     kernel_version = lab_metadata()["language_info"]["version"]
     overrides = {"@jupyterlab/docmanager-extension:plugin": {"autosave": False}}
     try:
-        with running_lab(settings_overrides=overrides) as lab, sync_playwright() as p:
-            executable = find_chromium(p)
-            if executable is None:
-                _missing("no Chromium found")
-            browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-            try:
-                for rel, path in copies.items():
-                    before = (ROOT / rel).read_bytes()
-                    committed = json.loads(before)["metadata"]["language_info"]["version"]
-                    nb = NotebookPage(browser, lab, path)
-                    nb.open()
-                    nb.wait_for_kernel_idle(120)
-                    nb.page.wait_for_timeout(1500)  # the kernel's info reply has landed
-                    tab = nb.page.locator(".lm-TabBar-tab.jp-mod-current")
-                    dirty = "jp-mod-dirty" in (tab.first.get_attribute("class") or "")
-                    saves = lab.log().count("Saving file at")
-                    nb.page.keyboard.press("Control+s")
-                    deadline = time.monotonic() + 30
-                    while lab.log().count("Saving file at") == saves:
-                        assert time.monotonic() < deadline, f"{rel}: JupyterLab did not save"
-                        time.sleep(0.2)
-                    time.sleep(0.5)
-                    after = (ROOT / path).read_bytes()
-                    nb.close()
-                    if committed != kernel_version:  # another Python than the course's
-                        a, b = json.loads(before), json.loads(after)
-                        a["metadata"]["language_info"].pop("version")
-                        b["metadata"]["language_info"].pop("version")
-                        assert a == b, f"{rel}: opening changed more than the Python version"
-                        continue
-                    assert not dirty, f"{rel}: JupyterLab marks it modified on opening"
-                    assert after == before, (
-                        f"{rel}: opening and saving in JupyterLab changed the file "
-                        "(`python -m course_tools.notebook_headers --apply` fixes the metadata)"
-                    )
-            finally:
-                browser.close()
+        with running_lab(settings_overrides=overrides) as lab, launched_chromium() as browser:
+            for rel, path in copies.items():
+                before = (ROOT / rel).read_bytes()
+                committed = json.loads(before)["metadata"]["language_info"]["version"]
+                nb = NotebookPage(browser, lab, path)
+                nb.open()
+                nb.wait_for_kernel_idle(120)
+                nb.page.wait_for_timeout(1500)  # the kernel's info reply has landed
+                tab = nb.page.locator(".lm-TabBar-tab.jp-mod-current")
+                dirty = "jp-mod-dirty" in (tab.first.get_attribute("class") or "")
+                saves = lab.log().count("Saving file at")
+                nb.page.keyboard.press("Control+s")
+                deadline = time.monotonic() + 30
+                while lab.log().count("Saving file at") == saves:
+                    assert time.monotonic() < deadline, f"{rel}: JupyterLab did not save"
+                    time.sleep(0.2)
+                time.sleep(0.5)
+                after = (ROOT / path).read_bytes()
+                nb.close()
+                if committed != kernel_version:  # another Python than the course's
+                    a, b = json.loads(before), json.loads(after)
+                    a["metadata"]["language_info"].pop("version")
+                    b["metadata"]["language_info"].pop("version")
+                    assert a == b, f"{rel}: opening changed more than the Python version"
+                    continue
+                assert not dirty, f"{rel}: JupyterLab marks it modified on opening"
+                assert after == before, (
+                    f"{rel}: opening and saving in JupyterLab changed the file "
+                    "(`python -m course_tools.notebook_headers --apply` fixes the metadata)"
+                )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

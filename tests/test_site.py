@@ -95,23 +95,14 @@ class Reader:
 
 @pytest.fixture(scope="module")
 def reader(served):
-    from test_browser import CHROMIUM_ARGS, find_chromium
+    from test_browser import launched_chromium
 
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _need("the Python package `playwright` is not installed")
-    with sync_playwright() as p:
-        executable = find_chromium(p)
-        if executable is None:
-            _need("no Chromium found")
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    with launched_chromium(_need) as browser:
         r = Reader(browser, served)
         try:
             yield r
         finally:
             r.context.close()
-            browser.close()
 
 
 @pytest.mark.browser

@@ -312,28 +312,11 @@ def is_learner_edition(root=ROOT):
 def full_suite_args(root=ROOT):
     """What `make test` runs: every test, every lecture and solution notebook, in parallel.
     In the learner's edition: every lecture and exercise notebook."""
+    common = ["-n", os.environ.get("JOBS", "2"), "--dist", "loadfile"]
+    common += ["--nbval-lax", "--nbval-current-env"]
     if is_learner_edition(root):
-        return [
-            "-n",
-            os.environ.get("JOBS", "2"),
-            "--dist",
-            "loadfile",
-            "--nbval-lax",
-            "--nbval-current-env",
-            "notebooks",
-            "exercises",
-        ]
-    return [
-        "-n",
-        os.environ.get("JOBS", "2"),
-        "--dist",
-        "loadfile",
-        "--nbval-lax",
-        "--nbval-current-env",
-        "tests",
-        "notebooks",
-        "solutions",
-    ]
+        return common + ["notebooks", "exercises"]
+    return common + ["tests", "notebooks", "solutions"]
 
 
 def learner_files():

@@ -9,6 +9,7 @@ import re
 import secrets
 from pathlib import Path
 
+from ..course import add_course_argument
 from .report import EXPORTS
 from .sandbox import CgroupSet, Limits, memory_total, usable_cpus
 
@@ -207,16 +208,7 @@ def _add_grading_options(p: argparse.ArgumentParser) -> None:
 
 def _add_safety_options(p: argparse.ArgumentParser) -> None:
     """Where the course is, the sandbox, and what the run prints."""
-    p.add_argument(
-        "--course",
-        "--root",
-        dest="course",
-        type=Path,
-        default=None,
-        metavar="ROOT",
-        help="the course folder holding solutions/ (default: the current "
-        "directory, when it is one)",
-    )
+    add_course_argument(p)
     p.add_argument(
         "--unsafe-no-sandbox",
         dest="sandbox",
