@@ -501,12 +501,18 @@ FAST_BACKWARD_CASES = [
 ]
 
 
+@pytest.mark.parametrize("arch", [90, 80])
 @pytest.mark.parametrize("B,H,h_kv,n_q,n_k,d,causal,alignment,window", FAST_BACKWARD_CASES)
 def test_fast_backward_equals_the_deterministic_one(B, H, h_kv, n_q, n_k, d, causal, alignment,
-                                                    window):  # fmt: skip
+                                                    window, arch, monkeypatch):  # fmt: skip
     """deterministic=False (dQ added with float32 atomics from the dK/dV pass, 5 matmuls):
     dK and dV bit for bit the deterministic ones (the same kernel computes them), dQ equal
-    within float32 rounding (only the order of the additions differs)."""
+    within float32 rounding (only the order of the additions differs). Both ways of
+    computing a tile's dQ: transposed, dQ^T = K^T dS^T (what an sm_90 GPU runs, and this
+    CPU by default), and dQ = dS K (an sm_80 GPU)."""
+    import course_lib.flash.backward as backward
+
+    monkeypatch.setattr(backward, "device_arch", lambda device: arch)
     q, k, v, do = _inputs(B, H, n_q, n_k, d, torch.float32, DEVICE, h_kv=h_kv)
     grads = []
     for deterministic in (True, False):
@@ -608,6 +614,8 @@ DECODE_CASES = [
     (1, 4, 1, 3, 97, 16, 4, dict(is_causal=True, causal_alignment="bottom_right", window=30)),
     (1, 2, 2, 5, 40, 16, 7, dict(is_causal=True, causal_alignment="bottom_right", window=2)),
     (1, 2, 1, 1, 33, 16, None, dict()),  # the default number of splits
+    # 16 heads x 4 queries = 64 rows: the forward's tiles, not the transposed ones
+    (1, 16, 1, 4, 90, 16, 2, dict(is_causal=True, causal_alignment="bottom_right")),
 ]
 
 
@@ -742,7 +750,8 @@ def test_every_tl_dot_states_its_input_precision():
 
     src = _kernel_source()
     dots = re.findall(r"tl\.dot\((.*?)\)\s*(?:#|$)", src, flags=re.M | re.S)
-    assert len(dots) == src.count("tl.dot(") == 10  # fwd 2, dK/dV 4 + the atomic dQ, dQ 3
+    # fwd 2, dK/dV 4 + the atomic dQ both ways (transposed on sm_90), dQ 3, transposed decode 2
+    assert len(dots) == src.count("tl.dot(") == 13
     assert all("input_precision=DOT_PRECISION" in d for d in dots), dots
     assert flash._dot_precision(torch.float32) == "ieee"
     assert flash._dot_precision(torch.float16) != "ieee"  # ignored for 16-bit operands

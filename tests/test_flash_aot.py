@@ -94,8 +94,9 @@ def test_recorded_table_covers_every_default_configuration_and_is_clean():
     """Every current autotune candidate of every kernel, sm_90 and sm_80, d_h = 64 and 128,
     all three variants, is in the recorded table, and none has a problem: no spill, shared
     memory within the device, no duplicated warpgroup, wgmma on sm_90 wherever the tile has
-    64 rows (so no mma.sync fallback for bf16). Changing a configuration without
-    regenerating the table fails here."""
+    64 rows, and no mma.sync fallback on sm_90 at all for bf16/fp16: the 16-row decode tile
+    and the atomic dQ product are computed transposed so that their MMAs have 64 rows or
+    more. Changing a configuration without regenerating the table fails here."""
     table = json.loads(REGISTER_TABLE.read_text())
     recorded = {_row_key(r): r for r in table["rows"]}
     jobs = aot.default_jobs(every_config=True, variants=tuple(aot.VARIANTS))
@@ -120,7 +121,7 @@ def test_recorded_table_covers_every_default_configuration_and_is_clean():
         assert r["pipelined"] and (r["wgmma"] or r["mma_sync"]), aot.format_row(r)
         if r["arch"] == 80:
             assert not r["wgmma"], r  # Ampere has no wgmma
-        if r["arch"] == 90 and r["kind"] in ("fwd", "dkdv", "dq"):  # no mma.sync on Hopper
+        if r["arch"] == 90 and r["dtype"] != "float32":  # no mma.sync on Hopper, any kernel
             assert r["wgmma"] and not r["mma_sync"], aot.format_row(r)
         if aot.wgmma_possible(r):  # every dot has 64 rows or more: all of them wgmma
             assert not r["mma_sync"], aot.format_row(r)
@@ -156,12 +157,14 @@ def test_autotune_candidates_differ_by_architecture_only_where_sm80_spills():
 
 FIXED_SET = [
     # (kind, head_dim, arch, variant): the d = 128 passes on sm_90, the heaviest variant on
-    # sm_80, a small-row decode (mma.sync allowed) and the two small kernels.
+    # sm_80, the 16-row decode and the atomic dK/dV pass (transposed products: wgmma on
+    # sm_90) and the two small kernels.
     ("dkdv", 128, 90, "plain"),
     ("dq", 128, 90, "causal"),
     ("fwd", 128, 90, "gqa_window_ragged"),
     ("dkdv", 64, 80, "gqa_window_ragged"),
     ("decode", 128, 90, "plain"),
+    ("dkdv_atomic", 128, 90, "gqa_window_ragged"),
 ]
 
 
@@ -180,8 +183,9 @@ def test_default_configs_compile_clean_now():
     rows = _aot(script)
     bad = {aot.format_row(r): aot.problems(r) for r in rows if aot.problems(r)}
     assert not bad, bad
-    dkdv = rows[0]
-    assert dkdv["wgmma"] and not dkdv["mma_sync"] and dkdv["duplicated_dots"] == 0
+    for r in rows[: len(FIXED_SET)]:
+        if r["arch"] == 90:  # Hopper: every dot a warpgroup MMA, the 16-row decode's too
+            assert r["wgmma"] and not r["mma_sync"] and r["duplicated_dots"] == 0, r
     table = json.loads(REGISTER_TABLE.read_text())
     if table["meta"]["triton"] == triton.__version__:
         recorded = {_row_key(r): r for r in table["rows"]}
@@ -214,3 +218,32 @@ def test_kernels_compile_for_an_h100_without_a_gpu():
         assert r["wgmma"] or r["mma_sync"], r
         # a loop of one key tile (N_K = 1, a constant) has nothing to pipeline
         assert r["pipelined"] or "N_K" in r["ones"], r
+
+
+@pytest.mark.slow
+def test_the_exponent_is_one_fused_multiply_add_whatever_the_compilers_default():
+    """``2^(S * c - m)`` is written as ``tl.fma``: one instruction per score, whether or not
+    the compiler contracts a multiply and a subtraction by itself (Triton 3.9 does by
+    default, 3.10 will not: ``TRITON_DEFAULT_FP_FUSION``). Compiled both ways, the dQ pass
+    has the same float32 arithmetic, and an ``fma`` per score of its tile."""
+    script = (
+        "import json, re\nfrom collections import Counter\nfrom course_lib.flash import aot\n"
+        "ptx = {}\norig = aot.codegen\n"
+        "def spy(ttgir, text):\n    ptx['ptx'] = text\n    return orig(ttgir, text)\n"
+        "aot.codegen = spy\n"
+        "r = aot.compile_kernel('dq', 'bfloat16', 128, arch=90, registers=False)\n"
+        "ops = Counter(m[1] for m in re.finditer(r'^\\s*(fma|mul|sub|add)\\.[a-z.]*f32', "
+        "ptx['ptx'], re.M))\n"
+        "print(json.dumps(dict(ops=ops, tile=r['BLOCK_M'] * r['BLOCK_N'], warps=r['num_warps'])))\n"
+    )
+    counts = []
+    for fusion in ("1", "0"):
+        os.environ["TRITON_DEFAULT_FP_FUSION"] = fusion
+        try:
+            counts.append(_aot(script))
+        finally:
+            os.environ.pop("TRITON_DEFAULT_FP_FUSION", None)
+    fused, unfused = counts
+    assert fused["ops"] == unfused["ops"], counts
+    per_thread = fused["tile"] // (32 * fused["warps"])  # scores of one tile per thread
+    assert fused["ops"]["fma"] >= per_thread, counts

@@ -276,6 +276,8 @@ def compile_kernel(
         )
         config = cands[kind][0]
     const, warps, stages = _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged)
+    if kind in ("dkdv", "dkdv_atomic"):
+        const["DQ_TRANSPOSED"] = arch >= 90  # as the host launches it (backward.py)
     if groups == 1 and "NUM_GROUPS" in fn.arg_names:
         const["NUM_GROUPS"] = 1  # what the runtime does with an int argument equal to 1
     for name in ones:  # other int arguments equal to 1 (N_Q = 1 when decoding one token)

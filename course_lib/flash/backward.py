@@ -17,6 +17,7 @@ from .launch import (
     _launch,
     _prepare,
     _strides,
+    device_arch,
     kernel_config,
 )
 
@@ -66,7 +67,8 @@ def _backward(do, q, k, v, o, lse, mask: _Mask, deterministic: bool = True):
         lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), B * h_kv),  # (key tiles, B*H_kv)
         n_q, n_k, *inputs, dk, dv, dq_acc, mask.scale, mask.scale * kernels.LOG2E,
         *strides, *_strides(dk), *_strides(dv), *_strides(dq_acc), *common,
-        reset=() if deterministic else ("DQ_ACC",), ATOMIC_DQ=not deterministic, **meta,
+        reset=() if deterministic else ("DQ_ACC",), ATOMIC_DQ=not deterministic,
+        DQ_TRANSPOSED=device_arch(q.device) >= 90, **meta,
     )  # fmt: skip
     if not deterministic:
         return dq.copy_(dq_acc), dk, dv  # (B, H, Nq, d_h) in q's dtype

@@ -7,6 +7,8 @@ gradients, :func:`course_lib.flash.backward._backward`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .backward import _backward
@@ -23,9 +25,15 @@ from .launch import (
     kernel_config,
 )
 
+LN2 = math.log(2.0)  # a base-2 log-sum-exp times ln 2 is the natural one
+
 
 def _forward(q, k, v, mask: _Mask):
-    """Run the forward kernel: ``O [B, H, Nq, d_h]`` (caller's layout) and ``LSE [B*H, Nq]``."""
+    """Run the forward kernel: ``O [B, H, Nq, d_h]`` (caller's layout) and ``LSE [B*H, Nq]``.
+
+    The LSE is in base 2, :math:`L_2 = L / \ln 2`, the units of the kernels' exponents
+    (``exp2``), so the backward uses it as it is.
+    """
     import triton
 
     kernels, interpreted = _prepare(q)
@@ -155,4 +163,4 @@ def flash_attention_with_lse(
     with torch.no_grad(), _on_device(qv):
         o, lse = _forward(qv, kv, vv, mask)
     o = o.transpose(1, 2) if layout == "bnhd" else o
-    return o, lse.view(qv.shape[:-1])
+    return o, lse.view(qv.shape[:-1]) * LN2  # the kernel's base-2 L_2, as a natural log

@@ -6,7 +6,6 @@ import triton
 import triton.language as tl
 
 from .common import (
-    _LOG2E,
     _key_range,
     _load_1d,
     _load_2d,
@@ -97,12 +96,14 @@ def _bwd_dkdv_inner(
     HAS_WINDOW: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
+    DQ_TRANSPOSED: tl.constexpr,
 ):
     r"""Accumulate :math:`dV_j \mathrel{+}= P_{ij}^\top dO_i`, :math:`dK_j \mathrel{+}= dS_{ij}^\top Q_i`.
 
     Over the full query tiles, or the partial ones (``MASKED``), with the transposed tiles
     (keys on rows) so that no transpose of :math:`P` is needed:
-    :math:`P^\top = 2^{\,K Q^\top\cdot\text{scale}\log_2 e - L\log_2 e}`,
+    :math:`P^\top = 2^{\,K Q^\top\cdot\text{scale}\log_2 e - L_2}` (one fused multiply-add,
+    with the base-2 log-sum-exp :math:`L_2` the forward stored),
     :math:`dP^\top = V dO^\top`, :math:`dS^\top = P^\top\circ(dP^\top - D)`.
 
     One loop runs over the query tiles of all :math:`G` query heads of the group (``g``, the
@@ -139,10 +140,11 @@ def _bwd_dkdv_inner(
         )  # (BLOCK_M, BLOCK_D)
         lse = _load_1d(lse_base + g * N_Q + rows, rows, N_Q, float("inf"), mask_rows)  # (BLOCK_M,)
         delta = _load_1d(delta_base + g * N_Q + rows, rows, N_Q, 0.0, mask_rows)  # (BLOCK_M,)
-        # a row that saw no key has L = -inf; +inf makes its P exactly 0
-        lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E
+        # L_2 is base 2 (as the forward stored it); a row that saw no key has L_2 = -inf,
+        # and -L_2 = -inf there makes its P exactly 0
+        neg_lse = tl.where(lse == float("-inf"), float("-inf"), -lse)  # (BLOCK_M,)
         st = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M) S^T
-        pt = tl.exp2(st * qk_scale - lse2[None, :])  # (BLOCK_N, BLOCK_M) P^T
+        pt = tl.exp2(tl.fma(st, qk_scale, neg_lse[None, :]))  # (BLOCK_N, BLOCK_M) P^T
         if MASKED:
             valid = tl.trans(_visible(rows, offs_n, N_K, DIAG, WINDOW, IS_CAUSAL, HAS_WINDOW))
             valid = valid & (rows[None, :] < N_Q)  # (BLOCK_N, BLOCK_M)
@@ -151,8 +153,15 @@ def _bwd_dkdv_inner(
         dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M) dP^T
         dst = pt * (dpt - delta[None, :])  # (BLOCK_N, BLOCK_M) dS^T = P^T o (dP^T - D)
         dk = tl.dot(dst.to(q.dtype), q, dk, input_precision=DOT_PRECISION)  # dK += dS^T Q
-        if ATOMIC_DQ:
-            dq = tl.dot(tl.trans(dst.to(k.dtype)), k, input_precision=DOT_PRECISION)  # dS K
+        if ATOMIC_DQ and DQ_TRANSPOSED:
+            # dQ^T = K^T dS^T (Hopper): the product has d_h rows (64 or 128), tall enough for
+            # the warpgroup MMA; dS K has BLOCK_M (32) rows and would fall back to mma.sync
+            dqt = tl.dot(tl.trans(k), dst.to(k.dtype), input_precision=DOT_PRECISION)
+            ptrs = dq_base + g * stride_dqh + rows[None, :] * stride_dqn + offs_d[:, None]
+            ok = (rows[None, :] < N_Q) & (offs_d[:, None] < HEAD_DIM)  # (BLOCK_D, BLOCK_M)
+            tl.atomic_add(ptrs, dqt * sm_scale, mask=ok, sem="relaxed")  # (BLOCK_D, BLOCK_M)
+        elif ATOMIC_DQ:  # dQ = dS K (Ampere: its warp-level MMA takes the 32 rows as they are)
+            dq = tl.dot(tl.trans(dst.to(k.dtype)), k, input_precision=DOT_PRECISION)
             ptrs = dq_base + g * stride_dqh + rows[:, None] * stride_dqn + offs_d[None, :]
             ok = (rows[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)  # (BLOCK_M, BLOCK_D)
             tl.atomic_add(ptrs, dq * sm_scale, mask=ok, sem="relaxed")  # (BLOCK_M, BLOCK_D)
@@ -212,6 +221,7 @@ def _bwd_dkdv_kernel(
     EVEN_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     ATOMIC_DQ: tl.constexpr = False,
+    DQ_TRANSPOSED: tl.constexpr = True,
 ):
     r"""One program = one tile of BLOCK_N keys of one (batch, key/value head).
 
@@ -220,7 +230,8 @@ def _bwd_dkdv_kernel(
     :math:`dK_j = \text{scale}\sum_{g,i} dS_{ij}^\top Q_i` and :math:`dV_j = \sum_{g,i} P_{ij}^\top dO_i`
     are summed over the group in registers. Each dK, dV tile is owned by one program: no atomics.
     With ``ATOMIC_DQ`` the program also adds its share of dQ into ``DQ_ACC`` (float32,
-    zeroed by the caller) with atomics, and the dQ kernel is not launched.
+    zeroed by the caller) with atomics, and the dQ kernel is not launched; ``DQ_TRANSPOSED``
+    (the host sets it on sm_90) computes that share as :math:`(dQ)^\top = K^\top dS^\top`.
     """
     pid_n = tl.program_id(0)  # which key tile; the first ones are the heaviest when causal
     bhk = tl.program_id(1)  # b * H_kv + hk
@@ -271,7 +282,7 @@ def _bwd_dkdv_kernel(
             stride_doh, stride_don, offs_n, offs_m, offs_d, lo, full_lo, full_hi, hi, qk_scale,
             N_Q, N_K, DIAG, WINDOW, NUM_GROUPS, dq_base, stride_dqh, stride_dqn, sm_scale,
             HEAD_DIM, BLOCK_M, masked == 1, EVEN_M, EVEN_D, IS_CAUSAL, HAS_WINDOW,
-            DOT_PRECISION, ATOMIC_DQ,
+            DOT_PRECISION, ATOMIC_DQ, DQ_TRANSPOSED,
         )  # fmt: skip
     dk = dk * sm_scale  # (BLOCK_N, BLOCK_D)
     _store_2d(
@@ -301,7 +312,7 @@ def _bwd_dq_inner(
     dq,
     q,
     do,
-    lse2,
+    neg_lse,
     delta,
     k_base,
     v_base,
@@ -351,7 +362,7 @@ def _bwd_dq_inner(
             not EVEN_D,
         )  # (BLOCK_N, BLOCK_D)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
-        p = tl.exp2(s * qk_scale - lse2[:, None])  # (BLOCK_M, BLOCK_N) P = e^(S - L)
+        p = tl.exp2(tl.fma(s, qk_scale, neg_lse[:, None]))  # (BLOCK_M, BLOCK_N) P = e^(S - L)
         if MASKED:
             valid = _visible(offs_m, cols, N_K, DIAG, WINDOW, IS_CAUSAL, HAS_WINDOW)
             p = tl.where(valid, p, 0.0)  # (BLOCK_M, BLOCK_N)
@@ -443,7 +454,7 @@ def _bwd_dq_kernel(
     )  # (BLOCK_M, BLOCK_D)
     row = (b * H + h) * N_Q
     lse = _load_1d(LSE + row + offs_m, offs_m, N_Q, float("inf"), not EVEN_M)  # (BLOCK_M,)
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E  # base 2
+    neg_lse = tl.where(lse == float("-inf"), float("-inf"), -lse)  # -L_2; -inf: no key
     delta = _load_1d(DELTA + row + offs_m, offs_m, N_Q, 0.0, not EVEN_M)  # (BLOCK_M,)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # (BLOCK_M, BLOCK_D)
     k_base = K + b * stride_kb + hk * stride_kh
@@ -455,7 +466,7 @@ def _bwd_dq_kernel(
     )
     for masked in tl.static_range(2):  # the full key tiles, then the partial ones
         dq = _bwd_dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n,
+            dq, q, do, neg_lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n,
             offs_d, lo, full_lo, full_hi, hi, qk_scale, N_K, DIAG, WINDOW, HEAD_DIM, BLOCK_N,
             masked == 1, EVEN_N, EVEN_D, IS_CAUSAL, HAS_WINDOW, DOT_PRECISION,
         )  # fmt: skip

@@ -8,8 +8,98 @@ import triton.language as tl
 from .common import (
     _LN2,
     _key_range,
+    _load_2d,
+    _tile_count,
+    _tile_start,
+    _visible,
 )
 from .forward import _fwd_inner
+
+
+@triton.jit
+def _decode_inner(
+    acc_t,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_vn,
+    qpos,
+    offs_n,
+    offs_d,
+    lo,
+    full_lo,
+    full_hi,
+    hi,
+    qk_scale,
+    N_K,
+    DIAG,
+    WINDOW,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    r"""The forward's online softmax (:func:`.forward._fwd_inner`) on transposed tiles.
+
+    A decode tile has few query rows (16 for one token of an 8-head group), too few for
+    Hopper's warpgroup MMA, whose tiles have 64 rows: as :math:`S = QK^\top` and
+    :math:`A \mathrel{+}= PV` it would fall back to the warp-level ``mma.sync`` (or pad 16 rows
+    to 64, four times the work). Transposed, the keys and the features are the MMA's rows
+    and the query rows its (narrow) columns:
+
+    .. math::
+
+        S^\top = K Q^\top \quad (\text{BLOCK\_N} \times R),\qquad
+        A^\top \leftarrow e^{m - m^{new}} A^\top + V^\top P^\top \quad (d \times R)
+
+    The statistics :math:`m, \ell` are per column (query row): maxima and sums over axis 0.
+    """
+    for t in range(0, _tile_count(lo, full_lo, full_hi, hi, BLOCK_N, MASKED)):
+        start_n = _tile_start(t, lo, full_lo, full_hi, BLOCK_N, MASKED)
+        cols = start_n + offs_n  # (BLOCK_N,) keys
+        k = _load_2d(
+            k_base + cols[:, None] * stride_kn + offs_d[None, :],
+            cols,
+            offs_d,
+            N_K,
+            HEAD_DIM,
+            MASKED and not EVEN_N,
+            not EVEN_D,
+        )  # (BLOCK_N, BLOCK_D)
+        st = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_R) S^T
+        if MASKED:
+            st = st * qk_scale  # (BLOCK_N, BLOCK_R) base-2 units
+            valid = tl.trans(_visible(qpos, cols, N_K, DIAG, WINDOW, IS_CAUSAL, HAS_WINDOW))
+            st = tl.where(valid, st, float("-inf"))  # (BLOCK_N, BLOCK_R)
+            m_new = tl.maximum(m_i, tl.max(st, 0))  # (BLOCK_R,)
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)  # (BLOCK_R,) no inf - inf
+            pt = tl.exp2(st - m_sub[None, :])  # (BLOCK_N, BLOCK_R) P^T
+            alpha = tl.exp2(m_i - m_sub)  # (BLOCK_R,)
+        else:
+            m_new = tl.maximum(m_i, tl.max(st, 0) * qk_scale)  # (BLOCK_R,)
+            pt = tl.exp2(tl.fma(st, qk_scale, -m_new[None, :]))  # (BLOCK_N, BLOCK_R) P^T
+            alpha = tl.exp2(m_i - m_new)  # (BLOCK_R,)
+        l_i = l_i * alpha + tl.sum(pt, 0)  # (BLOCK_R,)
+        v = _load_2d(
+            v_base + cols[:, None] * stride_vn + offs_d[None, :],
+            cols,
+            offs_d,
+            N_K,
+            HEAD_DIM,
+            MASKED and not EVEN_N,
+            not EVEN_D,
+        )  # (BLOCK_N, BLOCK_D)
+        acc_t = acc_t * alpha[None, :]  # (BLOCK_D, BLOCK_R)
+        acc_t = tl.dot(tl.trans(v), pt.to(v.dtype), acc_t, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc_t, l_i, m_i
 
 
 @triton.jit
@@ -74,7 +164,6 @@ def _decode_kernel(
 
     m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)  # (BLOCK_R,)
     l_i = tl.zeros([BLOCK_R], tl.float32)  # (BLOCK_R,)
-    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)  # (BLOCK_R, BLOCK_D)
     # the keys any of the N_q queries sees, intersected with this split's keys
     lo, full_lo, full_hi, hi = _key_range(
         0, N_Q - 1, N_K, DIAG, WINDOW, BLOCK_N, IS_CAUSAL, HAS_WINDOW
@@ -85,21 +174,33 @@ def _decode_kernel(
     lo = tl.minimum(tl.maximum(lo, s_lo), hi)
     full_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
     full_hi = tl.minimum(tl.maximum(full_hi, full_lo), hi)
-    for masked in tl.static_range(2):  # the full key tiles, then the partial ones
-        acc, l_i, m_i = _fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, qpos, offs_n, offs_d,
-            lo, full_lo, full_hi, hi, qk_scale, N_K, DIAG, WINDOW, HEAD_DIM, BLOCK_N,
-            masked == 1, EVEN_N, EVEN_D, IS_CAUSAL, HAS_WINDOW, DOT_PRECISION,
-        )  # fmt: skip
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # (BLOCK_R,)
-    acc = acc / l_safe[:, None]  # (BLOCK_R, BLOCK_D)
-    lse = (m_i + tl.log2(l_safe)) * _LN2  # (BLOCK_R,) -inf when this split saw no key
     rowg = (b * H + h) * N_Q + (r % N_Q)  # (BLOCK_R,) global row index
-    tl.store(
-        O_PART + (rowg[:, None] * NUM_SPLITS + split) * HEAD_DIM + offs_d[None, :],
-        acc,
-        mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM),
-    )
+    out_ptrs = O_PART + (rowg * NUM_SPLITS + split) * HEAD_DIM  # (BLOCK_R,) each row's output
+    if BLOCK_R < 64:  # too few rows for a warpgroup MMA: the transposed tiles
+        acc_t = tl.zeros([BLOCK_D, BLOCK_R], tl.float32)  # (BLOCK_D, BLOCK_R) A^T
+        for masked in tl.static_range(2):  # the full key tiles, then the partial ones
+            acc_t, l_i, m_i = _decode_inner(
+                acc_t, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, qpos, offs_n, offs_d,
+                lo, full_lo, full_hi, hi, qk_scale, N_K, DIAG, WINDOW, HEAD_DIM, BLOCK_N,
+                masked == 1, EVEN_N, EVEN_D, IS_CAUSAL, HAS_WINDOW, DOT_PRECISION,
+            )  # fmt: skip
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # (BLOCK_R,)
+        acc_t = acc_t / l_safe[None, :]  # (BLOCK_D, BLOCK_R) O^T
+        ok = row_ok[None, :] & (offs_d[:, None] < HEAD_DIM)  # (BLOCK_D, BLOCK_R)
+        tl.store(out_ptrs[None, :] + offs_d[:, None], acc_t, mask=ok)
+    else:  # 64 rows or more: the forward's tiles, queries on the MMA's rows
+        acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)  # (BLOCK_R, BLOCK_D)
+        for masked in tl.static_range(2):
+            acc, l_i, m_i = _fwd_inner(
+                acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, qpos, offs_n, offs_d,
+                lo, full_lo, full_hi, hi, qk_scale, N_K, DIAG, WINDOW, HEAD_DIM, BLOCK_N,
+                masked == 1, EVEN_N, EVEN_D, IS_CAUSAL, HAS_WINDOW, DOT_PRECISION,
+            )  # fmt: skip
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # (BLOCK_R,)
+        acc = acc / l_safe[:, None]  # (BLOCK_R, BLOCK_D) O
+        ok = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)  # (BLOCK_R, BLOCK_D)
+        tl.store(out_ptrs[:, None] + offs_d[None, :], acc, mask=ok)
+    lse = (m_i + tl.log2(l_safe)) * _LN2  # (BLOCK_R,) -inf when this split saw no key
     tl.store(LSE_PART + rowg * NUM_SPLITS + split, lse, mask=row_ok)
 
 

@@ -6,7 +6,6 @@ import triton
 import triton.language as tl
 
 from .common import (
-    _LN2,
     _key_range,
     _load_2d,
     _store_2d,
@@ -84,7 +83,7 @@ def _fwd_inner(
             alpha = tl.exp2(m_i - m_sub)  # (BLOCK_M,)
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # (BLOCK_M,) finite: no mask
-            p = tl.exp2(s * qk_scale - m_new[:, None])  # (BLOCK_M, BLOCK_N) one multiply-add
+            p = tl.exp2(tl.fma(s, qk_scale, -m_new[:, None]))  # (BLOCK_M, BLOCK_N) one FMA
             alpha = tl.exp2(m_i - m_new)  # (BLOCK_M,) rescales what was accumulated so far
         l_i = l_i * alpha + tl.sum(p, 1)  # (BLOCK_M,)
         v = _load_2d(
@@ -145,7 +144,8 @@ def _fwd_kernel(
 
     Loads its query tile once, runs the online softmax over the partial, full and partial
     key tiles of :func:`_key_range` (never loading the skipped ones), and stores
-    :math:`O = A / \ell` and :math:`L = m + \log \ell`.
+    :math:`O = A / \ell` and the log-sum-exp in base 2, :math:`L_2 = m + \log_2 \ell`
+    (:math:`m` is in base-2 units: the scores were multiplied by scale · log2 e).
     """
     pid_m = tl.program_id(0)
     if IS_CAUSAL:  # heaviest first: the last query tiles see the most keys
@@ -189,7 +189,7 @@ def _fwd_kernel(
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # (BLOCK_M,) a row that sees no key: O = 0
     acc = acc / l_safe[:, None]  # (BLOCK_M, BLOCK_D) O = A / l
-    lse = (m_i + tl.log2(l_safe)) * _LN2  # (BLOCK_M,) natural log; -inf for a row with no key
+    lse = m_i + tl.log2(l_safe)  # (BLOCK_M,) base 2, as the backward uses it; -inf: no key
     o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :]
     _store_2d(
         o_ptrs, acc.to(O.dtype.element_ty), offs_m, offs_d, N_Q, HEAD_DIM, not EVEN_M, not EVEN_D
