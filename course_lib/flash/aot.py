@@ -209,7 +209,7 @@ def problems(row: dict) -> list[str]:
     return out
 
 
-def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged):
+def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged, tma=False):
     import torch
     import triton
 
@@ -237,6 +237,10 @@ def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged):
         const.update(BLOCK_M=config["BLOCK_M"], EVEN_M=not ragged)
     if kind in ("dkdv", "dkdv_atomic"):
         const["ATOMIC_DQ"] = kind == "dkdv_atomic"
+    if kind == "fwd":
+        const["USE_TMA"] = bool(tma)
+    elif tma:
+        raise ValueError(f"tensor descriptors (tma=True): the forward kernel only, not {kind}")
     return const, config["num_warps"], config["num_stages"]
 
 
@@ -253,6 +257,7 @@ def compile_kernel(
     groups: int = 1,
     registers: bool = True,
     ones: tuple[str, ...] = (),
+    tma: bool = False,
 ) -> dict:
     """Compile one kernel for ``sm_<arch>``; returns registers, spills, shared memory, timing.
 
@@ -275,7 +280,9 @@ def compile_kernel(
             head_dim, "cuda", interpreted=False, dtype=getattr(torch, dtype), arch=arch
         )
         config = cands[kind][0]
-    const, warps, stages = _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged)
+    const, warps, stages = _constexprs(
+        kind, config, dtype, head_dim, is_causal, window, ragged, tma
+    )
     if groups == 1 and "NUM_GROUPS" in fn.arg_names:
         const["NUM_GROUPS"] = 1  # what the runtime does with an int argument equal to 1
     for name in ones:  # other int arguments equal to 1 (N_Q = 1 when decoding one token)

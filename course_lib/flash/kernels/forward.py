@@ -17,6 +17,14 @@ from .common import (
 
 
 @triton.jit
+def _head_descriptor(
+    base, n_rows, stride_n, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, BLOCK_D: tl.constexpr
+):
+    """A tensor descriptor of one head's ``[n_rows, HEAD_DIM]`` matrix, read in ``ROWS x BLOCK_D`` tiles."""
+    return tl.make_tensor_descriptor(base, [n_rows, HEAD_DIM], [stride_n, 1], [ROWS, BLOCK_D])
+
+
+@triton.jit
 def _fwd_inner(
     acc,
     l_i,
@@ -45,6 +53,7 @@ def _fwd_inner(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr = False,
 ):
     r"""The online softmax over the full key tiles, or over the partial ones (``MASKED``).
 
@@ -59,19 +68,25 @@ def _fwd_inner(
     The order of the tiles does not matter to the online softmax, so the partial tiles of
     both edges (a window's left edge, the diagonal) share one loop: two loops per kernel,
     fewer registers than three.
+
+    ``USE_TMA``: ``k_base`` and ``v_base`` are tensor descriptors of this head's keys and
+    values (``[N_K, HEAD_DIM]``), loaded by the copy engine, zero past either end.
     """
     for t in range(0, _tile_count(lo, full_lo, full_hi, hi, BLOCK_N, MASKED)):
         start_n = _tile_start(t, lo, full_lo, full_hi, BLOCK_N, MASKED)
         cols = start_n + offs_n  # (BLOCK_N,)
-        k = _load_2d(
-            k_base + cols[:, None] * stride_kn + offs_d[None, :],
-            cols,
-            offs_d,
-            N_K,
-            HEAD_DIM,
-            MASKED and not EVEN_N,
-            not EVEN_D,
-        )  # (BLOCK_N, BLOCK_D)
+        if USE_TMA:
+            k = k_base.load([start_n, 0])  # (BLOCK_N, BLOCK_D) zero past N_K and HEAD_DIM
+        else:
+            k = _load_2d(
+                k_base + cols[:, None] * stride_kn + offs_d[None, :],
+                cols,
+                offs_d,
+                N_K,
+                HEAD_DIM,
+                MASKED and not EVEN_N,
+                not EVEN_D,
+            )  # (BLOCK_N, BLOCK_D)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N) Q_i K_j^T
         if MASKED:
             s = s * qk_scale  # (BLOCK_M, BLOCK_N) base-2 units
@@ -87,15 +102,18 @@ def _fwd_inner(
             p = tl.exp2(s * qk_scale - m_new[:, None])  # (BLOCK_M, BLOCK_N) one multiply-add
             alpha = tl.exp2(m_i - m_new)  # (BLOCK_M,) rescales what was accumulated so far
         l_i = l_i * alpha + tl.sum(p, 1)  # (BLOCK_M,)
-        v = _load_2d(
-            v_base + cols[:, None] * stride_vn + offs_d[None, :],
-            cols,
-            offs_d,
-            N_K,
-            HEAD_DIM,
-            MASKED and not EVEN_N,
-            not EVEN_D,
-        )  # (BLOCK_N, BLOCK_D)
+        if USE_TMA:
+            v = v_base.load([start_n, 0])  # (BLOCK_N, BLOCK_D)
+        else:
+            v = _load_2d(
+                v_base + cols[:, None] * stride_vn + offs_d[None, :],
+                cols,
+                offs_d,
+                N_K,
+                HEAD_DIM,
+                MASKED and not EVEN_N,
+                not EVEN_D,
+            )  # (BLOCK_N, BLOCK_D)
         acc = acc * alpha[:, None]  # (BLOCK_M, BLOCK_D)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)  # acc += P_j V_j
         m_i = m_new
@@ -140,6 +158,7 @@ def _fwd_kernel(
     EVEN_N: tl.constexpr,
     EVEN_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr = False,
 ):
     r"""One program = one tile of BLOCK_M queries of one (batch, head).
 
@@ -159,12 +178,20 @@ def _fwd_kernel(
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key columns within a tile
     offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,) features (BLOCK_D = next power of 2 >= d)
 
-    q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :]
-    q = _load_2d(
-        q_ptrs, offs_m, offs_d, N_Q, HEAD_DIM, not EVEN_M, not EVEN_D
-    )  # (BLOCK_M, BLOCK_D)
     k_base = K + b * stride_kb + hk * stride_kh
     v_base = V + b * stride_vb + hk * stride_vh
+    if USE_TMA:  # one descriptor per tensor of this (batch, head): bounds N and HEAD_DIM
+        q_desc = _head_descriptor(
+            Q + b * stride_qb + h * stride_qh, N_Q, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_D
+        )
+        q = q_desc.load([pid_m * BLOCK_M, 0])  # (BLOCK_M, BLOCK_D) zero past N_Q, HEAD_DIM
+        k_base = _head_descriptor(k_base, N_K, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D)
+        v_base = _head_descriptor(v_base, N_K, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D)
+    else:
+        q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :]
+        q = _load_2d(
+            q_ptrs, offs_m, offs_d, N_Q, HEAD_DIM, not EVEN_M, not EVEN_D
+        )  # (BLOCK_M, BLOCK_D)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # (BLOCK_M,) running max (base 2)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # (BLOCK_M,) running denominator
@@ -179,21 +206,34 @@ def _fwd_kernel(
     acc, l_i, m_i = _fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
         lo, full_lo, full_hi, hi, qk_scale, N_K, DIAG, WINDOW, HEAD_DIM, BLOCK_N, False, EVEN_N,
-        EVEN_D, IS_CAUSAL, HAS_WINDOW, DOT_PRECISION,
+        EVEN_D, IS_CAUSAL, HAS_WINDOW, DOT_PRECISION, USE_TMA,
     )  # fmt: skip
     acc, l_i, m_i = _fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
         lo, full_lo, full_hi, hi, qk_scale, N_K, DIAG, WINDOW, HEAD_DIM, BLOCK_N, True, EVEN_N,
-        EVEN_D, IS_CAUSAL, HAS_WINDOW, DOT_PRECISION,
+        EVEN_D, IS_CAUSAL, HAS_WINDOW, DOT_PRECISION, USE_TMA,
     )  # fmt: skip
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # (BLOCK_M,) a row that sees no key: O = 0
     acc = acc / l_safe[:, None]  # (BLOCK_M, BLOCK_D) O = A / l
     lse = (m_i + tl.log2(l_safe)) * _LN2  # (BLOCK_M,) natural log; -inf for a row with no key
-    o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :]
-    _store_2d(
-        o_ptrs, acc.to(O.dtype.element_ty), offs_m, offs_d, N_Q, HEAD_DIM, not EVEN_M, not EVEN_D
-    )
+    if USE_TMA:  # rows past N_Q and columns past HEAD_DIM are not written
+        o_desc = _head_descriptor(
+            O + b * stride_ob + h * stride_oh, N_Q, stride_on, HEAD_DIM, BLOCK_M, BLOCK_D
+        )
+        o_desc.store([pid_m * BLOCK_M, 0], acc.to(O.dtype.element_ty))
+    else:
+        o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :]
+        _store_2d(
+            o_ptrs,
+            acc.to(O.dtype.element_ty),
+            offs_m,
+            offs_d,
+            N_Q,
+            HEAD_DIM,
+            not EVEN_M,
+            not EVEN_D,
+        )
     lse_ptrs = LSE + (b * H + h) * N_Q + offs_m
     if EVEN_M:
         tl.store(lse_ptrs, lse)
