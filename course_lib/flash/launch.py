@@ -266,9 +266,14 @@ def _tma_scratch(size: int, alignment: int, stream):
 def _ensure_allocator() -> None:
     """Give Triton an allocator for device-side descriptors, unless one is set already."""
     import triton
-    from triton.runtime import _allocation
 
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+    try:
+        from triton.runtime import _allocation
+
+        unset = isinstance(_allocation._allocator.get(), _allocation.NullAllocator)
+    except (ImportError, AttributeError):  # another Triton's internals: set ours
+        unset = True
+    if unset:
         triton.set_allocator(_tma_scratch)
 
 

@@ -165,6 +165,23 @@ def _fwd_kernel(
     Loads its query tile once, runs the online softmax over the partial, full and partial
     key tiles of :func:`_key_range` (never loading the skipped ones), and stores
     :math:`O = A / \ell` and :math:`L = m + \log \ell`.
+
+    ``USE_TMA`` (a compile-time flag; :func:`course_lib.flash.launch.tma_enabled` decides):
+    Q, K, V are loaded and O stored through *tensor descriptors*, one per tensor of this
+    (batch, head), ``[N, HEAD_DIM]`` with the token stride. On Hopper (sm_90) a descriptor
+    load is a TMA copy: the copy engine moves a whole ``BLOCK x BLOCK_D`` tile between
+    global and shared memory, issued by one thread and signalled by a barrier, instead of
+    every thread computing and masking its own addresses; the registers and instructions
+    that address math took are freed. The hardware checks the bounds of each dimension:
+    rows past ``N`` and features past ``HEAD_DIM`` (``BLOCK_D`` is a power of two) read as
+    zero and are not written, so no ``EVEN_*`` bounds mask is needed; the causal and window
+    masks of the partial tiles still apply. The descriptors are built on the device (the
+    arguments stay pointers, and the block shapes follow whichever config the autotuner
+    picks). The flag is off by default (``COURSE_FLASH_TMA=1`` turns it on) until a GPU run
+    has measured it against the pointer path, which older GPUs and the interpreter keep.
+    Triton 3.9's automatic warp specialisation (``tl.range(..., warp_specialize=True)``)
+    does not apply here on sm_90: with 8 warps the hint is ignored, with 4 warps the
+    compiler's ``NVGPUWarpSpecialization`` pass fails on this kernel.
     """
     pid_m = tl.program_id(0)
     if IS_CAUSAL:  # heaviest first: the last query tiles see the most keys
