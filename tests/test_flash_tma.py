@@ -113,6 +113,11 @@ def test_tma_compatible_checks_base_and_strides():
     assert not tma_compatible(x.reshape(-1)[1:].reshape(1, 1, 1, -1)[..., :48])  # base + 4 B
     assert not tma_compatible(x.transpose(-1, -2))  # d not the unit-stride dimension
 
+    def strided(heads):  # a 14-byte head stride: never used when there is one head
+        return torch.empty_strided((2, heads, 4, 24), (2000, 7, 24, 1), dtype=torch.float16)
+
+    assert tma_compatible(strided(1)) and not tma_compatible(strided(2))
+
 
 def test_tma_switch_rule(monkeypatch):
     """Off by default and for 0; 1 only when compiled on sm_90+ (never on the CPU or in the

@@ -248,12 +248,13 @@ def tma_enabled(device: torch.device | str, *, interpreted: bool | None = None) 
 
 def tma_compatible(*tensors: torch.Tensor) -> bool:
     """Whether every ``[B, H, N, d]`` view meets TMA's rules: unit stride along d, and its
-    base address and its batch, head and token strides multiples of 16 bytes."""
+    base address and its batch, head and token strides multiples of 16 bytes (the stride of
+    a dimension of size 1 is never used)."""
     for x in tensors:
         size = x.element_size()
         if x.stride(-1) != 1 or x.data_ptr() % 16:
             return False
-        if any((s * size) % 16 for s in x.stride()[:-1]):
+        if any((s * size) % 16 for s, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1):
             return False
     return True
 

@@ -195,20 +195,21 @@ def _fwd_kernel(
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key columns within a tile
     offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,) features (BLOCK_D = next power of 2 >= d)
 
-    k_base = K + b * stride_kb + hk * stride_kh
-    v_base = V + b * stride_vb + hk * stride_vh
     if USE_TMA:  # one descriptor per tensor of this (batch, head): bounds N and HEAD_DIM
         q_desc = _head_descriptor(
             Q + b * stride_qb + h * stride_qh, N_Q, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_D
         )
         q = q_desc.load([pid_m * BLOCK_M, 0])  # (BLOCK_M, BLOCK_D) zero past N_Q, HEAD_DIM
-        k_base = _head_descriptor(k_base, N_K, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D)
-        v_base = _head_descriptor(v_base, N_K, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D)
     else:
         q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :]
         q = _load_2d(
             q_ptrs, offs_m, offs_d, N_Q, HEAD_DIM, not EVEN_M, not EVEN_D
         )  # (BLOCK_M, BLOCK_D)
+    k_base = K + b * stride_kb + hk * stride_kh
+    v_base = V + b * stride_vb + hk * stride_vh
+    if USE_TMA:
+        k_base = _head_descriptor(k_base, N_K, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D)
+        v_base = _head_descriptor(v_base, N_K, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # (BLOCK_M,) running max (base 2)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # (BLOCK_M,) running denominator
