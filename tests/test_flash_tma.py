@@ -16,9 +16,9 @@ import torch
 
 import course_lib.flash as flash
 from course_lib.flash import flash_attention_with_lse
-from course_lib.flash.launch import TMA_ENV, tma_compatible, tma_enabled
+from course_lib.flash.launch import TMA_ENV, device_arch, tma_compatible, tma_enabled
 
-pytestmark = pytest.mark.skipif(
+interpreter_only = pytest.mark.skipif(
     flash.triton_mode() != "interpreter", reason="compares the paths in Triton's interpreter"
 )
 
@@ -72,6 +72,7 @@ CASES = [
 ]  # fmt: skip
 
 
+@interpreter_only
 @pytest.mark.parametrize("B, H, h_kv, n_q, n_k, d, dtype, layout, mask", CASES)
 def test_descriptor_path_equals_pointer_path(
     monkeypatch, descriptor_ops, B, H, h_kv, n_q, n_k, d, dtype, layout, mask
@@ -92,6 +93,7 @@ def test_descriptor_path_equals_pointer_path(
     assert o_ptr.abs().max() > 0.1  # a real output, not zeros on both sides
 
 
+@interpreter_only
 def test_misaligned_tensors_take_the_pointer_path(monkeypatch, descriptor_ops):
     """float16 with d = 20: a token stride of 40 bytes breaks TMA's 16-byte rule, so the
     launch falls back to pointers (no descriptor op) and still gives the right answer."""
@@ -119,6 +121,7 @@ def test_tma_compatible_checks_base_and_strides():
     assert tma_compatible(strided(1)) and not tma_compatible(strided(2))
 
 
+@interpreter_only
 def test_tma_switch_rule(monkeypatch):
     """Off by default and for 0; 1 only when compiled on sm_90+ (never on the CPU or in the
     interpreter); force also in the interpreter; anything else is an error."""
@@ -136,3 +139,33 @@ def test_tma_switch_rule(monkeypatch):
     monkeypatch.setenv(TMA_ENV, "yes")
     with pytest.raises(ValueError, match="COURSE_FLASH_TMA"):
         tma_enabled("cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "H, h_kv, n, d, layout, mask",
+    [
+        (4, 4, 1000, 128, "bhnd", dict(is_causal=True)),
+        (8, 2, 777, 48, "bnhd", dict(is_causal=True, window=300)),
+        (4, 4, 2048, 64, "bhnd", {}),
+    ],
+)
+def test_descriptor_path_on_a_hopper_gpu(monkeypatch, H, h_kv, n, d, layout, mask):
+    """``COURSE_FLASH_TMA=1`` on an H100/H200: the TMA path is chosen and gives the pointer
+    path's output and LSE (bfloat16; the same arithmetic, so within a rounding of the
+    output's last bit)."""
+    if device_arch("cuda") < 90:
+        pytest.skip("tensor descriptors (TMA) need sm_90 or newer")
+    g = torch.Generator().manual_seed(n)
+    shape = (1, n, H, d) if layout == "bnhd" else (1, H, n, d)
+    kv_shape = (1, n, h_kv, d) if layout == "bnhd" else (1, h_kv, n, d)
+    q = torch.randn(*shape, generator=g).to("cuda", torch.bfloat16)
+    k, v = (torch.randn(*kv_shape, generator=g).to("cuda", torch.bfloat16) for _ in "kv")
+    monkeypatch.setenv(TMA_ENV, "0")
+    o_ptr, lse_ptr = flash_attention_with_lse(q, k, v, layout=layout, **mask)
+    monkeypatch.setenv(TMA_ENV, "1")
+    assert tma_enabled(q.device) and tma_compatible(q, k, v)
+    o_tma, lse_tma = flash_attention_with_lse(q, k, v, layout=layout, **mask)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(o_tma, o_ptr, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse_tma, lse_ptr, atol=1e-4, rtol=1e-4)
