@@ -4,7 +4,8 @@ On a fresh machine with a CUDA GPU and a CUDA build of PyTorch (which brings Tri
 
     python benchmarks/gpu_check.py --install     # installs numpy and pytest if missing, then runs
 
-1. **Correctness, compiled**: the GPU tests of ``tests/test_flash.py`` and
+1. **Correctness, compiled**: the GPU tests of ``tests/test_flash.py``,
+   ``tests/test_flash_tma.py`` (the forward's TMA path, on sm_90) and
    ``tests/test_checks_ch06.py`` (``pytest -m gpu``, first kernel configuration only).
 2. **Speed, memory and agreement at every point**: ``flash_attention`` (deterministic
    backward, and ``deterministic=False``, the atomic-dQ one) against every SDPA backend torch
@@ -54,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 GPU_TESTS = [
     ["tests/test_flash.py", "-m", "gpu"],
+    ["tests/test_flash_tma.py", "-m", "gpu"],  # the TMA forward (COURSE_FLASH_TMA=1), sm_90
     ["tests/test_checks_ch06.py", "-k", "triton"],
 ]
 DRY_RUN_TESTS = [

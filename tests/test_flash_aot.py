@@ -27,6 +27,7 @@ from course_lib.flash.launch import shared_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTER_TABLE = ROOT / "benchmarks/results/flash_aot_registers.json"
+TMA_TABLE = ROOT / "benchmarks/results/flash_aot_tma.json"
 
 
 def _aot(script: str, timeout: int = 1200):
@@ -64,6 +65,10 @@ _PTX = """\
 	wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;
 	wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;
 	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1}, {%r1}, {%r2}, {%f2};
+	cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {%r5, %r6}], [%r7];
+	cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {%r5, %r6}], [%r7];
+	cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd8, {%r9, %r10}], [%r11];
+	cp.async.bulk.commit_group;
 """
 
 
@@ -85,6 +90,10 @@ def test_codegen_counts_instruction_kinds_and_finds_duplicated_warpgroups():
     assert any("mma.sync" in p for p in found), found  # a 64-row tile allows wgmma on sm_90
     row.update(shared_bytes=300 * 1024, spill_stores=8)
     assert len(aot.problems(row)) == 4
+    assert (cg["tma_loads"], cg["tma_stores"]) == (2, 1)  # TMA copies in and out, by descriptor
+    assert len(aot.problems(dict(row, tma=True))) == 4  # compiled with TMA, and it is there
+    no_tma = dict(row, tma=True, tma_loads=0)
+    assert any("no TMA copy" in p for p in aot.problems(no_tma)), aot.problems(no_tma)
 
 
 # ------------------------------------------------------------- the table and the configs
@@ -247,3 +256,50 @@ def test_the_exponent_is_one_fused_multiply_add_whatever_the_compilers_default()
     assert fused["ops"] == unfused["ops"], counts
     per_thread = fused["tile"] // (32 * fused["warps"])  # scores of one tile per thread
     assert fused["ops"]["fma"] >= per_thread, counts
+
+
+@pytest.mark.slow
+def test_forward_tensor_descriptor_path_compiles_to_tma_copies():
+    """``USE_TMA`` (``COURSE_FLASH_TMA=1`` on an H100): the default d = 128 bf16 forward config
+    for sm_90, plain and causal, loads its tiles with TMA copies (``cp.async.bulk.tensor``,
+    global to shared) and stores O with one, keeps Hopper's wgmma (no mma.sync), spills
+    nothing; the pointer path of the same kernel has no TMA copy at all. d = 48 with every
+    mask (a descriptor over 48 of the 64 features) compiles clean too."""
+    rows = _aot(
+        "import json\nfrom course_lib.flash import aot\nout = []\n"
+        "for causal in (False, True):\n"
+        "    out.append(aot.compile_kernel('fwd', 'bfloat16', 128, causal, arch=90, tma=True))\n"
+        "out.append(aot.compile_kernel('fwd', 'bfloat16', 128, arch=90))\n"
+        "out.append(aot.compile_kernel('fwd', 'bfloat16', 48, True, arch=90, tma=True,\n"
+        "    ragged=True, window=True, groups=2))\n"
+        "print(json.dumps(out))\n"
+    )
+    plain_tma, causal_tma, pointers, small = rows
+    for r in (plain_tma, causal_tma, small):
+        assert r["tma"] and not aot.problems(r), (aot.format_row(r), aot.problems(r))
+        assert r["tma_loads"] >= 3 and r["tma_stores"] == 1, aot.format_row(r)  # Q, K, V; O
+        assert r["wgmma"] and not r["mma_sync"], aot.format_row(r)
+        assert r["spill_stores"] == r["spill_loads"] == 0 and r["pipelined"], aot.format_row(r)
+    assert (pointers["tma_loads"], pointers["tma_stores"]) == (0, 0), aot.format_row(pointers)
+    assert not aot.problems(pointers)
+
+
+def test_recorded_tma_table_is_clean():
+    """The recorded sm_90 forward table of the tensor-descriptor path (every autotune
+    candidate, d_h = 64 and 128, all three variants): every row has TMA copies in and out,
+    wgmma only, no spill, no duplicated warpgroup, within the shared-memory estimate the
+    autotuner prunes by, and the same configurations as the pointer path's table."""
+    rows = json.loads(TMA_TABLE.read_text())["rows"]
+    jobs = aot.default_jobs(archs=(90,), kinds=("fwd",), variants=tuple(aot.VARIANTS))
+    expected = {
+        (j["head_dim"], j["config"]["BLOCK_M"], j["config"]["BLOCK_N"], j["config"]["num_warps"],
+         j["config"]["num_stages"], aot.variant_of(j)) for j in jobs if j["kind"] == "fwd"
+    }  # fmt: skip
+    assert {_row_key(r)[2:] for r in rows} == expected
+    for r in rows:
+        assert r["tma"] and r["arch"] == 90 and r["kind"] == "fwd", r
+        assert not aot.problems(r), (aot.format_row(r), aot.problems(r))
+        assert r["tma_loads"] >= 3 and r["tma_stores"] == 1, aot.format_row(r)
+        assert r["wgmma"] and not r["mma_sync"] and 0 < r["registers"] <= 255, aot.format_row(r)
+        cfg = {k: r[k] for k in ("BLOCK_M", "BLOCK_N", "num_stages")}  # the barriers fit too
+        assert shared_estimate("fwd", cfg, r["head_dim"]) >= r["shared_bytes"], r

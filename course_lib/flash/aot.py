@@ -26,9 +26,12 @@ first decorated)::
     env -u TRITON_INTERPRET python -m course_lib.flash.aot --all        # every autotune config
     env -u TRITON_INTERPRET python -m course_lib.flash.aot --all \
         --variants plain,causal,gqa_window_ragged --json benchmarks/results/flash_aot_registers.json
+    env -u TRITON_INTERPRET python -m course_lib.flash.aot --all --tma --arch 90 \
+        --variants plain,causal,gqa_window_ragged --json benchmarks/results/flash_aot_tma.json
 
-The last command writes the table that chapter 06 shows and a test checks against the
-current configurations (rerun it when they change).
+The third command writes the table that chapter 06 shows and a test checks against the
+current configurations (rerun it when they change); the last one, the same for the forward
+kernel's tensor-descriptor (TMA) path on sm_90 (``COURSE_FLASH_TMA``).
 
 Specialisation: the runtime compiles separate variants for integers equal to 1 and for
 pointers and integers divisible by 16; we compile the common one (all strides and sequence
@@ -79,6 +82,9 @@ _MMA_LAYOUT = re.compile(
 _DOT = re.compile(r"= (?:ttng\.warp_group_dot|tt\.dot) [^\n]*-> tensor<(\d+)x(\d+)xf32, #(mma\d*)>")
 _WGMMA = re.compile(r"\bwgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)")
 _MMA_SYNC = re.compile(r"\bmma\.sync\.aligned\.(m\d+n\d+k\d+)")
+# Hopper's copy engine (TMA): a tile from global to shared memory, and back, by descriptor.
+_TMA_LOAD = re.compile(r"\bcp\.async\.bulk\.tensor\.\dd\.shared::(?:cta|cluster)\.global\b")
+_TMA_STORE = re.compile(r"\bcp\.async\.bulk\.tensor\.\dd\.global\.shared::cta\b")
 
 
 def _kernels():
@@ -166,7 +172,8 @@ def codegen(ttgir: str, ptx: str) -> dict:
     [w_M, w_N]``: each warp holds 16 rows of an MMA tile, so a dot whose :math:`16\,w_M`
     exceeds :math:`M` (or whose :math:`w_N \cdot n_{instr}` exceeds :math:`N`) has warps that
     hold *copies* of the same rows — a *duplicated* warpgroup, which computes the dot
-    :math:`16 w_M / M` times over.
+    :math:`16 w_M / M` times over. ``tma_loads`` and ``tma_stores`` count the tensor
+    copies of Hopper's TMA (``cp.async.bulk.tensor``) in the PTX: tiles moved by descriptor.
     """
     layouts = {
         m[1]: dict(version=int(m[2]), warps=(int(m[3]), int(m[4])), instr=(int(m[5]), int(m[6])))
@@ -180,6 +187,8 @@ def codegen(ttgir: str, ptx: str) -> dict:
         copies = max(1, 16 * w_m // rows) * max(1, w_n * lay["instr"][1] // cols)
         dots.append(dict(M=rows, N=cols, mma=lay["version"], warps=[w_m, w_n], copies=copies))
     return dict(
+        tma_loads=len(_TMA_LOAD.findall(ptx)),
+        tma_stores=len(_TMA_STORE.findall(ptx)),
         wgmma=dict(sorted(Counter(_WGMMA.findall(ptx)).items())),
         mma_sync=dict(sorted(Counter(_MMA_SYNC.findall(ptx)).items())),
         dots=dots,
@@ -206,10 +215,12 @@ def problems(row: dict) -> list[str]:
         out.append(f"duplicated warpgroups: {', '.join(dup)}")
     if row["dots"] and wgmma_possible(row) and (row["mma_sync"] or not row["wgmma"]):
         out.append(f"mma.sync {row['mma_sync']} where the tile allows wgmma")
+    if row.get("tma") and not row.get("tma_loads"):
+        out.append("compiled with tma=True but no TMA copy (cp.async.bulk.tensor) in the PTX")
     return out
 
 
-def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged):
+def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged, tma=False):
     import torch
     import triton
 
@@ -237,6 +248,10 @@ def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged):
         const.update(BLOCK_M=config["BLOCK_M"], EVEN_M=not ragged)
     if kind in ("dkdv", "dkdv_atomic"):
         const["ATOMIC_DQ"] = kind == "dkdv_atomic"
+    if kind == "fwd":
+        const["USE_TMA"] = bool(tma)
+    elif tma:
+        raise ValueError(f"tensor descriptors (tma=True): the forward kernel only, not {kind}")
     return const, config["num_warps"], config["num_stages"]
 
 
@@ -253,13 +268,15 @@ def compile_kernel(
     groups: int = 1,
     registers: bool = True,
     ones: tuple[str, ...] = (),
+    tma: bool = False,
 ) -> dict:
     """Compile one kernel for ``sm_<arch>``; returns registers, spills, shared memory, timing.
 
     ``config`` is one of :func:`course_lib.flash.kernel_config`'s entries (the first GPU
     candidate by default). ``groups`` > 1 compiles the grouped-query variant (the runtime
     specialises ``NUM_GROUPS == 1`` as a constant, and any other integer argument named in
-    ``ones``). Raises whatever Triton's compiler raises on an error.
+    ``ones``). ``tma=True`` compiles the forward's tensor-descriptor path (``USE_TMA``; sm_90
+    and newer). Raises whatever Triton's compiler raises on an error.
     """
     kernels = _kernels()  # before anything else imports triton
     import torch
@@ -275,7 +292,9 @@ def compile_kernel(
             head_dim, "cuda", interpreted=False, dtype=getattr(torch, dtype), arch=arch
         )
         config = cands[kind][0]
-    const, warps, stages = _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged)
+    const, warps, stages = _constexprs(
+        kind, config, dtype, head_dim, is_causal, window, ragged, tma
+    )
     if kind in ("dkdv", "dkdv_atomic"):
         const["DQ_TRANSPOSED"] = arch >= 90  # as the host launches it (backward.py)
     if groups == 1 and "NUM_GROUPS" in fn.arg_names:
@@ -336,6 +355,7 @@ def compile_kernel(
         groups=groups,
         ragged=bool(ragged),
         ones=list(ones),
+        tma=bool(tma),
         arch=arch,
         num_warps=warps,
         num_stages=stages,
@@ -420,7 +440,8 @@ def format_row(r: dict) -> str:
         f"spills {spill:4d} B, shared {r['shared_bytes'] / 1024:6.1f} KiB, "
         f"pipelined={r['pipelined']!s:5}, wgmma {sum(r['wgmma'].values()):4d}, "
         f"mma.sync {sum(r['mma_sync'].values()):4d}, duplicated dots {r['duplicated_dots']} "
-        f"({r['compile_seconds']:.1f} s to compile)"
+        + (f"TMA {r['tma_loads']} loads {r['tma_stores']} stores " if r.get("tma") else "")
+        + f"({r['compile_seconds']:.1f} s to compile)"
     )
 
 
@@ -463,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
         "--kinds", default="fwd,dkdv,dkdv_atomic,dq,decode", help="kernels (comma-separated)"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
+    parser.add_argument(
+        "--tma", action="store_true", help="the forward's tensor-descriptor path (sm_90+ only)"
+    )
     args = parser.parse_args(argv)
 
     _kernels()  # before anything else imports triton
@@ -474,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         variants=tuple(args.variants.split(",")),
         kinds=tuple(args.kinds.split(",")),
     )
+    if args.tma:
+        jobs = [dict(j, tma=True) for j in jobs if j["kind"] == "fwd" and j["arch"] >= 90]
     failures, bad, rows = 0, 0, []
     for job in jobs:
         try:

@@ -17,12 +17,15 @@ from .launch import (
     _bucket,
     _dot_precision,
     _empty_like_layout,
+    _ensure_allocator,
     _last_dim_contiguous,
     _launch,
     _on_device,
     _prepare,
     _strides,
     kernel_config,
+    tma_compatible,
+    tma_enabled,
 )
 
 LN2 = math.log(2.0)  # a base-2 log-sum-exp times ln 2 is the natural one
@@ -43,6 +46,9 @@ def _forward(q, k, v, mask: _Mask):
     lse = torch.empty(B * H, n_q, dtype=torch.float32, device=q.device)  # (BH, Nq)
     cfg = kernel_config(head_dim, q.device, interpreted=interpreted, dtype=q.dtype)
     block_d = max(16, triton.next_power_of_2(head_dim))
+    use_tma = tma_enabled(q.device, interpreted=interpreted) and tma_compatible(q, k, v, o)
+    if use_tma and not interpreted:
+        _ensure_allocator()  # the kernel writes its descriptors to a global scratch buffer
     _launch(
         kernels,
         "_fwd_kernel",
@@ -71,6 +77,7 @@ def _forward(q, k, v, mask: _Mask):
         BLOCK_D=block_d,
         EVEN_D=block_d == head_dim,
         DOT_PRECISION=_dot_precision(q.dtype),
+        USE_TMA=use_tma,
         **mask.meta(),
     )
     return o, lse

@@ -121,6 +121,10 @@ def kernel_config(
     serve an H100 and a smaller GPU. The first candidate is what runs without autotuning
     (``COURSE_FLASH_AUTOTUNE=0``).
 
+    The forward's loads and stores go through Hopper's tensor descriptors (TMA) instead of
+    pointers only where :func:`tma_enabled` says so (``COURSE_FLASH_TMA=1``, sm_90 or newer,
+    compiled); the same configs serve both paths.
+
     In the interpreter the tiles are small so that tests on short sequences still cross
     several tiles (ragged ends, the causal diagonal); there the cost is per element, not
     per program. float32 on a GPU gets one small config and no autotuning: its ``tl.dot``
@@ -201,6 +205,77 @@ def _gpu_candidates(head_dim: int, arch: int = 90) -> dict[str, list[dict]]:
         "dq": [_cfg(128, 64, 8, 2), _cfg(128, 32, 8, 3), _cfg(64, 32, 4, 3)],
         "decode": [_cfg(16, 64, 4, 4), _cfg(64, 64, 4, 4), _cfg(128, 64, 8, 4)],
     }
+
+
+TMA_ENV = "COURSE_FLASH_TMA"
+
+
+def tma_enabled(device: torch.device | str, *, interpreted: bool | None = None) -> bool:
+    """Whether the forward kernel loads and stores through tensor descriptors (TMA) here.
+
+    Tensor descriptors hand a whole tile to Hopper's copy engine (the *Tensor Memory
+    Accelerator*): one thread issues the copy of a ``BLOCK x d_h`` tile, the bounds are
+    checked by the hardware, and the other threads spend no registers on addresses. The rule:
+
+    * ``COURSE_FLASH_TMA`` unset, empty or ``0``: never (the default: the pointer path, until
+      a GPU run has measured the descriptor path against it);
+    * ``1``: when the kernels are compiled (not the interpreter), ``device`` is a CUDA GPU
+      of compute capability 9.0 or more (Hopper: an H100/H200) and the installed Triton has
+      ``tl.make_tensor_descriptor``; otherwise the pointer path (an A100, the CPU);
+    * ``force``: as ``1``, and also in Triton's CPU interpreter (which emulates the
+      descriptors): how the tests compare both paths without a GPU.
+
+    A launch whose tensors break TMA's alignment rules (a base or a batch, head or token
+    stride that is not a multiple of 16 bytes) takes the pointer path whatever this says
+    (:func:`tma_compatible`).
+    """
+    setting = os.environ.get(TMA_ENV, "").strip().lower()
+    if setting in ("", "0"):
+        return False
+    if setting not in ("1", "force"):
+        raise ValueError(f"{TMA_ENV} must be 0, 1 or force, got {setting!r}")
+    kernels = _load_kernels()
+    import triton.language as tl
+
+    if not hasattr(tl, "make_tensor_descriptor"):
+        return False
+    if interpreted is None:
+        interpreted = kernels.is_interpreted()
+    if interpreted:
+        return setting == "force"
+    return torch.device(device).type == "cuda" and device_arch(device) >= 90
+
+
+def tma_compatible(*tensors: torch.Tensor) -> bool:
+    """Whether every ``[B, H, N, d]`` view meets TMA's rules: unit stride along d, and its
+    base address and its batch, head and token strides multiples of 16 bytes (the stride of
+    a dimension of size 1 is never used)."""
+    for x in tensors:
+        size = x.element_size()
+        if x.stride(-1) != 1 or x.data_ptr() % 16:
+            return False
+        if any((s * size) % 16 for s, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1):
+            return False
+    return True
+
+
+def _tma_scratch(size: int, alignment: int, stream):
+    """Triton's allocator for the descriptors a kernel builds on the GPU (global memory)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator() -> None:
+    """Give Triton an allocator for device-side descriptors, unless one is set already."""
+    import triton
+
+    try:
+        from triton.runtime import _allocation
+
+        unset = isinstance(_allocation._allocator.get(), _allocation.NullAllocator)
+    except (ImportError, AttributeError):  # another Triton's internals: set ours
+        unset = True
+    if unset:
+        triton.set_allocator(_tma_scratch)
 
 
 _AUTOTUNE_KEY = ["NQ_BUCKET", "NK_BUCKET", "HEAD_DIM", "IS_CAUSAL", "HAS_WINDOW"]
