@@ -41,6 +41,7 @@ the CPU (float32, CPU timers, no kernel-only time, no claims) and writes its JSO
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -180,10 +181,17 @@ def compile_budget(arch: int, autotune: str) -> dict:
     plain = [r for r in rows if not r["window"] and r["groups"] == 1 and needed(r)]
     if any("compile_seconds" not in r for r in plain):
         return dict(seconds=None, kernels=len(plain), note="the AOT table has no compile times")
-    seconds = sum(r["compile_seconds"] for r in plain)
-    return dict(seconds=round(seconds, 1), kernels=len(plain),
-                note="CPU compile times of the plain and causal variants (AOT table), "
-                "one dtype; the GPU run compiles bf16 and fp16 and the GQA/ragged variants too")  # fmt: skip
+    tma_table = AOT_TABLE.with_name("flash_aot_tma.json")  # the TMA forward, headline only
+    tma = []
+    if arch >= 90 and tma_table.exists():
+        tma = [r for r in json.loads(tma_table.read_text())["rows"]
+               if r["head_dim"] == 128 and not r["window"] and r["groups"] == 1
+               and (autotune != "none" or needed(r))]  # fmt: skip
+    seconds = sum(r.get("compile_seconds", 0.0) for r in plain + tma)
+    return dict(seconds=round(seconds, 1), kernels=len(plain) + len(tma),
+                note="CPU compile times of the plain and causal variants (AOT tables: pointer "
+                "path, and the TMA forward at d_h = 128), one dtype; the GPU run compiles bf16 "
+                "and fp16 and the GQA/ragged variants too")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- measuring
@@ -243,13 +251,43 @@ def _timers(cuda: bool, repeats: int):
     return e2e, kernel_only
 
 
+@contextlib.contextmanager
+def _tma(setting: str):
+    """``COURSE_FLASH_TMA=setting`` for the calls inside (the forward reads it per launch)."""
+    from course_lib.flash.launch import TMA_ENV
+
+    saved = os.environ.get(TMA_ENV)
+    os.environ[TMA_ENV] = setting
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(TMA_ENV, None)
+        else:
+            os.environ[TMA_ENV] = saved
+
+
 def _impl(name: str, decode: bool):
-    """``fn(q, k, v, causal)`` for our two backward modes or an SDPA backend."""
+    """``fn(q, k, v, causal)`` for our two backward modes, the TMA forward, or an SDPA backend.
+
+    ``flash_attention_tma``: the forward through tensor descriptors (``COURSE_FLASH_TMA=1``
+    on the GPU; ``force`` in a dry run, where the interpreter emulates them), the
+    deterministic backward (which has no TMA path)."""
     from course_lib.flash import bench, flash_attention
 
     if name == "flash_attention_atomic_dq":
         return lambda q, k, v, c: flash_attention(q, k, v, is_causal=c, layout="bhnd",
                                                   deterministic=False)  # fmt: skip
+    if name == "flash_attention_tma":
+        import torch
+
+        setting = "1" if torch.cuda.is_available() else "force"
+
+        def with_tma(q, k, v, c):
+            with _tma(setting):
+                return flash_attention(q, k, v, is_causal=c, layout="bhnd")
+
+        return with_tma
     return bench.make_impl(name, decode=decode)
 
 
@@ -286,7 +324,7 @@ def measure_point(point: dict, impls: list[str], device: str, repeats: int, tune
         if name not in impls:
             continue
         rec = dict(impl=name, **shape)
-        if decode and name == "flash_attention_atomic_dq":
+        if decode and name in ("flash_attention_atomic_dq", "flash_attention_tma"):
             continue
         if name == "sdpa_math" and cuda and not bench.math_is_feasible(B, H, N, n_q=n_q):
             group.append(dict(rec, error="skipped: N x N matrices too large"))
@@ -548,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         train, gqa, dec = bench.gpu_check_grid(), bench.gqa_shapes(), bench.decode_shapes()
     headline = [p for p in train if p["d"] == 128 and p["dtype"] == torch.bfloat16]
     points = headline + dec + gqa + [p for p in train if p not in headline]
+    tma_points = headline if cuda else train[:1]  # a dry run: one point, emulated
     predictions = load_prediction()
     skipped = 0
     for point in points:
@@ -556,7 +595,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         tune = args.autotune == "all" or (args.autotune == "headline" and point in headline)
         os.environ["COURSE_FLASH_AUTOTUNE"] = "1" if tune else "0"
-        group = measure_point(point, impls, device, repeats, tune)
+        # the TMA forward at the headline shapes only (its compilations cost budget)
+        here = impls + ["flash_attention_tma"] if point in tma_points else impls
+        group = measure_point(point, here, device, repeats, tune)
         for rec in group:
             rec["autotuned"] = tune if rec["impl"].startswith("flash_attention") else None
             pred = predicted(rec, predictions) if rec["impl"].startswith("flash") else None
