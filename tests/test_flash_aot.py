@@ -177,19 +177,60 @@ FIXED_SET = [
 ]
 
 
+# Everything the slow tests below compile, in one process (importing Triton's compiler costs
+# seconds per process): a dict of lists of compiled-kernel reports, one list per test.
+_COMPILE_NOW = f"""
+import json, os, re
+from collections import Counter
+from course_lib.flash import aot
+
+out = dict(fixed=[], other=[], fusion=[], tma=[])
+for kind, d, arch, var in {FIXED_SET!r}:
+    out["fixed"].append(aot.compile_kernel(kind, "bfloat16", d, arch=arch, **aot.VARIANTS[var]))
+out["fixed"] += [aot.compile_kernel(k, "float16", 48) for k in ("preprocess", "merge")]
+
+out["other"] = [aot.compile_kernel(k, "bfloat16", 48, True, ragged=True, window=True, groups=2)
+                for k in ("fwd", "dkdv")]
+out["other"] += [aot.compile_kernel("decode", "bfloat16", 128, True, ones=("N_Q",))]
+out["other"] += [aot.compile_kernel("fwd", "float16", 64, ones=("N_Q", "N_K"), ragged=True)]
+
+ptx = {{}}
+codegen = aot.codegen
+def spy(ttgir, text):
+    ptx["ptx"] = text
+    return codegen(ttgir, text)
+aot.codegen = spy
+for fusion in ("1", "0"):
+    os.environ["TRITON_DEFAULT_FP_FUSION"] = fusion
+    r = aot.compile_kernel("dq", "bfloat16", 128, arch=90, registers=False)
+    ops = Counter(m[1] for m in re.finditer(r"^\\s*(fma|mul|sub|add)\\.[a-z.]*f32", ptx["ptx"], re.M))
+    out["fusion"].append(dict(ops=ops, tile=r["BLOCK_M"] * r["BLOCK_N"], warps=r["num_warps"],
+                              rounding_pinned=".rn.f32" in ptx["ptx"].replace("fma.rn.f32", "")))
+aot.codegen = codegen
+os.environ.pop("TRITON_DEFAULT_FP_FUSION")
+
+for causal in (False, True):
+    out["tma"].append(aot.compile_kernel("fwd", "bfloat16", 128, causal, arch=90, tma=True))
+out["tma"].append(aot.compile_kernel("fwd", "bfloat16", 128, arch=90))
+out["tma"].append(aot.compile_kernel("fwd", "bfloat16", 48, True, arch=90, tma=True,
+                                     ragged=True, window=True, groups=2))
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled_now():
+    """The slow tests' kernels, compiled for sm_90/sm_80 now (one process, about 30 s)."""
+    return _aot(_COMPILE_NOW)
+
+
 @pytest.mark.slow
-def test_default_configs_compile_clean_now():
+def test_default_configs_compile_clean_now(compiled_now):
     """The default config (what runs without autotuning) of a fixed set of kernels, compiled
     now: no problem (:func:`course_lib.flash.aot.problems`), and, with the Triton that made
     the recorded table, the registers and instruction counts it recorded."""
-    script = (
-        "import json\nfrom course_lib.flash import aot\nout = []\n"
-        f"for kind, d, arch, var in {FIXED_SET!r}:\n"
-        "    out.append(aot.compile_kernel(kind, 'bfloat16', d, arch=arch, **aot.VARIANTS[var]))\n"
-        "out += [aot.compile_kernel(k, 'float16', 48) for k in ('preprocess', 'merge')]\n"
-        "print(json.dumps(out))\n"
-    )
-    rows = _aot(script)
+    rows = compiled_now["fixed"]
+    assert len(rows) == len(FIXED_SET) + 2
     bad = {aot.format_row(r): aot.problems(r) for r in rows if aot.problems(r)}
     assert not bad, bad
     for r in rows[: len(FIXED_SET)]:
@@ -208,20 +249,13 @@ def test_default_configs_compile_clean_now():
 
 
 @pytest.mark.slow
-def test_kernels_compile_for_an_h100_without_a_gpu():
+def test_kernels_compile_for_an_h100_without_a_gpu(compiled_now):
     """Variants the table does not cover (d = 48, lengths of 1 that the runtime turns into
     constants): catches what the interpreter accepts but the compiler rejects (dot shapes,
     constexpr misuse, Python control flow on tensors, shared memory); the loads of the main
     loops are software-pipelined (cp.async)."""
-    reports = _aot(
-        "import json\n"
-        "from course_lib.flash import aot\n"
-        "out = [aot.compile_kernel(k, 'bfloat16', 48, True, ragged=True, window=True, groups=2)"
-        " for k in ('fwd', 'dkdv')]\n"
-        "out += [aot.compile_kernel('decode', 'bfloat16', 128, True, ones=('N_Q',))]\n"
-        "out += [aot.compile_kernel('fwd', 'float16', 64, ones=('N_Q', 'N_K'), ragged=True)]\n"
-        "print(json.dumps(out))\n"
-    )
+    reports = compiled_now["other"]
+    assert len(reports) == 4
     for r in reports:
         assert not aot.problems(r), (aot.format_row(r), aot.problems(r))
         assert r["wgmma"] or r["mma_sync"], r
@@ -230,51 +264,27 @@ def test_kernels_compile_for_an_h100_without_a_gpu():
 
 
 @pytest.mark.slow
-def test_the_exponent_is_one_fused_multiply_add_whatever_the_compilers_default():
+def test_the_exponent_is_one_fused_multiply_add_whatever_the_compilers_default(compiled_now):
     """``2^(S * c - m)`` is written as ``tl.fma``: one instruction per score, whether or not
     the compiler contracts a multiply and a subtraction by itself (Triton 3.9 does by
-    default, 3.10 will not: ``TRITON_DEFAULT_FP_FUSION``). Compiled both ways, the dQ pass
-    has the same float32 arithmetic, and an ``fma`` per score of its tile."""
-    script = (
-        "import json, re\nfrom collections import Counter\nfrom course_lib.flash import aot\n"
-        "ptx = {}\norig = aot.codegen\n"
-        "def spy(ttgir, text):\n    ptx['ptx'] = text\n    return orig(ttgir, text)\n"
-        "aot.codegen = spy\n"
-        "r = aot.compile_kernel('dq', 'bfloat16', 128, arch=90, registers=False)\n"
-        "ops = Counter(m[1] for m in re.finditer(r'^\\s*(fma|mul|sub|add)\\.[a-z.]*f32', "
-        "ptx['ptx'], re.M))\n"
-        "print(json.dumps(dict(ops=ops, tile=r['BLOCK_M'] * r['BLOCK_N'], warps=r['num_warps'])))\n"
-    )
-    counts = []
-    for fusion in ("1", "0"):
-        os.environ["TRITON_DEFAULT_FP_FUSION"] = fusion
-        try:
-            counts.append(_aot(script))
-        finally:
-            os.environ.pop("TRITON_DEFAULT_FP_FUSION", None)
-    fused, unfused = counts
-    assert fused["ops"] == unfused["ops"], counts
+    default, 3.10 will not: ``TRITON_DEFAULT_FP_FUSION``). Compiled both ways (the second
+    with rounding pinned on every other operation, ``.rn``: the setting took effect), the dQ
+    pass has the same float32 arithmetic, and an ``fma`` per score of its tile."""
+    fused, unfused = compiled_now["fusion"]
+    assert not fused["rounding_pinned"] and unfused["rounding_pinned"], (fused, unfused)
+    assert fused["ops"] == unfused["ops"], (fused, unfused)
     per_thread = fused["tile"] // (32 * fused["warps"])  # scores of one tile per thread
-    assert fused["ops"]["fma"] >= per_thread, counts
+    assert fused["ops"]["fma"] >= per_thread, fused
 
 
 @pytest.mark.slow
-def test_forward_tensor_descriptor_path_compiles_to_tma_copies():
+def test_forward_tensor_descriptor_path_compiles_to_tma_copies(compiled_now):
     """``USE_TMA`` (``COURSE_FLASH_TMA=1`` on an H100): the default d = 128 bf16 forward config
     for sm_90, plain and causal, loads its tiles with TMA copies (``cp.async.bulk.tensor``,
     global to shared) and stores O with one, keeps Hopper's wgmma (no mma.sync), spills
     nothing; the pointer path of the same kernel has no TMA copy at all. d = 48 with every
     mask (a descriptor over 48 of the 64 features) compiles clean too."""
-    rows = _aot(
-        "import json\nfrom course_lib.flash import aot\nout = []\n"
-        "for causal in (False, True):\n"
-        "    out.append(aot.compile_kernel('fwd', 'bfloat16', 128, causal, arch=90, tma=True))\n"
-        "out.append(aot.compile_kernel('fwd', 'bfloat16', 128, arch=90))\n"
-        "out.append(aot.compile_kernel('fwd', 'bfloat16', 48, True, arch=90, tma=True,\n"
-        "    ragged=True, window=True, groups=2))\n"
-        "print(json.dumps(out))\n"
-    )
-    plain_tma, causal_tma, pointers, small = rows
+    plain_tma, causal_tma, pointers, small = compiled_now["tma"]
     for r in (plain_tma, causal_tma, small):
         assert r["tma"] and not aot.problems(r), (aot.format_row(r), aot.problems(r))
         assert r["tma_loads"] >= 3 and r["tma_stores"] == 1, aot.format_row(r)  # Q, K, V; O

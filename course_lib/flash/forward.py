@@ -32,7 +32,7 @@ LN2 = math.log(2.0)  # a base-2 log-sum-exp times ln 2 is the natural one
 
 
 def _forward(q, k, v, mask: _Mask):
-    """Run the forward kernel: ``O [B, H, Nq, d_h]`` (caller's layout) and ``LSE [B*H, Nq]``.
+    r"""Run the forward kernel: ``O [B, H, Nq, d_h]`` (caller's layout) and ``LSE [B*H, Nq]``.
 
     The LSE is in base 2, :math:`L_2 = L / \ln 2`, the units of the kernels' exponents
     (``exp2``), so the backward uses it as it is.
