@@ -10,6 +10,7 @@ exact enough to learn from and to test against.
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import os
 import platform
@@ -41,12 +42,80 @@ class Environment:
         return "interpreter (CPU)" if self.triton_interpreter else "compiled (GPU)"
 
 
+def _no_nvidia_gpu_here() -> bool:
+    """True when this machine certainly has no NVIDIA GPU for torch, known without importing
+    torch (which takes about 2 s): macOS (torch has no CUDA there), or Linux without any
+    trace of the NVIDIA driver (``/proc/driver/nvidia``, ``/dev/nvidia0``..., or WSL's
+    ``/dev/dxg``). Anywhere else the answer is torch's."""
+    if sys.platform == "darwin":
+        return True
+    if not sys.platform.startswith("linux"):
+        return False
+    if os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/dxg"):
+        return False
+    return not any(name.startswith("nvidia") for name in _listdir("/dev"))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
 def _cuda_available() -> bool:
+    if "torch" not in sys.modules and _no_nvidia_gpu_here():
+        return False  # no driver: torch would say the same, two seconds later
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a hard dependency
         return False
     return bool(torch.cuda.is_available())
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``callback(module)`` once, right after ``name`` is first imported.
+
+    ``setup()`` seeds torch and sets matplotlib's defaults; a notebook that never imports
+    them (chapter 00's exercises use numpy only) need not pay for importing them, and one
+    that imports them later gets the same state as if they had been imported at setup:
+    nothing can draw from torch's generator before torch exists.
+    """
+
+    def __init__(self, name: str, callback) -> None:
+        self.name, self.callback, self.searching = name, callback, False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name or self.searching:
+            return None
+        self.searching = True  # the search below asks every finder, this one included
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self.searching = False
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                if self in sys.meta_path:  # imported at last (a find_spec alone is not)
+                    sys.meta_path.remove(self)
+                    self.callback(module)
+
+            spec.loader.exec_module = exec_module  # this spec's loader only
+        return spec
+
+
+def _when_imported(name: str, callback) -> None:
+    """``callback(module)`` now if ``name`` is imported, else right after its first import
+    (replacing an earlier pending callback for the same module)."""
+    sys.meta_path[:] = [f for f in sys.meta_path
+                        if not (isinstance(f, _AfterImport) and f.name == name)]  # fmt: skip
+    module = sys.modules.get(name)
+    if module is not None:
+        callback(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, callback))
 
 
 def triton_installed() -> bool:
@@ -119,13 +188,15 @@ def budget() -> str:
 
 
 def seed_everything(seed: int = DEFAULT_SEED) -> None:
-    """Seed Python, numpy and torch so every run of a notebook prints the same numbers."""
+    """Seed Python, numpy and torch so every run of a notebook prints the same numbers.
+
+    torch is seeded now if it is imported, else the moment it is (:func:`_when_imported`).
+    """
     import numpy as np
-    import torch
 
     random.seed(seed)
     np.random.seed(seed)
-    torch.manual_seed(seed)
+    _when_imported("torch", lambda torch: torch.manual_seed(seed))
 
 
 def setup(seed: int = DEFAULT_SEED, *, quiet: bool = False, plots: bool = True) -> Environment:
@@ -157,10 +228,11 @@ def setup(seed: int = DEFAULT_SEED, *, quiet: bool = False, plots: bool = True) 
 
 
 def _plot_defaults() -> None:
-    try:
-        import matplotlib as mpl
-    except ImportError:  # pragma: no cover
-        return
+    """matplotlib's defaults for the course, set when matplotlib is (or gets) imported."""
+    _when_imported("matplotlib", _set_rc)
+
+
+def _set_rc(mpl) -> None:
     mpl.rcParams.update(
         {
             "figure.figsize": (6.4, 3.6),

@@ -60,6 +60,54 @@ def test_setup_seeds_everything():
     assert torch.equal(a, torch.rand(3))
 
 
+def test_setup_imports_neither_torch_nor_matplotlib_and_seeds_them_on_import():
+    """A notebook that uses numpy only (chapter 00's exercises) does not pay two seconds for
+    importing torch at setup; torch, imported later, is in the state a seed at setup gives,
+    a ``find_spec`` (which imports nothing) does not use the seeding up, and matplotlib
+    gets the course's defaults the moment it is imported."""
+    proc = _run(
+        "import sys, importlib.util\n"
+        "from course_lib import env\n"
+        "env.setup(seed=3)\n"
+        "print('IMPORTED', 'torch' in sys.modules, 'matplotlib' in sys.modules)\n"
+        "assert importlib.util.find_spec('torch') is not None\n"
+        "import torch\n"
+        "first = torch.rand(4)\n"
+        "torch.manual_seed(3)\n"
+        "print('SEEDED', torch.equal(first, torch.rand(4)))\n"
+        "import matplotlib\n"
+        "print('RC', matplotlib.rcParams['figure.dpi'], matplotlib.rcParams['axes.grid'])\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    if not torch.cuda.is_available():  # with a GPU, setup imports torch to say which
+        assert "IMPORTED False False" in out, proc.stdout
+    assert "SEEDED True" in out and "RC 100.0 True" in out, proc.stdout
+
+
+def test_no_driver_means_no_cuda_without_asking_torch(monkeypatch):
+    """Without torch imported, a Linux machine with no trace of the NVIDIA driver has no
+    GPU; a trace (the driver's /proc entry, a device file, WSL's /dev/dxg) leaves the
+    question to torch, and so does an imported torch."""
+    monkeypatch.setattr(env.sys, "platform", "linux")
+    monkeypatch.setattr(env.os.path, "exists", lambda p: False)
+    monkeypatch.setattr(env, "_listdir", lambda p: ["null", "tty0"])
+    assert env._no_nvidia_gpu_here()
+    monkeypatch.setattr(env, "_listdir", lambda p: ["null", "nvidia0", "nvidiactl"])
+    assert not env._no_nvidia_gpu_here()
+    monkeypatch.setattr(env, "_listdir", lambda p: ["null"])
+    monkeypatch.setattr(env.os.path, "exists", lambda p: p == "/dev/dxg")
+    assert not env._no_nvidia_gpu_here()
+    monkeypatch.setattr(env.sys, "platform", "darwin")
+    assert env._no_nvidia_gpu_here()
+    monkeypatch.setattr(env.sys, "platform", "win32")
+    assert not env._no_nvidia_gpu_here()
+    # torch imported (it is, in this process): torch answers, whatever the files say
+    monkeypatch.setattr(env.sys, "platform", "darwin")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert env._cuda_available()
+
+
 def test_report_lists_versions(capsys):
     info = env.report()
     out = capsys.readouterr().out
