@@ -11,6 +11,14 @@ defaulting to the current directory when it is a course checkout, so that a whee
 checks); ``course_lib`` never imports this package (``tests/test_boundary.py``).
 """
 
-from course_lib import __version__
+import sys
+
+# jsonschema (imported by nbformat) imports the optional package rfc3987_syntax, which
+# compiles a grammar at import time: about 2 s of CPU in every process, for a URI format
+# check nbformat never uses. Every course_tools command skips it (as the grader's
+# processes did already, see course_tools/grading/worker.py).
+sys.modules.setdefault("rfc3987_syntax", None)
+
+from course_lib import __version__  # noqa: E402
 
 __all__ = ["__version__"]

@@ -86,9 +86,22 @@ def test_course_grade_reads_nbgraders_exchange(tmp_path):
         assert "not implemented yet" in feedback(run, r["submission"])
 
 
+# Prints the --dist that configuration settled on, then stops before xdist starts its
+# workers (its own sessionstart runs last): they would only import the course again.
+# Loaded (-p) before the plugins pytest finds installed, it also spares nbval's import of
+# nbformat the grammar jsonschema's optional rfc3987_syntax compiles (see the grader's
+# worker.py): seconds of CPU per run, for a check nothing here uses.
 PRINT_DIST = """
+import sys
+
+sys.modules.setdefault("rfc3987_syntax", None)
+
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
-    print("DIST=" + str(getattr(session.config.option, "dist", "no")))
+    print("DIST=" + str(getattr(session.config.option, "dist", "no")), flush=True)
+    pytest.exit("printed the --dist", returncode=0)
 """
 
 
