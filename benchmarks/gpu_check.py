@@ -251,6 +251,12 @@ def _timers(cuda: bool, repeats: int):
     return e2e, kernel_only
 
 
+def _hopper() -> bool:
+    from course_lib.flash.launch import device_arch
+
+    return device_arch("cuda") >= 90
+
+
 @contextlib.contextmanager
 def _tma(setting: str):
     """``COURSE_FLASH_TMA=setting`` for the calls inside (the forward reads it per launch)."""
@@ -326,6 +332,11 @@ def measure_point(point: dict, impls: list[str], device: str, repeats: int, tune
         rec = dict(impl=name, **shape)
         if decode and name in ("flash_attention_atomic_dq", "flash_attention_tma"):
             continue
+        if name == "flash_attention_tma":  # the path it takes, not the one asked for
+            from course_lib.flash.forward import uses_tma
+
+            with _tma("1" if cuda else "force"):
+                rec["tma_used"] = uses_tma(q, k, v)
         if name == "sdpa_math" and cuda and not bench.math_is_feasible(B, H, N, n_q=n_q):
             group.append(dict(rec, error="skipped: N x N matrices too large"))
             continue
@@ -586,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
         train, gqa, dec = bench.gpu_check_grid(), bench.gqa_shapes(), bench.decode_shapes()
     headline = [p for p in train if p["d"] == 128 and p["dtype"] == torch.bfloat16]
     points = headline + dec + gqa + [p for p in train if p not in headline]
-    tma_points = headline if cuda else train[:1]  # a dry run: one point, emulated
+    # the TMA forward: on Hopper or newer (a dry run: one point, emulated)
+    tma_points = train[:1] if not cuda else headline if _hopper() else []
     predictions = load_prediction()
     skipped = 0
     for point in points:

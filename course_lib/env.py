@@ -16,6 +16,8 @@ import os
 import platform
 import random
 import sys
+import threading
+import warnings
 from dataclasses import dataclass
 
 DEFAULT_SEED = 0
@@ -45,13 +47,15 @@ class Environment:
 def _no_nvidia_gpu_here() -> bool:
     """True when this machine certainly has no NVIDIA GPU for torch, known without importing
     torch (which takes about 2 s): macOS (torch has no CUDA there), or Linux without any
-    trace of the NVIDIA driver (``/proc/driver/nvidia``, ``/dev/nvidia0``..., or WSL's
-    ``/dev/dxg``). Anywhere else the answer is torch's."""
+    trace of a GPU driver torch could use (``/proc/driver/nvidia``, ``/dev/nvidia0``...,
+    WSL's ``/dev/dxg``, or ROCm's ``/dev/kfd``: torch's ``cuda`` is AMD's GPU there).
+    Anywhere else the answer is torch's."""
     if sys.platform == "darwin":
         return True
     if not sys.platform.startswith("linux"):
         return False
-    if os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/dxg"):
+    traces = ("/proc/driver/nvidia", "/dev/dxg", "/dev/kfd")  # NVIDIA, WSL, AMD's ROCm
+    if any(os.path.exists(p) for p in traces):
         return False
     return not any(name.startswith("nvidia") for name in _listdir("/dev"))
 
@@ -83,34 +87,50 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     """
 
     def __init__(self, name: str, callback) -> None:
-        self.name, self.callback, self.searching = name, callback, False
+        self.name, self.callback = name, callback
+        self.local = threading.local()  # .searching: this thread is inside find_spec below
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name or self.searching:
+        if fullname != self.name or getattr(self.local, "searching", False):
             return None
-        self.searching = True  # the search below asks every finder, this one included
+        self.local.searching = True  # the search below asks every finder, this one included
         try:
             spec = importlib.util.find_spec(fullname)
         finally:
-            self.searching = False
-        if spec is not None and spec.loader is not None:
+            self.local.searching = False
+        if spec is None or spec.loader is None:
+            return spec
+        try:
             run = spec.loader.exec_module
+        except AttributeError:  # a legacy loader: leave the import alone
+            return spec
 
-            def exec_module(module):
-                run(module)
-                if self in sys.meta_path:  # imported at last (a find_spec alone is not)
-                    sys.meta_path.remove(self)
+        def exec_module(module):
+            run(module)
+            if module.__name__ == self.name and self in sys.meta_path:  # imported at last
+                sys.meta_path.remove(self)
+                try:
                     self.callback(module)
+                except Exception as err:  # never break the learner's import
+                    warnings.warn(
+                        f"course_lib.env: after importing {self.name}: {err!r}", stacklevel=2
+                    )
 
+        try:
             spec.loader.exec_module = exec_module  # this spec's loader only
+        except (AttributeError, TypeError):  # a loader that takes no attribute
+            pass
         return spec
 
 
 def _when_imported(name: str, callback) -> None:
     """``callback(module)`` now if ``name`` is imported, else right after its first import
-    (replacing an earlier pending callback for the same module)."""
-    sys.meta_path[:] = [f for f in sys.meta_path
-                        if not (isinstance(f, _AfterImport) and f.name == name)]  # fmt: skip
+    (replacing an earlier pending callback for the same module, also one left by an earlier
+    copy of this module, e.g. after ``importlib.reload``)."""
+    sys.meta_path[:] = [
+        f for f in sys.meta_path
+        if not (type(f).__name__ == "_AfterImport" and getattr(f, "name", None) == name)
+    ]  # fmt: skip
     module = sys.modules.get(name)
     if module is not None:
         callback(module)

@@ -165,7 +165,8 @@ def test_gpu_check_dry_run_end_to_end(tmp_path):
         "flash_attention_atomic_dq",
         "flash_attention_tma",  # the tensor-descriptor forward, emulated, at one point
     }
-    assert sum(r["impl"] == "flash_attention_tma" for r in ours) == 1
+    tma = [r for r in ours if r["impl"] == "flash_attention_tma"]
+    assert len(tma) == 1 and tma[0]["tma_used"] is True, tma  # the path it took, recorded
     for r in ours:  # output and gradients compared with SDPA's flash backend at every point
         assert "error" not in r and r["mismatch"] is False, r
         keys = {"out"} if r["kind"] == "decode" else {"out", "dq", "dk", "dv"}

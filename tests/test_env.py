@@ -98,6 +98,8 @@ def test_no_driver_means_no_cuda_without_asking_torch(monkeypatch):
     monkeypatch.setattr(env, "_listdir", lambda p: ["null"])
     monkeypatch.setattr(env.os.path, "exists", lambda p: p == "/dev/dxg")
     assert not env._no_nvidia_gpu_here()
+    monkeypatch.setattr(env.os.path, "exists", lambda p: p == "/dev/kfd")  # ROCm
+    assert not env._no_nvidia_gpu_here()
     monkeypatch.setattr(env.sys, "platform", "darwin")
     assert env._no_nvidia_gpu_here()
     monkeypatch.setattr(env.sys, "platform", "win32")
@@ -106,6 +108,24 @@ def test_no_driver_means_no_cuda_without_asking_torch(monkeypatch):
     monkeypatch.setattr(env.sys, "platform", "darwin")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert env._cuda_available()
+
+
+def test_a_failing_after_import_callback_warns_and_the_import_still_works(tmp_path, monkeypatch):
+    """The hook never breaks the learner's import: a callback that raises is a warning."""
+    import importlib
+
+    name = "course_env_probe_module"  # a module of its own, never imported before
+    (tmp_path / f"{name}.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+    def broken(module):
+        raise RuntimeError("no defaults today")
+
+    env._when_imported(name, broken)
+    with pytest.warns(UserWarning, match="no defaults today"):
+        module = importlib.import_module(name)
+    assert module.VALUE == 42 and not any(getattr(f, "name", None) == name for f in sys.meta_path)
 
 
 def test_report_lists_versions(capsys):

@@ -103,7 +103,7 @@ def test_recorded_table_covers_every_default_configuration_and_is_clean():
     """Every current autotune candidate of every kernel, sm_90 and sm_80, d_h = 64 and 128,
     all three variants, is in the recorded table, and none has a problem: no spill, shared
     memory within the device, no duplicated warpgroup, wgmma on sm_90 wherever the tile has
-    64 rows, and no mma.sync fallback on sm_90 at all for bf16/fp16: the 16-row decode tile
+    64 rows, and no mma.sync fallback on sm_90 at all (bf16, d_h 64 and 128): the 16-row decode tile
     and the atomic dQ product are computed transposed so that their MMAs have 64 rows or
     more. Changing a configuration without regenerating the table fails here."""
     table = json.loads(REGISTER_TABLE.read_text())

@@ -31,6 +31,23 @@ from .launch import (
 LN2 = math.log(2.0)  # a base-2 log-sum-exp times ln 2 is the natural one
 
 
+def uses_tma(q, k, v, o=None, *, interpreted: bool | None = None) -> bool:
+    """Whether the forward kernel reads these tensors through tensor descriptors (TMA).
+
+    The switch says yes (:func:`course_lib.flash.launch.tma_enabled`), every tensor meets
+    TMA's alignment rules (:func:`course_lib.flash.launch.tma_compatible`; ``o``, the output,
+    when already allocated), and on a GPU the inputs are 16-bit (the dtypes the compiled
+    TMA path was checked in).
+    """
+    if not tma_enabled(q.device, interpreted=interpreted):
+        return False
+    if interpreted is None:
+        interpreted = q.device.type != "cuda"
+    sixteen_bit = q.dtype in (torch.float16, torch.bfloat16)
+    tensors = (q, k, v) if o is None else (q, k, v, o)
+    return tma_compatible(*tensors) and (interpreted or sixteen_bit)
+
+
 def _forward(q, k, v, mask: _Mask):
     r"""Run the forward kernel: ``O [B, H, Nq, d_h]`` (caller's layout) and ``LSE [B*H, Nq]``.
 
@@ -46,7 +63,7 @@ def _forward(q, k, v, mask: _Mask):
     lse = torch.empty(B * H, n_q, dtype=torch.float32, device=q.device)  # (BH, Nq)
     cfg = kernel_config(head_dim, q.device, interpreted=interpreted, dtype=q.dtype)
     block_d = max(16, triton.next_power_of_2(head_dim))
-    use_tma = tma_enabled(q.device, interpreted=interpreted) and tma_compatible(q, k, v, o)
+    use_tma = uses_tma(q, k, v, o, interpreted=interpreted)
     if use_tma and not interpreted:
         _ensure_allocator()  # the kernel writes its descriptors to a global scratch buffer
     _launch(

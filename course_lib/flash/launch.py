@@ -248,13 +248,14 @@ def tma_enabled(device: torch.device | str, *, interpreted: bool | None = None) 
 
 def tma_compatible(*tensors: torch.Tensor) -> bool:
     """Whether every ``[B, H, N, d]`` view meets TMA's rules: unit stride along d, and its
-    base address and its batch, head and token strides multiples of 16 bytes (the stride of
-    a dimension of size 1 is never used)."""
+    base address and its batch, head and token strides multiples of 16 bytes (the batch and
+    head strides of a dimension of size 1 are never used; the token stride always goes into
+    the descriptor)."""
     for x in tensors:
         size = x.element_size()
-        if x.stride(-1) != 1 or x.data_ptr() % 16:
+        if x.stride(-1) != 1 or x.data_ptr() % 16 or (x.stride(-2) * size) % 16:
             return False
-        if any((s * size) % 16 for s, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1):
+        if any((s * size) % 16 for s, n in zip(x.stride()[:-2], x.shape[:-2]) if n > 1):
             return False
     return True
 
@@ -320,6 +321,7 @@ def _launch(
         _DO_BENCH,
         tuple(tuple(sorted(c.items())) for c in configs),
         tuple(reset),
+        meta.get("USE_TMA", False),  # the TMA and pointer paths tune apart
     )
     if key not in _autotuned:
         tconfigs = [

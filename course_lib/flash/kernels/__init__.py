@@ -43,8 +43,10 @@ what a KV cache needs: the last query sees every key). Causal: key :math:`j` is 
   exact length, so a new length does not re-tune.
 * *Base 2.* ``exp2`` is what the GPU's special-function unit computes:
   :math:`e^{x} = 2^{x\log_2 e}`, so scores are multiplied by :math:`\text{scale}\cdot\log_2 e`
-  (fused with the max subtraction into one multiply-add) and the log-sum-exp is converted
-  back to natural log only when stored.
+  (fused with the max subtraction into one multiply-add, ``tl.fma``). The forward stores
+  its log-sum-exp in the same units, :math:`L_2 = m + \log_2 \ell`, which the backward
+  uses as it is; ``flash_attention_with_lse`` returns :math:`L_2 \ln 2`, and the decode
+  kernels store natural logs for their merge.
 
 **The backward.** FlashAttention-2 (Dao, 2023) computes :math:`dK, dV` *and* :math:`dQ` in one
 pass, one program per key tile, adding each tile's :math:`dQ` contribution into a float32
@@ -57,7 +59,8 @@ learner can read on its own, and the gradients are bit-for-bit reproducible (flo
 atomics add in a different order on every run). The price is 7/5 of the matmul work.
 ``deterministic=False`` takes FlashAttention-2's way instead: the dK/dV kernel, compiled
 with ``ATOMIC_DQ``, also adds each tile's :math:`dS K` into a float32 dQ buffer with
-atomics, and the dQ kernel is not launched.
+atomics (on sm_90 computed as :math:`(dQ)^\top = K^\top dS^\top`, tall enough for the
+warpgroup MMA), and the dQ kernel is not launched.
 
 **Grouped-query attention.** K and V have :math:`H_{kv}` heads, :math:`H = G\,H_{kv}`; query head
 :math:`h` reads key/value head :math:`\lfloor h/G\rfloor` (no repeated K, V is materialised). The

@@ -48,10 +48,10 @@ def _decode_inner(
 ):
     r"""The forward's online softmax (:func:`.forward._fwd_inner`) on transposed tiles.
 
-    A decode tile has few query rows (16 for one token of an 8-head group), too few for
-    Hopper's warpgroup MMA, whose tiles have 64 rows: as :math:`S = QK^\top` and
-    :math:`A \mathrel{+}= PV` it would fall back to the warp-level ``mma.sync`` (or pad 16 rows
-    to 64, four times the work). Transposed, the keys and the features are the MMA's rows
+    A decode tile has few query rows (one token of a group of 8 query heads: 8 rows, in a
+    tile of 16), too few for Hopper's warpgroup MMA, whose tiles have 64 rows: as
+    :math:`S = QK^\top` and :math:`A \mathrel{+}= PV` it would fall back to the warp-level
+    ``mma.sync`` (or pad 16 rows to 64, four times the work). Transposed, the keys and the features are the MMA's rows
     and the query rows its (narrow) columns:
 
     .. math::

@@ -180,8 +180,9 @@ def _fwd_kernel(
     picks). The flag is off by default (``COURSE_FLASH_TMA=1`` turns it on) until a GPU run
     has measured it against the pointer path, which older GPUs and the interpreter keep.
     Triton 3.9's automatic warp specialisation (``tl.range(..., warp_specialize=True)``)
-    does not apply here on sm_90: with 8 warps the hint is ignored, with 4 warps the
-    compiler's ``NVGPUWarpSpecialization`` pass fails on this kernel.
+    did not apply here on sm_90 when tried ahead of time (2026-12-02, the key-tile loops,
+    either path): with 8 warps the hint was ignored (no partitions in the TritonGPU IR),
+    with 4 warps the compiler's ``NVGPUWarpSpecialization`` pass failed on this kernel.
     """
     pid_m = tl.program_id(0)
     if IS_CAUSAL:  # heaviest first: the last query tiles see the most keys
