@@ -40,6 +40,7 @@ from torch import nn
 
 from ._deprecated import renamed_attributes, renamed_kwargs
 from .attention import scaled_dot_product_attention
+from .fitting import fit
 from .timing import best_time, single_thread  # noqa: F401  (chapter 01 times with them)
 from .validation import check_rnn_inputs, shape_of
 
@@ -447,20 +448,13 @@ def train_recall(
     """
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    model.train()
+
+    def step_loss():
+        b = make_recall_batch(batch_size, seq_len, vocab_size, generator=gen)
+        return recall_loss(model(b.tokens, b.marker), b)  # scalar
+
     with single_thread():
-        for _ in range(steps):
-            b = make_recall_batch(batch_size, seq_len, vocab_size, generator=gen)
-            loss = recall_loss(model(b.tokens, b.marker), b)  # scalar
-            opt.zero_grad()
-            loss.backward()
-            if clip is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-            losses.append(loss.item())
-    model.eval()
-    return losses
+        return fit(model, opt, steps, step_loss, clip=clip)
 
 
 @torch.no_grad()

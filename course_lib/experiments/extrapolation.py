@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..fitting import fit
 from ..positional import apply_rope
 from ..variants.alibi import alibi_bias
 
@@ -151,18 +152,13 @@ def train_lm(
     """AdamW on random windows of ``seq_len`` characters; the loss of every step."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    losses = []
-    model.train()
-    for _ in range(int(steps)):
+
+    def step_loss():
         tokens, targets = _windows(data, batch_size, seq_len, gen)  # (B, N) each
         logits = model(tokens)  # (B, N, V)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return fit(model, opt, steps, step_loss)
 
 
 @torch.no_grad()

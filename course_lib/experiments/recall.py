@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import scaled_dot_product_attention
-from ..rnn import make_recall_batch
+from ..fitting import fit
+from ..rnn import make_recall_batch, recall_loss
 from ..variants.linear_attention import linear_attention
 
 __all__ = [
@@ -103,20 +104,12 @@ def train_marker_recall(
     """Adam on fresh batches of chapter 01's recall task; the loss of every step."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    model.train()
-    for _ in range(int(steps)):
+
+    def step_loss():
         b = make_recall_batch(batch_size, seq_len, vocab_size, generator=gen)
-        logits = model(b.tokens, b.marker)  # (B, N, V)
-        asked = b.distance >= 1  # (B, N) every step after the marker is a question
-        target = b.target[:, None].expand_as(asked)  # (B, N)
-        loss = F.cross_entropy(logits[asked], target[asked])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+        return recall_loss(model(b.tokens, b.marker), b)  # every step after the marker
+
+    return fit(model, opt, steps, step_loss)
 
 
 @torch.no_grad()
@@ -221,24 +214,15 @@ def train_pair_recall(
     num_keys = model.key_embed.num_embeddings
     num_values = model.value_embed.num_embeddings - 1
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    model.train()
-    for _ in range(int(steps)):
+
+    def step_loss():
         b = make_pair_recall_batch(
-            batch_size,
-            num_pairs,
-            num_queries,
-            num_keys=num_keys,
-            num_values=num_values,
+            batch_size, num_pairs, num_queries, num_keys=num_keys, num_values=num_values,
             generator=gen,
-        )
-        loss, _ = _pair_loss(model, b)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+        )  # fmt: skip
+        return _pair_loss(model, b)[0]
+
+    return fit(model, opt, steps, step_loss)
 
 
 @torch.no_grad()
