@@ -32,7 +32,7 @@ reports kernel-only time beside end-to-end time for that reason.
 
 The constants are estimates, not measurements; the point of the file is that the GPU run
 can be held against numbers written down before it, and the model corrected where it is
-wrong. ``tests/test_benchmark_flash.py`` checks the model's arithmetic and that the
+wrong. ``tests/benchmarks/test_benchmark_flash.py`` checks the model's arithmetic and that the
 recorded prediction is the one this script makes from the recorded AOT table.
 """
 

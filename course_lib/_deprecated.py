@@ -2,7 +2,7 @@
 
 Every old name here warns once (a ``FutureWarning``, which Jupyter shows) and points to
 ``docs/notation.md``; new code never uses them. This is the only module of course_lib
-that may spell them (``tests/test_notation.py`` greps for the rest).
+that may spell them (``tests/project/test_notation.py`` greps for the rest).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def renamed_attributes(renames: dict[str, str]):
 
 # Modules that moved when course_lib was laid out by chapter (docs/architecture.md). The
 # old dotted path still imports (the same module object, so ``isinstance`` and monkeypatches
-# agree) and warns once; tests/test_notation.py keeps the old paths out of the tree.
+# agree) and warns once; tests/project/test_notation.py keeps the old paths out of the tree.
 MOVED_MODULES: dict[str, str] = {
     # chapter 08: the variants of attention that current models use
     "course_lib.flex": "course_lib.variants.flex",

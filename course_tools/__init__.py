@@ -8,7 +8,7 @@
 Both commands take the course folder on the command line (``--course ROOT``, or ``--root``),
 defaulting to the current directory when it is a course checkout, so that a wheel install
 (not only an editable one) works. This package imports :mod:`course_lib` (the exercises'
-checks); ``course_lib`` never imports this package (``tests/test_boundary.py``).
+checks); ``course_lib`` never imports this package (``tests/project/test_boundary.py``).
 """
 
 import sys

@@ -226,7 +226,7 @@ def ensure_torch(override=None, system=None):
 
 # What each command installs on top of the course (pyproject's extras): learners get the
 # learner's dependencies only; the tests and the website add their own (`make test` builds a
-# few pages of the website too: tests/test_site.py).
+# few pages of the website too: tests/site/test_site.py).
 EXTRAS = {"test": ("test", "site"), "site": ("site",)}
 
 

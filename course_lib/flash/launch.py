@@ -78,7 +78,7 @@ def shared_estimate(kind: str, config: dict, head_dim: int, elem_bytes: int = 2)
     copies of the tiles it streams (the software pipeline's buffers), at ``elem_bytes`` per
     element, and 1 KiB of barriers and conversions (the atomic dK/dV pass also stages K in
     the dQ product's layout, and dS^T). Checked against what the compiler
-    reports for every recorded configuration (``tests/test_flash_aot.py``).
+    reports for every recorded configuration (``tests/library/flash/test_flash_aot.py``).
     """
     d = max(16, 1 << (head_dim - 1).bit_length())
     m, n, stages = config["BLOCK_M"], config["BLOCK_N"], config["num_stages"]
@@ -115,7 +115,7 @@ def kernel_config(
     ``arch`` (``10 * major + minor``; default: the device's, or 90 without a GPU) chooses
     the candidates: every one compiles for that architecture without register spills,
     without duplicated warpgroups and, on sm_90, with Hopper's warpgroup MMA
-    (``python -m course_lib.flash.aot --all``; ``tests/test_flash_aot.py`` checks the
+    (``python -m course_lib.flash.aot --all``; ``tests/library/flash/test_flash_aot.py`` checks the
     table). Candidates whose shared memory (:func:`shared_estimate`) exceeds the device's are
     pruned before the autotuner sees them, as Triton's tutorial does, so the same lists
     serve an H100 and a smaller GPU. The first candidate is what runs without autotuning
