@@ -394,13 +394,13 @@ def yarn_correction_range(
     Hugging Face find them (``find_correction_range``).
 
     Pair :math:`i` turns :math:`r_i = L\,b^{-2i/d}/2\pi` times over the original context
-    :math:`L`; solving :math:`r_i = eta` for :math:`i` gives the *correction dimension*
+    :math:`L`; solving :math:`r_i = \beta` for :math:`i` gives the *correction dimension*
 
-    .. math:: i(eta) = rac{d\,\ln\!ig(L / (2\pieta)ig)}{2 \ln b} .
+    .. math:: i(\beta) = \frac{d\,\ln\!\big(L / (2\pi\beta)\big)}{2 \ln b} .
 
-    The ramp starts at :math:`i(eta_	ext{fast})` (pairs that turn :math:`eta_	ext{fast}`
-    = 32 times or more keep their speed) and ends at :math:`i(eta_	ext{slow})` (pairs that
-    turn less than :math:`eta_	ext{slow}` = 1 time are interpolated). With ``truncate``
+    The ramp starts at :math:`i(\beta_\text{fast})` (pairs that turn :math:`\beta_\text{fast}`
+    = 32 times or more keep their speed) and ends at :math:`i(\beta_\text{slow})` (pairs that
+    turn less than :math:`\beta_\text{slow}` = 1 time are interpolated). With ``truncate``
     (the default in both codes) the start is rounded down and the end up; both are then
     clipped to :math:`[0, d-1]`. Returns ``(low, high)``.
     """
@@ -443,10 +443,10 @@ def yarn_scaled_frequencies(
     With ``(low, high)`` from :func:`yarn_correction_range`, the ramp is linear in the
     **pair index** :math:`i`:
 
-    .. math:: \gamma_i = 1 - \mathrm{clip}\!\Big(rac{i - 	ext{low}}{	ext{high} - 	ext{low}},
-              0, 1\Big), \qquad 	heta_i' = (1 - \gamma_i)\,rac{	heta_i}{s} + \gamma_i\,	heta_i ,
+    .. math:: \gamma_i = 1 - \mathrm{clip}\!\Big(\frac{i - \text{low}}{\text{high} - \text{low}},
+              0, 1\Big), \qquad \theta_i' = (1 - \gamma_i)\,\frac{\theta_i}{s} + \gamma_i\,\theta_i ,
 
-    :math:`	heta_i = b^{-2i/d}`, :math:`s` = ``factor``. Since :math:`i` is linear in
+    :math:`\theta_i = b^{-2i/d}`, :math:`s` = ``factor``. Since :math:`i` is linear in
     :math:`\ln r_i`, this is a ramp in the *logarithm* of the turns, not in the turns
     :math:`r_i` themselves as the paper's equation writes it
     (:func:`yarn_paper_frequencies`); both keep the same fast pairs and interpolate the same
@@ -479,8 +479,8 @@ def yarn_paper_frequencies(
 ) -> torch.Tensor:
     r"""YaRN's "NTK-by-parts" frequencies as the paper's equation writes them: the ramp of
     :func:`llama3_scaled_frequencies`, linear in the turns :math:`r_i = L/\lambda_i`,
-    between :math:`r = lpha` and :math:`r = eta` (the paper: :math:`lpha = 1,
-    eta = 32` for Llama). The released code ramps in the pair index instead
+    between :math:`r = \alpha` and :math:`r = \beta` (the paper: :math:`\alpha = 1,
+    \beta = 32` for Llama). The released code ramps in the pair index instead
     (:func:`yarn_scaled_frequencies`); use that one to run a YaRN checkpoint."""
     return _ramp_interpolation(theta, factor, original_context, alpha, beta)
 

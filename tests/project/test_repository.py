@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -157,3 +159,106 @@ def test_chapter_counts_in_the_docs_are_the_courses():
         for m in re.finditer(r"(?<!had )\b(\d+|nine|ten|eleven|twelve) chapters\b", text):
             count = int(m.group(1)) if m.group(1).isdigit() else words[m.group(1)]
             assert count == n, f"{doc}: '{m.group(0)}', but the course has {n} chapters"
+
+
+# --------------------------------------------------------------------------- control characters
+
+# A control character (Unicode category Cc) is a line feed or nothing. A form feed or a tab in a
+# non-raw docstring is what "\frac" and "\theta" become; a carriage return is a Windows editor's.
+# Tabs stay where the format needs them: a Makefile's recipes.
+TABS_ALLOWED = {
+    "Makefile",
+    # PTX pasted as ptxas prints it (tab-indented); the flash engineer's file, to become "\t"
+    # escapes in issue 39's flash restructure (then this entry goes).
+    "tests/library/flash/test_flash_aot.py",
+}
+
+
+def _tracked_files() -> list[str]:
+    proc = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        pytest.skip("not a git checkout: no list of tracked files")
+    return sorted(p for p in proc.stdout.split("\0") if p and (ROOT / p).is_file())
+
+
+def _strings(value):
+    """Every string in a parsed JSON document (a notebook's sources and metadata)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _docstrings(source: str) -> list[tuple[int, str]]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # the file's own characters are still scanned
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                out.append((getattr(node, "lineno", 1), doc))
+    return out
+
+
+def control_characters(rel: str, text: str) -> list[str]:
+    """``"path:line: U+000C"`` for each line holding a control character other than a line
+    feed (or a tab, where :data:`TABS_ALLOWED`). JSON files (notebooks) are read as JSON: their
+    escaped ``\\u000c`` is a form feed in a cell's source. A Python file's docstrings are also
+    read as Python reads them: ``\\frac`` in a docstring that is not raw is a form feed."""
+    allowed = {"\n"} | ({"\t"} if rel in TABS_ALLOWED else set())
+    if rel.endswith((".ipynb", ".json")):
+        chunks = [(f"{rel} (a JSON string)", s) for s in _strings(json.loads(text))]
+    elif rel.endswith(".py"):  # the file, then each docstring as Python reads it
+        chunks = [(rel, text)]
+        chunks += [(f"{rel} (docstring of line {n})", d) for n, d in _docstrings(text)]
+    else:
+        chunks = [(rel, text)]
+    bad = []
+    for where, chunk in chunks:
+        for lineno, line in enumerate(chunk.split("\n"), 1):
+            found = sorted({c for c in line if unicodedata.category(c) == "Cc"} - allowed)
+            if found:
+                codes = ", ".join(f"U+{ord(c):04X}" for c in found)
+                bad.append(f"{where}:{lineno}: {codes}")
+    return bad
+
+
+def test_no_control_characters_in_tracked_text_files():
+    bad = []
+    for rel in _tracked_files():
+        try:
+            text = (ROOT / rel).read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # a binary file (the shipped checkpoints)
+            continue
+        bad += control_characters(rel, text)
+    assert not bad, (
+        "control characters in tracked files (in Python, a docstring with backslashes "
+        'wants r"""; a tab wants spaces):\n' + "\n".join(bad[:40])
+    )
+
+
+@pytest.mark.parametrize(
+    "rel, text, caught",
+    [
+        ("a.py", 'r"""\\frac{a}{b}"""\n', False),
+        ("a.py", '"""\x0crac{a}{b} and \theta"""\n', True),
+        ("a.py", '"""\\frac{a}{b}"""\n', True),  # clean source, a form feed once parsed
+        ("a.md", "line\r\n", True),
+        ("a.py", "x = 1\t# a tab\n", True),
+        ("Makefile", "all:\n\techo hi\n", False),
+        ("a.ipynb", json.dumps({"cells": [{"source": ["\x08eta"]}]}), True),
+        ("a.ipynb", json.dumps({"cells": [{"source": ["\\beta"]}]}), False),
+    ],
+)
+def test_the_control_character_scan(rel, text, caught):
+    assert bool(control_characters(rel, text)) is caught
