@@ -38,7 +38,13 @@ from .collect import Submission, collect, snapshot  # noqa: E402
 from .merge import merge_main, write_json  # noqa: E402
 from .options import KERNEL_MEMORY, SEED_FILE, build_parser, default_jobs, make_limits  # noqa: E402, F401
 from .pool import Grader, Progress, Reaper, _signed_lines  # noqa: E402, F401
-from .report import Gradebook, summary_table, write_all, write_exports  # noqa: E402
+from .report import (  # noqa: E402
+    Gradebook,
+    recording_failed,
+    summary_table,
+    write_all,
+    write_exports,
+)
 from .sandbox import Limits, Sandbox, SandboxUnavailable, usable_cpus  # noqa: E402
 
 UNSAFE_LOSSES = """\
@@ -304,7 +310,7 @@ def _grade_all(args, grader: Grader, subs: list[Submission], book: Gradebook) ->
                     res = fut.result()
                 except Exception as err:  # a grader bug: report it, keep the others
                     res = grader._fallback(sub, "error", f"internal grader error: {err}")
-                book.add(res)
+                _record(book, res)
                 progress.step(sub.id)
         except KeyboardInterrupt:
             interrupted = True
@@ -317,6 +323,19 @@ def _grade_all(args, grader: Grader, subs: list[Submission], book: Gradebook) ->
         if main_thread:
             signal.signal(signal.SIGTERM, old_term)
     return interrupted
+
+
+def _record(book: Gradebook, res: dict) -> None:
+    """``res`` into the gradebook; a fault while recording it is that submission's
+    ``error`` row, with the cause, and grading goes on."""
+    try:
+        book.add(res)
+    except Exception as err:
+        failed = recording_failed(res, f"{type(err).__name__}: {str(err)[:300]}")
+        try:
+            book.add(failed)
+        except Exception:
+            book.results.append(failed)
 
 
 def _write_outputs(args, run: _Class, book: Gradebook, run_info: dict, interrupted) -> Path:

@@ -28,6 +28,7 @@ feedback it only ever appears inside code blocks and spans, so it shows as plain
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -47,6 +48,7 @@ COLUMNS = [
     "status",
     "course_commit",
     "grader_version",
+    "feedback",
 ]
 ICONS = {"passed": "✅", "failed": "❌", "error": "⚠️", "timeout": "⏱️", "missing": "⬜"}
 
@@ -65,7 +67,8 @@ def atomic_write(path: Path, text: str) -> None:
             n += 1
             aside = path.with_name(f"{path.name}.moved-aside-{n}")
         os.replace(path, aside)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # a short temporary name: the final one may be as long as the file system allows
+    fd, tmp = tempfile.mkstemp(prefix=".cg-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
@@ -109,17 +112,28 @@ def cell(value) -> str:
     return "'" + text if text.startswith(_FORMULA) else text
 
 
-def grades_csv(results: list[dict], provenance: dict[str, str] | None = None) -> str:
-    """The gradebook; ``provenance`` gives ``course_commit`` and ``grader_version``."""
+def grades_csv(
+    results: list[dict],
+    provenance: dict[str, str] | None = None,
+    paths: dict[str, Path] | None = None,
+    out_dir: Path | None = None,
+) -> str:
+    """The gradebook; ``provenance`` gives ``course_commit`` and ``grader_version``;
+    ``feedback`` names each row's feedback file, relative to the gradebook's folder
+    (``paths``, from :func:`feedback_paths`, else made here)."""
     provenance = provenance or {}
     trace = [
         provenance.get("course_commit", "unknown"),
         provenance.get("grader_version", "unknown"),
     ]
+    base = Path(out_dir) if out_dir is not None else Path()
+    if paths is None:
+        paths = feedback_paths(base, [res["submission"] for res in results])
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in sorted_rows(results):
+        path = paths.get(r["submission"]) or feedback_path(base, r["submission"])
         w.writerow(
             [
                 cell(r["submission"]),
@@ -129,20 +143,55 @@ def grades_csv(results: list[dict], provenance: dict[str, str] | None = None) ->
                 _num(r["max_points"]),
                 r["status"],
                 *map(cell, trace),
+                cell(Path(os.path.relpath(path, base)).as_posix()),
             ]
         )
     return buf.getvalue()
 
 
-def feedback_path(out_dir: Path, submission: str) -> Path:
-    """Where a submission's feedback goes: its path, made safe, with .md."""
-    parts = [
-        re.sub(r"[^\w.@+\- ]", "_", p).strip(" .") or "_"
-        for p in submission.split("/")
-        if p not in ("", ".", "..")
-    ]
+MAX_NAME_BYTES = 200  # of one part of a feedback path (file systems allow 255)
+_UNSAFE = re.compile(r"[^\w.@+\- ]")
+
+
+def _id_hash(submission: str) -> str:
+    return hashlib.sha256(submission.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def _short(part: str) -> str:
+    """``part`` cut to :data:`MAX_NAME_BYTES` bytes of UTF-8, on a character boundary."""
+    data = part.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_NAME_BYTES:
+        return part
+    return data[:MAX_NAME_BYTES].decode("utf-8", "ignore")
+
+
+def feedback_path(out_dir: Path, submission: str, hashed: bool = False) -> Path:
+    """Where a submission's feedback goes: its path, made safe, with ``.md``; unique by
+    construction. Each part keeps letters, digits and ``.@+- _``; a part that had to
+    change (another character replaced by ``_``, a ``..`` dropped, a name over
+    :data:`MAX_NAME_BYTES` bytes cut, a folder ending in ``.md`` given a ``_``) adds
+    ``~`` and a hash of the whole submission id to the file's name (``kim_00.md`` for
+    ``kim_00.ipynb``, ``kim_00~1f0c…md`` for ``kim#00.ipynb``). A name kept as it was
+    never holds ``~`` (it is replaced), and two changed names differ by their ids' hashes,
+    so no two submissions share a file, whatever their order. ``hashed``: add the hash
+    anyway (for names that differ only in case, see :func:`feedback_paths`)."""
+    raw = [p for p in submission.split("/")]
+    kept = [p for p in raw if p not in ("", ".", "..")]
+    changed = hashed or len(kept) != len(raw) or not kept
+    parts = []
+    for i, p in enumerate(kept or ["_"]):
+        last = i == len(kept or ["_"]) - 1
+        if last and p.endswith(".ipynb"):
+            p = p[:-6]
+        safe = _short(_UNSAFE.sub("_", p).strip(" .") or "_")
+        if not last and safe.casefold().endswith(".md"):
+            safe += "_"  # a folder never takes the name of a feedback file
+        changed |= safe != p
+        parts.append(safe)
     name = parts[-1]
-    parts[-1] = (name[:-6] if name.endswith(".ipynb") else name) + ".md"
+    if changed:
+        name = f"{name}~{_id_hash(submission)}"
+    parts[-1] = name + ".md"
     return Path(out_dir, "feedback", *parts)
 
 
@@ -235,26 +284,66 @@ def review_csv(results: list[dict]) -> str:
 
 
 def feedback_paths(out_dir: Path, submissions: list[str]) -> dict[str, Path]:
-    """Each submission's feedback file; names that clash once made safe (``a?.ipynb`` and
-    ``a*.ipynb``, or ``A.ipynb`` and ``a.ipynb`` on a case-insensitive disk) get
-    `` (2)``, `` (3)``, … in the order of the submissions' ids."""
-    out, used = {}, set()
-    for sub in sorted(submissions):
-        path = feedback_path(out_dir, sub)
-        n = 1
-        while str(path).casefold() in used:
-            n += 1
-            first = feedback_path(out_dir, sub)
-            path = first.with_name(f"{first.stem} ({n}).md")
-        used.add(str(path).casefold())
-        out[sub] = path
-    return out
+    """Each submission's feedback file (:func:`feedback_path`). Names that differ only in
+    case (``A.ipynb``, ``a.ipynb``: one file on a case-insensitive disk) all get their ids'
+    hashes, every one of them, so which is which never depends on an order."""
+    first = {sub: feedback_path(out_dir, sub) for sub in submissions}
+    seen: dict[str, int] = {}
+    for path in first.values():
+        key = str(path).casefold()
+        seen[key] = seen.get(key, 0) + 1
+    return {
+        sub: feedback_path(out_dir, sub, hashed=True) if seen[str(p).casefold()] > 1 else p
+        for sub, p in first.items()
+    }
 
 
 def _inside(path: Path, folder: Path) -> bool:
     """True when ``path``'s folder, links resolved, is inside ``folder`` (a kernel that
     planted a link in DIR/feedback must not make the grader write elsewhere)."""
     return path.parent.resolve().is_relative_to(folder.resolve())
+
+
+def recording_failed(res: dict, cause: str) -> dict:
+    """``res`` turned into an ``error`` result that says why it could not be recorded:
+    every row 0 points, ``error``, with the cause (the rest of the class goes on)."""
+    sub = str(res.get("submission", ""))
+    why = f"the grader could not record this submission's result: {cause}"
+    rows = [dict(r, points=0, status="error", feedback=[why]) for r in res.get("rows") or []] or [
+        {
+            "submission": sub,
+            "assignment": res.get("assignment") or "",
+            "exercise": "",
+            "points": 0,
+            "max_points": 0,
+            "status": "error",
+            "feedback": [why],
+            "title": "",
+        }
+    ]
+    return {
+        "submission": sub,
+        "assignment": res.get("assignment") or "",
+        "notes": [],
+        "flags": dict(res.get("flags") or {}),
+        "rows": rows,
+    }
+
+
+def _fault(err: BaseException) -> str:
+    return printable(f"{type(err).__name__}: {err}")[:500]
+
+
+def write_feedback(path: Path, out_dir: Path, res: dict) -> str | None:
+    """Write one feedback file; None when written, else why not (the file's folder leads
+    outside ``out_dir``, or the disk refused it)."""
+    if not _inside(path, out_dir):
+        return "its folder leads outside the output folder"
+    try:
+        atomic_write(path, feedback_markdown(res))
+    except (OSError, ValueError) as err:
+        return _fault(err)
+    return None
 
 
 def write_all(
@@ -264,32 +353,38 @@ def write_all(
     all_ids: list[str] | None = None,
 ) -> list[Path]:
     """Write everything; return the feedback files not written (their folder was a link
-    leading outside ``out_dir``). ``provenance``: see :func:`grades_csv`. ``all_ids``: every
-    submission of the class (a shard's, or a stopped run's, results are a part of them),
-    so that feedback names that clash are numbered as in a single complete run."""
+    leading outside ``out_dir``, or the disk refused them). ``provenance``: see
+    :func:`grades_csv`. ``all_ids``: every submission of the class (a shard's, or a stopped
+    run's, results are a part of them), so that names are made as in a single complete run."""
     out_dir = Path(out_dir)
-    paths = feedback_paths(out_dir, all_ids or [res["submission"] for res in results])
+    ids = list(all_ids or []) + [res["submission"] for res in results]
+    paths = feedback_paths(out_dir, list(dict.fromkeys(ids)))
     skipped = []
     for res in results:
         path = paths[res["submission"]]
-        if not _inside(path, out_dir):
+        if write_feedback(path, out_dir, res) is not None:
             skipped.append(path)
-            continue
-        atomic_write(path, feedback_markdown(res))
-    write_tables(out_dir, results, provenance)
+    write_tables(out_dir, results, provenance, paths)
     return skipped
 
 
-def write_tables(out_dir: Path, results: list[dict], provenance: dict[str, str] | None) -> None:
+def write_tables(
+    out_dir: Path,
+    results: list[dict],
+    provenance: dict[str, str] | None,
+    paths: dict[str, Path] | None = None,
+) -> None:
     atomic_write(out_dir / "review.csv", review_csv(results))
-    atomic_write(out_dir / "grades.csv", grades_csv(results, provenance))
+    atomic_write(out_dir / "grades.csv", grades_csv(results, provenance, paths, out_dir))
 
 
 class Gradebook:
     """``DIR`` written as results come in: each submission's feedback and its line in
     ``results.jsonl`` at once, ``grades.csv`` and ``review.csv`` at most every ``every``
     seconds and at the end. A run stopped at any moment leaves a valid gradebook of the
-    submissions it finished."""
+    submissions it finished. A fault while recording one submission (its feedback file
+    refused by the disk, a result that cannot be written) makes that submission's rows
+    ``error`` with the cause; the others go on."""
 
     def __init__(
         self,
@@ -310,24 +405,40 @@ class Gradebook:
         self.last = self.clock()
         self.journal = self.out_dir / "results.jsonl"
         self.journal.write_text("")
-        write_tables(self.out_dir, [], provenance)  # a valid, empty gradebook from the start
+        write_tables(self.out_dir, [], provenance, self.paths)  # valid and empty from the start
+
+    def path(self, submission: str) -> Path:
+        if submission not in self.paths:
+            self.paths[submission] = feedback_path(self.out_dir, submission, hashed=True)
+        return self.paths[submission]
 
     def add(self, res: dict) -> None:
-        self.results.append(res)
-        with open(self.journal, "a", encoding="utf-8") as f:
-            f.write(json.dumps(res, sort_keys=True, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        path = self.paths.get(res["submission"]) or feedback_path(self.out_dir, res["submission"])
+        """Record one submission's result; never raises for a fault of this submission."""
+        try:
+            line = json.dumps(res, sort_keys=True, ensure_ascii=False)
+            path = self.path(res["submission"])
+        except Exception as err:  # a result that cannot be serialised: its cause, recorded
+            res = recording_failed(res, _fault(err))
+            line = json.dumps(res, sort_keys=True, ensure_ascii=False)
+            path = self.path(res["submission"])
         if _inside(path, self.out_dir):
-            atomic_write(path, feedback_markdown(res))
+            why = write_feedback(path, self.out_dir, res)
+            if why is not None:
+                res = recording_failed(res, f"its feedback file could not be written ({why})")
+                line = json.dumps(res, sort_keys=True, ensure_ascii=False)
+                self.skipped.append(path)
         else:
             self.skipped.append(path)
+        self.results.append(res)
+        with open(self.journal, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
         if self.clock() - self.last >= self.every:
             self.flush()
 
     def flush(self) -> None:
-        write_tables(self.out_dir, self.results, self.provenance)
+        write_tables(self.out_dir, self.results, self.provenance, self.paths)
         self.last = self.clock()
 
     def finish(self) -> list[Path]:

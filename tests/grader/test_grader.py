@@ -26,6 +26,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import grading_lab
 import nbformat
 import pytest
 from grading_lab import grade as _grade  # the course's grader, in this process
@@ -473,7 +474,7 @@ def _row(run: dict, submission: str, exercise: str = "00.1") -> dict:
 
 
 def _feedback(run: dict, submission: str) -> str:
-    return feedback_path(run["out"], submission).read_text(encoding="utf-8")
+    return grading_lab.feedback(run, submission)
 
 
 # --------------------------------------------------------------------------- chapters
@@ -594,7 +595,9 @@ def test_loops_exits_and_crashes_are_reported(adversarial):
     )
     assert log.count(" start ") == log.count(" done ") == n
     # a huge output is never stored in what the grader writes
-    assert os.path.getsize(feedback_path(adversarial["out"], "subs/huge_output.ipynb")) < 20_000
+    assert (
+        os.path.getsize(grading_lab.feedback_file(adversarial, "subs/huge_output.ipynb")) < 20_000
+    )
 
 
 def test_code_in_added_cells_counts_as_in_the_notebook(adversarial):
@@ -770,12 +773,13 @@ def test_gradebook_rows_are_sorted_and_atomic(tmp_path):
     ]
     text = grades_csv([{"rows": rows}], {"course_commit": "v0.2.0-3-gabc", "grader_version": "9.9"})
     assert text.splitlines()[0] == (
-        "submission,assignment,exercise,points,max_points,status,course_commit,grader_version"
+        "submission,assignment,exercise,points,max_points,status,course_commit,grader_version,"
+        "feedback"
     )
     assert text.splitlines()[1:] == [
-        "a,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9",
-        "b,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9",
-        "b,00_setup,00.10,0,1,failed,v0.2.0-3-gabc,9.9",
+        "a,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9,feedback/a.md",
+        "b,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9,feedback/b.md",
+        "b,00_setup,00.10,0,1,failed,v0.2.0-3-gabc,9.9,feedback/b.md",
     ]
     atomic_write(tmp_path / "g.csv", text)
     assert (tmp_path / "g.csv").read_text() == text
@@ -810,9 +814,12 @@ def test_odd_file_names_are_graded_and_shown_safely(adversarial):
         assert [
             r["status"] for r in adversarial["rows"] if r["submission"] == "subs/bad?name.ipynb"
         ] == ["error"]
-    # a?.ipynb and a*.ipynb are both "a_" once made safe: two files, none overwritten
+    # a?.ipynb and a*.ipynb are both "a_" once made safe: two files, each named by a hash
+    # of its own id, none overwritten
     fb = sorted(p.name for p in (adversarial["out"] / "feedback" / "subs").glob("a_*.md"))
-    assert fb == ["a_ (2).md", "a_.md"]
+    assert len(fb) == 2 and all(n.startswith("a_~") for n in fb), fb
+    for sub in ("subs/a?.ipynb", "subs/a*.ipynb"):
+        assert sub in _feedback(adversarial, sub)
 
 
 @pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symbolic links")

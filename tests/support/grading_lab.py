@@ -122,8 +122,18 @@ def rows_of(run: dict, submission: str) -> list[dict]:
     return [r for r in run["rows"] if r["submission"] == submission]
 
 
+def feedback_file(run: dict, submission: str) -> Path:
+    """The submission's feedback file, as grades.csv names it (its `feedback` column)."""
+    named = {r.get("feedback") for r in run["rows"] if r["submission"] == submission}
+    named.discard(None)
+    assert len(named) <= 1, (submission, named)
+    if named:
+        return run["out"] / named.pop()
+    return feedback_path(run["out"], submission)
+
+
 def feedback(run: dict, submission: str) -> str:
-    return feedback_path(run["out"], submission).read_text(encoding="utf-8")
+    return feedback_file(run, submission).read_text(encoding="utf-8")
 
 
 def blames_the_grader(text: str) -> bool:
