@@ -33,16 +33,4 @@ never imports.
 
 # The one version of the project: pyproject.toml reads it, the grader writes it into
 # grades.csv. Bump it (and CHANGELOG.md) with every release.
-__version__ = "0.2.0"
-
-# Old import paths of the modules that moved (_deprecated.MOVED_MODULES)
-# keep working for one release, with a FutureWarning (docs/architecture.md).
-from ._deprecated import install_moved_module_finder as _install_moved_module_finder
-
-_install_moved_module_finder()
-
-
-def __getattr__(name: str):
-    from ._deprecated import moved_attribute
-
-    return moved_attribute(name)
+__version__ = "0.3.0"

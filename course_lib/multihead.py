@@ -41,7 +41,6 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ._deprecated import renamed_attributes, renamed_kwargs
 from .attention import scaled_dot_product_attention
 from .validation import check_head_split, check_mha_config, check_mha_inputs, shape_of
 
@@ -92,7 +91,6 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     )  # (B, N, H*d_h); reshape copies: x is not contiguous
 
 
-@renamed_kwargs({"n_rep": "num_groups"})
 def repeat_kv(x: torch.Tensor, num_groups: int) -> torch.Tensor:
     r"""``[B, Hkv, N, d_h] → [B, Hkv·G, N, d_h]``: give every query head its key/value head.
 
@@ -298,7 +296,6 @@ def _keep_from_padding(key_padding_mask, batch_size: int, n_k: int, device) -> t
     return kpm[:, None, None, :]  # (B, 1, 1, Nk) added to the scores
 
 
-@renamed_attributes({"q_proj": "W_Q", "k_proj": "W_K", "v_proj": "W_V", "out_proj": "W_O"})
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention with optional grouped-query heads and a KV cache.
 

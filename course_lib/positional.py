@@ -40,7 +40,6 @@ import math
 
 import torch
 
-from ._deprecated import renamed_kwargs
 from .validation import (
     as_int,
     check_base,
@@ -90,7 +89,6 @@ def sinusoidal_frequencies(d_model: int, base: float = 10000.0) -> torch.Tensor:
     return base ** (-2.0 * i / d_model)  # (ceil(d/2),)
 
 
-@renamed_kwargs({"n_positions": "seq_len"})
 def sinusoidal_encoding(
     seq_len: int,
     d_model: int,

@@ -38,7 +38,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._deprecated import renamed_attributes, renamed_kwargs
 from .attention import scaled_dot_product_attention
 from .fitting import fit
 from .timing import best_time, single_thread  # noqa: F401  (chapter 01 times with them)
@@ -124,7 +123,6 @@ def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, tor
 # --------------------------------------------------------------------------- sequential depth
 
 
-@renamed_kwargs({"n_tokens": "seq_len", "n_layers": "num_layers"})
 def dependency_graph(kind: str, seq_len: int, num_layers: int = 1) -> list[list[int]]:
     r"""Which computations wait for which, for ``num_layers`` layers over ``seq_len`` tokens.
 
@@ -238,7 +236,6 @@ def scale_to_spectral_radius(W: torch.Tensor, rho: float) -> torch.Tensor:
     return W * (rho / r)  # (d, d)
 
 
-@renamed_kwargs({"d_h": "d_hidden"})
 def recurrent_matrix(
     d_hidden: int,
     rho: float,
@@ -336,7 +333,6 @@ class RecallBatch:
         return t[None, :] - self.position[:, None]  # (B, N)
 
 
-@renamed_kwargs({"batch": "batch_size", "vocab": "vocab_size"})
 def make_recall_batch(
     batch_size: int,
     seq_len: int,
@@ -382,7 +378,6 @@ class RecallRNN(nn.Module):
     notebook trains in seconds).
     """
 
-    @renamed_kwargs({"vocab": "vocab_size"})
     def __init__(self, vocab_size: int, d_hidden: int = 64, d_embed: int = 16):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_embed)
@@ -395,7 +390,6 @@ class RecallRNN(nn.Module):
         return self.readout(h)  # (B, N, V) logits at every step
 
 
-@renamed_attributes({"q": "W_Q", "k": "W_K", "v": "W_V"})
 class RecallAttention(nn.Module):
     r"""Embedding + marker → one causal self-attention layer → a linear read-out at every step.
 
@@ -404,7 +398,6 @@ class RecallAttention(nn.Module):
     information: a query finds the marked key by its content, whatever its distance.
     """
 
-    @renamed_kwargs({"vocab": "vocab_size"})
     def __init__(self, vocab_size: int, d_model: int = 32):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -429,7 +422,6 @@ def recall_loss(logits: torch.Tensor, b: RecallBatch) -> torch.Tensor:
     return F.cross_entropy(logits[asked], target[asked])  # scalar
 
 
-@renamed_kwargs({"batch": "batch_size", "vocab": "vocab_size"})
 def train_recall(
     model: nn.Module,
     *,
@@ -458,7 +450,6 @@ def train_recall(
 
 
 @torch.no_grad()
-@renamed_kwargs({"vocab": "vocab_size", "n": "batch_size"})
 def recall_accuracy_by_distance(
     model: nn.Module,
     *,

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ._deprecated import renamed_attributes, renamed_kwargs, warn_once
 from .timing import single_thread
 from .validation import shape_of
 
@@ -312,7 +311,6 @@ def saturation_sweep(
 # --------------------------------------------------------------------------- multi-head
 
 
-@renamed_kwargs({"w_q": "W_Q", "w_k": "W_K"})
 def project_and_score(
     x: torch.Tensor,
     W_Q: torch.Tensor,
@@ -348,9 +346,6 @@ def project_and_score(
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
     head_dim = d_model // num_heads
-    if scale_by == "d_head":  # retired spelling of "head_dim"
-        warn_once('project_and_score(scale_by="d_head")', 'scale_by="head_dim"')
-        scale_by = "head_dim"
     divisor = {"head_dim": head_dim, "d_model": d_model}.get(scale_by)
     if divisor is None:
         raise ValueError(f"scale_by must be 'head_dim' or 'd_model', got {scale_by!r}")
@@ -359,18 +354,9 @@ def project_and_score(
     return q @ k.transpose(-2, -1) / math.sqrt(divisor)  # (B, H, N, N)
 
 
-def multihead_scores(*args, **kwargs) -> torch.Tensor:
-    """The former name of :func:`project_and_score` (renamed so that it is not confused
-    with exercise 03.5's ``multihead_scores(q, k, num_heads)``, which takes projected
-    queries and keys); warns once."""
-    warn_once("scaling.multihead_scores(x, W_Q, W_K, ...)", "scaling.project_and_score")
-    return project_and_score(*args, **kwargs)
-
-
 # --------------------------------------------------------------------------- training
 
 
-@renamed_attributes({"w_q": "W_Q", "w_k": "W_K"})
 @dataclass
 class TrainResult:
     """Loss curve and final parameters of :func:`train_retrieval`."""
@@ -394,7 +380,6 @@ class RetrievalTask:
     its value vector. A model that attends to the key equal to the query scores 0.
     """
 
-    @renamed_kwargs({"vocab": "vocab_size"})
     def __init__(
         self,
         *,

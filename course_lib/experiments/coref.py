@@ -28,7 +28,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._deprecated import renamed_attributes, renamed_kwargs
 from ..attention import padding_mask, scaled_dot_product_attention
 from ..timing import single_thread
 
@@ -309,7 +308,6 @@ def make_dataset(
 # --------------------------------------------------------------------------- model
 
 
-@renamed_attributes({"n_layers": "num_layers", "q": "W_Q", "k": "W_K", "v": "W_V", "o": "W_O"})
 class CorefAttention(nn.Module):
     r"""Token + position embeddings, then ``num_layers`` single-head attention layers.
 
@@ -322,7 +320,6 @@ class CorefAttention(nn.Module):
     The last layer's weights are the pointer; its values are never used by the loss.
     """
 
-    @renamed_kwargs({"n_layers": "num_layers"})
     def __init__(self, vocab_size: int, max_len: int = 16, d_model: int = 32, num_layers: int = 2):
         super().__init__()
         if num_layers < 1:
@@ -442,7 +439,6 @@ def _train_loop(model, data, opt, steps, log_every, callback, history) -> None:
                 callback(step, loss.item(), acc)
 
 
-@renamed_kwargs({"n_layers": "num_layers"})
 def make_model(
     vocab: Vocab, num_layers: int = 2, d_model: int = 32, seed: int = 0, max_len: int = 16
 ) -> CorefAttention:

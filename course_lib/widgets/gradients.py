@@ -35,7 +35,6 @@ import math
 
 import torch
 
-from .._deprecated import renamed_kwargs
 from ..rnn import jacobian_norms_through_time, recurrent_matrix
 from .render import figure_png
 
@@ -83,7 +82,6 @@ class GradientExplorer:
     :attr:`ratio` their first/last ratio. Display with ``display(explorer.widget)``.
     """
 
-    @renamed_kwargs({"T": "seq_len", "d_h": "d_hidden"})
     def __init__(
         self,
         *,

@@ -1,32 +1,43 @@
-"""docs/architecture.md matches the tree, and the old import paths warn, work and are not used.
+"""docs/architecture.md matches the tree, and the old import paths are gone and not used.
 
 The library is laid out by chapter (``course_lib/variants/`` for chapter 08, ...). Modules that
-moved keep their old dotted path for one release through ``course_lib._deprecated``'s alias
-finder; nothing in the course itself may still use an old path.
+moved kept their old dotted path for one release (0.2, with a warning); 0.3.0 removed those
+aliases: an old path no longer imports, and nothing in the course may still name one.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
-
-from course_lib._deprecated import MOVED_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 SCANNED = ("course_lib", "course_tools", "tests", "tools", "benchmarks", "notebooks")
 SCANNED += ("solutions", "exercises", "docs", "README.md", "CONTRIBUTING.md", "conftest.py")
-# The alias table itself, its tests, and the history of what moved.
+# Modules that moved when course_lib was laid out by chapter (0.2), old path: new path. 0.3.0
+# removed the old paths (CHANGELOG).
+MOVED_MODULES: dict[str, str] = {
+    # chapter 08: the variants of attention that current models use
+    "course_lib.flex": "course_lib.variants.flex",
+    "course_lib.mask_mods": "course_lib.variants.mask_mods",
+    "course_lib.score_mods": "course_lib.variants.score_mods",
+    "course_lib.alibi": "course_lib.variants.alibi",
+    "course_lib.sliding_window": "course_lib.variants.sliding_window",
+    "course_lib.mla": "course_lib.variants.mla",
+    "course_lib.linear_attention": "course_lib.variants.linear_attention",
+    # experiments the lectures train and measure (not the library proper)
+    "course_lib.recall": "course_lib.experiments.recall",
+    "course_lib.coref": "course_lib.experiments.coref",
+    "course_lib.extrapolation": "course_lib.experiments.extrapolation",
+}
+# The table above, and the history of what moved.
 ALLOWED_FILES = {
-    "course_lib/_deprecated.py",
     "tests/project/test_architecture.py",
     "docs/architecture.md",
     "CHANGELOG.md",
@@ -108,7 +119,7 @@ def _old_path_uses(path: Path) -> list[str]:
 def test_no_old_module_path_in_the_course():
     bad = [v for f in _files() for v in _old_path_uses(f)]
     assert not bad, (
-        "old module paths (course_lib/_deprecated.py MOVED_MODULES; use the new ones):\n"
+        "old module paths (removed in 0.3.0; MOVED_MODULES above gives the new ones):\n"
         + "\n".join(bad[:40])
     )
 
@@ -138,51 +149,32 @@ def test_a_relative_import_of_an_old_path_is_found():
     assert not _imports_of_old_paths("from ..variants.alibi import x\n", "course_lib.checks.ch08")
 
 
-def test_every_old_path_imports_the_new_module_and_warns_once():
-    # a fresh interpreter, where no old path was imported yet (the warning is once per process)
+def test_the_old_paths_are_gone_and_the_new_ones_import():
+    # a fresh interpreter: nothing imported yet, no alias left in sys.modules by another test
     code = """
-import importlib, json, sys, warnings
-from course_lib._deprecated import MOVED_MODULES
-warnings.simplefilter("always")
+import importlib, json, sys
+import course_lib
 out = {}
-for old, new in MOVED_MODULES.items():
-    with warnings.catch_warnings(record=True) as w:
-        a = importlib.import_module(old)
-        b = importlib.import_module(old)
-    mod = importlib.import_module(new)
-    out[old] = {
-        "same": a is mod and b is mod,
-        "names": [mod.__name__, mod.__spec__.name],
-        "warnings": [str(x.message) for x in w if issubclass(x.category, FutureWarning)],
-    }
+for old, new in json.loads(sys.argv[1]).items():
+    importlib.import_module(new)
+    try:
+        importlib.import_module(old)
+        out[old] = "imports"
+    except ModuleNotFoundError:
+        out[old] = "gone"
+    if hasattr(course_lib, old.rsplit(".", 1)[1]):
+        out[old] = "an attribute of course_lib"
 print(json.dumps(out))
 """
     run = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
+        [sys.executable, "-c", code, json.dumps(MOVED_MODULES)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
     )
     assert run.returncode == 0, run.stderr
-    for old, got in json.loads(run.stdout).items():
-        new = MOVED_MODULES[old]
-        assert got["same"], f"import {old} gave another module than {new}"
-        assert got["names"] == [new, new], f"{old}: the module lost its own name {got['names']}"
-        assert len(got["warnings"]) == 1, f"{old}: {len(got['warnings'])} warnings, expected one"
-        assert new in got["warnings"][0] and "docs/architecture.md" in got["warnings"][0]
-
-
-def test_from_course_lib_import_an_old_name_works_and_points_at_the_caller():
-    old = next(iter(MOVED_MODULES))
-    short = old.rsplit(".", 1)[1]
-    import course_lib
-    from course_lib import _deprecated
-
-    _deprecated._warned.discard(old)
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        mod = getattr(course_lib, short)
-    assert mod is importlib.import_module(MOVED_MODULES[old])
-    assert [x.filename for x in w if issubclass(x.category, FutureWarning)] == [__file__]
-    with pytest.raises(AttributeError, match="no attribute 'no_such_module'"):
-        course_lib.no_such_module  # noqa: B018
+    assert json.loads(run.stdout) == dict.fromkeys(MOVED_MODULES, "gone")
 
 
 def _modules(package: str) -> list[str]:
