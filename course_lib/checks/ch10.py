@@ -3,12 +3,17 @@ r"""Checks for chapter 10 (real models: GPT-2's and Llama's weights in the cours
 Three exercises, each a function the learner writes:
 
 * 10.1 ``gpt2_block_to_course(tensors, i, d_model)``: one GPT-2 block's tensors under the
-  course's names, as ``(key, tensor)`` pairs (``dict(pairs)`` is what ``load_state_dict``
-  takes), Conv1D weights transposed, ``c_attn`` split into queries, keys, values
+  course's names, returned as a list of ``(key, tensor)`` pairs (what ``state_dict().items()``
+  gives; ``dict(pairs)`` is what ``load_state_dict`` takes), Conv1D weights transposed,
+  ``c_attn`` split into queries, keys, values. A list, not a dict: the grader records lists and
+  tuples of tensors, and the statement asks for exactly what the check takes;
 * 10.2 ``half_to_interleaved_rows(w, num_heads)``: a Llama :math:`W_Q` / :math:`W_K`
-  permuted within each head so that the course's interleaved RoPE reproduces the half split
+  permuted within each head so that the course's interleaved RoPE reproduces the half split.
+  A wrong answer is told which row of which head holds which row of ``w``, never the code;
 * 10.3 ``induction_heads(weights, period, threshold)``: the heads whose induction score
-  passes a threshold, strongest first
+  passes a threshold, strongest first. The planted heads score between 0.3 and 0.9, as real
+  models' do (SmolLM2-135M's best three: 0.91, 0.80, 0.77), and the cases use four thresholds,
+  so a threshold written into the function fails; feedback shows the scores to three decimals.
 
 The cases are built with torch alone (no ``transformers``): tensors named as in a GPT-2
 checkpoint, random rows of a projection, attention weights with planted heads.
@@ -24,7 +29,16 @@ import torch
 from ..gpt.pretrained import gpt2_block_state_dict, half_to_interleaved_rows
 from ..gpt.probes import induction_scores
 from ..positional import rope_permutation
-from .core import Case, Diagnosed, Exercise, Hint, compare_values, register, render_hint
+from .core import (
+    Case,
+    Diagnosed,
+    Exercise,
+    Hint,
+    compare_values,
+    register,
+    render_hint,
+    to_numpy,
+)
 
 DT = torch.float64
 
@@ -146,8 +160,15 @@ def _compare_state_dict(got, expected, case) -> str | None:
     if pairs is None:
         kind = "a dict" if isinstance(got, dict) else type(got).__name__
         return Diagnosed(
-            f"expected a list of (key, tensor) pairs, got {kind}: return "
-            "list(your_dict.items()) (dict(pairs) is what load_state_dict takes)."
+            f"expected a list of (key, tensor) pairs, got {kind}: the statement asks for "
+            "list(block.items()) of your dict (dict(pairs) is what load_state_dict takes)."
+        )
+    keys = [k for k, _ in got]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        return Diagnosed(
+            f"the key(s) {repeated} appear more than once among your pairs: each course key "
+            "names one tensor, so give each exactly once."
         )
     expected = dict(expected)
     missing, extra = sorted(set(expected) - set(pairs)), sorted(set(pairs) - set(expected))
@@ -232,6 +253,47 @@ def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
+def _source_row(row: int, head_dim: int) -> int:
+    """The row of ``w`` that the answer's row ``row`` holds: 2i <- i, 2i+1 <- i + d_h/2."""
+    head, j = divmod(row, head_dim)
+    return head * head_dim + j // 2 + (head_dim // 2 if j % 2 else 0)
+
+
+def _compare_rope_rows(got, expected, case) -> str | None:
+    """The usual comparison; when it fails, which row of which head holds which row of ``w``.
+
+    The note names the first misplaced row and where its content comes from, in the terms of
+    the statement (row i of a head, i + d_h/2), so a learner can fix the index without being
+    handed the code."""
+    msg = compare_values(got, expected, 0.0, 0.0)
+    if msg is None:
+        return None
+    w, num_heads = case.args[0], case.args[1]
+    mine, rows = to_numpy(got), to_numpy(w)
+    if not isinstance(mine, np.ndarray) or mine.shape != rows.shape:
+        return msg
+    head_dim = rows.shape[0] // num_heads
+    for r in range(rows.shape[0]):
+        same = np.flatnonzero(np.isclose(rows, mine[r], rtol=1e-6, atol=1e-9).all(axis=1))
+        head, j = divmod(r, head_dim)
+        if not same.size:
+            return msg + (
+                f"\n    Your row {r} (row {j} of head {head}) is no row of w at all: the "
+                "answer only moves w's rows, so each of its rows is one of w's, unchanged."
+            )
+        want = _source_row(r, head_dim)
+        if same[0] != want:
+            have_head, have_j = divmod(int(same[0]), head_dim)
+            i, odd = j // 2, j % 2
+            source = f"row {i} + d_h/2 = {i + head_dim // 2}" if odd else f"row {i}"
+            return msg + (
+                f"\n    Row {j} of head {head} (row {r} of the matrix) should hold the same "
+                f"head's {source} (w's row {want}, since {j} = 2·{i}{' + 1' if odd else ''}); "
+                f"yours holds row {have_j} of head {have_head} (w's row {int(same[0])})."
+            )
+    return msg
+
+
 register(
     Exercise(
         id="10.2",
@@ -242,37 +304,50 @@ register(
         reference=rope_rows_reference,
         atol=0.0,
         rtol=0.0,
+        compare=_compare_rope_rows,
         mistakes={
             Hint(
                 "you applied rope_permutation itself: it maps the interleaved order *to* the "
                 "half split, and you need the way back.",
-                "New row 2i is old row i and new row 2i+1 is old row i + d_h/2: index the rows "
-                "of each head with torch.argsort(rope_permutation(d_h)).",
+                "Indexing with a permutation p moves row p[j] to place j; the permutation that "
+                "undoes p is its inverse, and torch.argsort of a permutation is its inverse.",
             ): partial(_rope_rows_twin, forward=True),
             Hint(
                 "you permuted all H·d_h rows at once: rows of different heads were mixed.",
-                "Reshape to [H, d_h, d_model], permute axis 1 (within each head), reshape back.",
+                "RoPE pairs features within one head. Give the rows a head axis first, permute "
+                "along the axis within a head, then flatten back.",
             ): partial(_rope_rows_twin, whole=True),
             Hint(
                 "you permuted the columns (the input features): RoPE pairs the *output* "
                 "features of W_Q and W_K, which are its rows.",
-                "nn.Linear's weight is [out, in]; permute axis 0, per head.",
+                "nn.Linear stores its weight [out, in]: the features a head rotates are rows.",
             ): partial(_rope_rows_twin, columns=True),
             Hint(
                 "you split the rows as [d_h, H]: the heads are the slow axis, rows h·d_h to "
                 "(h+1)·d_h - 1 belong to head h.",
-                "w.reshape(num_heads, head_dim, d_model), not w.reshape(head_dim, num_heads, d).",
+                "When you give the rows a head axis, the head axis comes first and the "
+                "features within a head second.",
             ): partial(_rope_rows_twin, head_minor=True),
         },
         hint=Hint(
-            "within each head, move row i to 2i and row i + d_h/2 to 2i+1.",
-            "w.reshape(H, d_h, d)[:, torch.argsort(rope_permutation(d_h))].reshape(H * d_h, d).",
+            "within each head, new row 2i is old row i and new row 2i+1 is old row i + d_h/2.",
+            "Write that list of source rows for one head (d_h = 8: 0, 4, 1, 5, 2, 6, 3, 7) and "
+            "compare it with rope_permutation(8); then apply it to every head at once.",
         ),
     )
 )
 
 
 # --------------------------------------------------------------------------- 10.3 induction heads
+
+# Head kinds of planted_weights, each with the key its queries attend to (query n, period T):
+#   an *induction* head: key n - T + 1, the token after the previous occurrence of the current
+#     token, which is the token to predict (Olsson et al., 2022);
+#   a *duplicate-token* head: key n - T, the previous occurrence of the current token itself
+#     (Wang et al., 2022, found such heads in GPT-2 small: they tell later heads "this token
+#     was seen before");
+#   a *previous-token* head: key n - 1 (the first half of the induction circuit).
+KINDS = {"induction": 1, "duplicate": 0, "previous": None}
 
 
 def induction_heads_reference(weights, period: int, threshold: float = 0.4) -> list:
@@ -281,7 +356,9 @@ def induction_heads_reference(weights, period: int, threshold: float = 0.4) -> l
     return sorted(found, key=lambda lh: -float(scores[lh]))
 
 
-def _heads_twin(weights, period, threshold=0.4, *, offset=None, ascending=False, swap=False):
+def _heads_twin(
+    weights, period, threshold=0.4, *, offset=None, ascending=False, swap=False, fixed=None
+):
     rows = []
     for w in weights:
         n = w.shape[-1]
@@ -292,65 +369,138 @@ def _heads_twin(weights, period, threshold=0.4, *, offset=None, ascending=False,
         queries = torch.arange(shift, n)  # (n_q,)
         rows.append(w[:, :, queries, queries - shift].mean(dim=(0, 2)))  # (H,)
     scores = torch.stack(rows)  # (L, H)
+    if fixed is not None:
+        threshold = fixed  # the threshold argument ignored
     found = [(int(layer), int(head)) for layer, head in (scores > threshold).nonzero()]
     found = sorted(found, key=lambda lh: float(scores[lh]) * (1 if ascending else -1))
     return [(h, layer) for layer, h in found] if swap else found
 
 
-def planted_weights(rng: np.random.Generator, num_layers: int, num_heads: int, period: int):
-    """Causal attention weights ``L x [B, H, 2T, 2T]`` with planted heads.
+# The strengths of the planted induction heads. Over 200 seeds their scores landed in
+# [0.886, 0.895], [0.656, 0.688], [0.486, 0.521] and [0.315, 0.372] (the rest of a planted row
+# keeps its random weights), the random heads' in [0.044, 0.132]: at least 0.028 from every
+# threshold of the cases, with periods of 8 or more (shorter ones raise the random heads').
+STRENGTHS = (0.88, 0.64, 0.46, 0.28)
+THRESHOLDS = (0.4, 0.25, 0.6, 0.75)
 
-    Head (L-1, 1) is a perfect induction head (key n - T + 1), head (1, H-1) a partial one
-    (60 % of its weight there), head (0, 2) a duplicate-token head (key n - T), head (0, 0) a
-    previous-token head (key n - 1); the others attend at random.
+
+def planted_weights(
+    rng: np.random.Generator, num_layers: int, num_heads: int, period: int, planted=None
+) -> list[torch.Tensor]:
+    """Causal attention weights ``L x [B, H, 2T, 2T]`` on repeated tokens, with planted heads.
+
+    ``planted`` maps ``(layer, head)`` to ``(kind, strength)``, kind one of :data:`KINDS`:
+    that head's queries put ``strength`` of their weight on the kind's key and keep the rest
+    of their random weights, scaled by ``1 - strength``. The default plants four induction
+    heads of the strengths :data:`STRENGTHS` (scores about 0.89, 0.67, 0.5, 0.34), a
+    duplicate-token head and a previous-token head; the other heads attend at random (an
+    induction score near :math:`1/n`, as for uniform attention).
     """
+    if planted is None:
+        planted = default_planting(num_layers, num_heads)
     n, b = 2 * period, 2
     mask = torch.ones(n, n, dtype=torch.bool).tril()  # (N, N)
     layers = []
-    q = torch.arange(period, n)  # (T,) the queries of the second copy
     for _ in range(num_layers):
-        scores = _t(rng, b, num_heads, n, n, std=1.0)  # (B, H, N, N)
+        scores = _t(rng, b, num_heads, n, n, std=0.5)  # (B, H, N, N)
         layers.append(torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1))
-    layers[-1][:, 1, q] = 0.0
-    layers[-1][:, 1, q, q - period + 1] = 1.0  # induction
-    layers[1][:, -1, q] *= 0.4
-    layers[1][:, -1, q, q - period + 1] += 0.6  # a weaker induction head
-    layers[0][:, 2, q] = 0.0
-    layers[0][:, 2, q, q - period] = 1.0  # duplicate token
-    every = torch.arange(1, n)  # (N-1,)
-    layers[0][:, 0, every] = 0.0
-    layers[0][:, 0, every, every - 1] = 1.0  # previous token
+    for (layer, head), (kind, strength) in planted.items():
+        back = KINDS[kind]
+        queries = torch.arange(1, n) if back is None else torch.arange(period, n)  # (n_q,)
+        keys = queries - 1 if back is None else queries - period + back  # (n_q,)
+        w = layers[layer][:, head]  # (B, N, N) a view
+        w[:, queries] *= 1.0 - strength
+        w[:, queries, keys] += strength
     return layers
+
+
+def default_planting(num_layers: int, num_heads: int) -> dict:
+    """Four induction heads (one per strength), a duplicate-token and a previous-token head,
+    at places where layer and head differ (so that (head, layer) is a different head)."""
+    spots = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
+    spots = [s for s in spots if s[0] != s[1]]
+    order = np.random.default_rng(num_layers * 100 + num_heads).permutation(len(spots))
+    chosen = [spots[i] for i in order[:6]]
+    kinds = [("induction", s) for s in STRENGTHS] + [("duplicate", 0.7), ("previous", 0.8)]
+    return dict(zip(chosen, kinds))
 
 
 def _heads_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
             Case(
-                "3 layers of 4 heads, period 6, threshold 0.4", (planted_weights(rng, 3, 4, 6), 6)
+                "3 layers of 4 heads, period 8, the default threshold 0.4",
+                (planted_weights(rng, 3, 4, 8), 8),
             ),
             Case(
-                "2 layers of 5 heads, period 8, threshold 0.3",
-                (planted_weights(rng, 2, 5, 8), 8),
-                {"threshold": 0.3},
+                "4 layers of 3 heads, period 8, threshold 0.25",
+                (planted_weights(rng, 4, 3, 8), 8),
+                {"threshold": 0.25},
+            ),
+            Case(
+                "3 layers of 5 heads, period 9, threshold 0.6",
+                (planted_weights(rng, 3, 5, 9), 9, 0.6),
             ),
         ]
     return [
         Case("4 layers of 6 heads, period 10", (planted_weights(rng, 4, 6, 10), 10)),
-        Case("threshold 0.9: the perfect head only", (planted_weights(rng, 3, 4, 5), 5, 0.9)),
+        Case("threshold 0.75: the strongest head only", (planted_weights(rng, 3, 4, 8), 8, 0.75)),
+        Case(
+            "2 layers of 6 heads, period 9, threshold 0.25",
+            (planted_weights(rng, 2, 6, 9), 9),
+            {"threshold": 0.25},
+        ),
     ]
 
 
+def _case_scores(case: Case) -> tuple[torch.Tensor, float]:
+    weights, period = case.args[0], case.args[1]
+    threshold = case.args[2] if len(case.args) > 2 else case.kwargs.get("threshold", 0.4)
+    return torch.stack([induction_scores(w, period) for w in weights]), float(threshold)
+
+
 def _compare_heads(got, expected, case) -> str | None:
+    scores, threshold = _case_scores(case)  # (L, H)
+    if isinstance(got, (str, bytes, dict)) or not isinstance(got, (list, tuple, torch.Tensor)):
+        return Diagnosed(
+            f"expected a list of (layer, head) pairs, got {type(got).__name__} {got!r:.80}."
+        )
+    items = got.tolist() if isinstance(got, torch.Tensor) else list(got)
+    if any(isinstance(p, (list, tuple)) and len(p) == 3 for p in items):
+        return Diagnosed(
+            "your items have three entries: return (layer, head) pairs only, without the score "
+            "(sort by the score, then leave it out)."
+        )
     try:
-        got_list = [tuple(int(x) for x in pair) for pair in got]
+        got_list = [tuple(int(x) for x in pair) for pair in items]
     except (TypeError, ValueError):
         return Diagnosed(
             f"expected a list of (layer, head) pairs, got {type(got).__name__} {got!r:.80}."
         )
+    if any(len(p) != 2 for p in got_list):
+        return Diagnosed("expected (layer, head) pairs: two integers each.")
     if got_list == expected:
         return None
-    return f"expected the heads {expected} as (layer, head), strongest first; got {got_list}."
+
+    def scored(pairs):
+        inside = all(0 <= lay < scores.shape[0] and 0 <= h < scores.shape[1] for lay, h in pairs)
+        if not inside:
+            return str(pairs)
+        return (
+            "[" + ", ".join(f"({lay}, {h}) {float(scores[lay, h]):.3f}" for lay, h in pairs) + "]"
+        )
+
+    msg = (
+        f"expected the heads {scored(expected)} as (layer, head) with their induction scores, "
+        f"strongest first, for threshold {threshold:g}; got {scored(got_list)}."
+    )
+    missing = [p for p in expected if p not in got_list]
+    extra = [p for p in got_list if p not in expected]
+    if missing:
+        msg += f" Missing: {scored(missing[:2])}, above {threshold:g}."
+    if extra and all(0 <= lay < scores.shape[0] and 0 <= h < scores.shape[1] for lay, h in extra):
+        msg += f" Not induction heads at this threshold: {scored(extra[:2])}."
+    return msg
 
 
 register(
@@ -364,8 +514,9 @@ register(
         compare=_compare_heads,
         mistakes={
             Hint(
-                "you found the duplicate-token heads (weight on key n - period, the previous "
-                "occurrence of the current token itself).",
+                "you found the duplicate-token heads: heads that attend to the previous "
+                "occurrence of the current token itself (key n - period), not to the token "
+                "after it.",
                 "An induction head attends to the token *after* the previous occurrence, key "
                 "n - period + 1: course_lib.gpt.induction_scores measures exactly that.",
             ): partial(_heads_twin, offset="dup"),
@@ -376,18 +527,23 @@ register(
             ): partial(_heads_twin, offset=1),
             Hint(
                 "your heads are sorted weakest first.",
-                "Sort by score, descending: sorted(found, key=lambda lh: -scores[lh]).",
+                "Strongest first: sort by the score, descending.",
             ): partial(_heads_twin, ascending=True),
             Hint(
                 "your pairs are (head, layer): the layer comes first.",
-                "scores has shape [L, H]; (scores > threshold).nonzero() gives (layer, head) rows.",
+                "The scores stacked layer by layer have shape [L, H]: index them (layer, head).",
             ): partial(_heads_twin, swap=True),
+            Hint(
+                "your function ignores its threshold argument: it answers as if it were 0.4.",
+                "Compare the scores with the `threshold` the function is given; the cases use "
+                "0.25, 0.4, 0.6 and 0.75.",
+            ): partial(_heads_twin, fixed=0.4),
         },
         hint=Hint(
-            "score each layer with induction_scores(w, period) (a [H] tensor), stack to "
-            "[L, H], keep the pairs above the threshold, strongest first.",
-            "scores = torch.stack([induction_scores(w, period) for w in weights]); "
-            "pairs = (scores > threshold).nonzero(); sort them by -scores[l, h].",
+            "score each layer with induction_scores(w, period) (a [H] tensor), keep the heads "
+            "above the threshold, strongest first.",
+            "Stack the layers' scores into [L, H], find the (layer, head) places above the "
+            "threshold, and order them by their scores, largest first.",
         ),
     )
 )
