@@ -429,22 +429,21 @@ def configs_for(point: dict, tune: bool) -> dict:
     import triton
 
     from course_lib.flash import kernel_config
-    from course_lib.flash.launch import _autotuned
+    from course_lib.flash.launch import autotuners
 
     n_q, n_k = point.get("n_q", point["N"]), point["N"]
     first = {k: v[0] for k, v in kernel_config(point["d"], "cuda", dtype=point["dtype"]).items()}
     if point.get("kind") == "decode":
         return {"decode": "menu by rows (first that holds G*Nq)", "tuned": False}
     out = {}
-    want = (triton.next_power_of_2(n_q), triton.next_power_of_2(n_k), point["d"],
-            bool(point["is_causal"]), False)  # fmt: skip
-    for key, tuner in _autotuned.items() if tune else ():
-        name = key[0].strip("_") + ("_atomic_dq" if key[4] else "")
-        for cache_key, cfg in getattr(tuner, "cache", {}).items():
-            if tuple(cache_key[:5]) == want:
-                out[name] = str(cfg)
+    key = dict(NQ_BUCKET=triton.next_power_of_2(n_q), NK_BUCKET=triton.next_power_of_2(n_k),
+               HEAD_DIM=point["d"], IS_CAUSAL=bool(point["is_causal"]), HAS_WINDOW=False)  # fmt: skip
+    for tuner in autotuners() if tune else ():
+        chosen = tuner.chosen(**key)
+        if chosen is not None:
+            out[tuner.name] = str(chosen)
     for kind in ("fwd", "dkdv", "dq"):
-        out.setdefault(f"{kind} (first)", str(first[kind]))
+        out.setdefault(f"{kind} (first)", str(dict(first[kind])))
     out["tuned"] = bool(tune)
     return out
 

@@ -56,24 +56,33 @@ one wants (the new queries come last). A query that sees no key at all (bottom-r
 :math:`N_q > N_k`) gets zero output and :math:`L = -\infty`, like a fully masked row in
 chapter 02.
 
-**Where things are** (one module per pass; this file only hands the names on):
+**Where things are** (one pass in two files, as Triton's fused-attention tutorial reads:
+the kernel, then its launcher with every argument by name and the autograd function; this
+file only hands the public names on):
 
-* :mod:`.reference`: the tiled algorithm in torch, and the tile classes;
+* :mod:`.forward` with ``kernels/forward.py``: the forward's launcher, the autograd
+  function, :func:`flash_attention`; the forward kernel;
+* :mod:`.backward` with ``kernels/backward.py``: the backward's launcher; its three kernels;
+* :mod:`.decode` with ``kernels/decode.py``: :func:`flash_decode`; the split-key kernels;
+* ``kernels/common.py``: masked loads and stores, the tile classes, inlined into each kernel;
+* :mod:`.tiles`: the tiles as data, one table per architecture (:class:`~.tiles.Tile`,
+  :data:`~.tiles.GPU_TILES`), and :func:`kernel_config`, which picks a call's candidates;
+* :mod:`.launch`: what the launchers share: Triton's mode, the GPU, the kernels' arguments
+  by name, autotuning (:func:`~.launch.run_kernel`, :func:`~.launch.autotuners`), the TMA
+  switch;
 * :mod:`.inputs`: the checks every call makes once (layout, heads, masks, dtypes);
-* :mod:`.forward`, :mod:`.backward`, :mod:`.decode`: each pass's launcher (host side);
-* :mod:`.launch`: the interpreter switch, tile configs and autotuning;
-* :mod:`.kernels`: the Triton kernels, one module per pass (``kernels/forward.py``, ...);
+* :mod:`.reference`: the tiled algorithm in torch, and the tile classes;
 * :mod:`.aot` (ahead-of-time compilation for sm_80/sm_90) and :mod:`.bench` (benchmarks).
 """
 
 from __future__ import annotations
 
-from . import backward, forward, inputs, launch
 from .decode import DECODE_MAX_ROWS, decode_splits, flash_decode
 from .forward import FlashAttentionFunction, flash_attention, flash_attention_with_lse
 from .inputs import ALIGNMENTS, LAYOUTS, SUPPORTED_HEAD_DIMS
-from .launch import kernel_config, kernel_source, triton_mode
+from .launch import kernel_source, triton_mode
 from .reference import flash_attention_reference, kernel_tile_map, key_tile_range
+from .tiles import kernel_config
 
 __all__ = [
     "ALIGNMENTS",
@@ -92,15 +101,3 @@ __all__ = [
     "key_tile_range",
     "triton_mode",
 ]
-
-# Internal names that code written against the one-file module reads as course_lib.flash.X.
-# Aliases only: to patch one, patch the module that defines it (course_lib.flash.launch, ...).
-_forward = forward._forward
-_backward = backward._backward
-_kernel_views, _validate, _MAX_GRID_Y = inputs._kernel_views, inputs._validate, inputs._MAX_GRID_Y
-_cfg, _gpu_candidates, _launch = launch._cfg, launch._gpu_candidates, launch._launch
-_autotuned, _dot_precision, _load_kernels = (
-    launch._autotuned,
-    launch._dot_precision,
-    launch._load_kernels,
-)

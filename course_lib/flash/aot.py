@@ -52,21 +52,13 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 from .launch import SHARED_LIMIT  # bytes of shared memory one block may use
 
 TYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 KINDS = ("fwd", "dkdv", "dkdv_atomic", "dq", "decode", "preprocess", "merge")
-_KERNEL = {
-    "fwd": "_fwd_kernel",
-    "dkdv": "_bwd_dkdv_kernel",
-    "dkdv_atomic": "_bwd_dkdv_kernel",  # with ATOMIC_DQ: the deterministic=False backward
-    "dq": "_bwd_dq_kernel",
-    "decode": "_decode_kernel",
-    "preprocess": "_bwd_preprocess_kernel",
-    "merge": "_decode_merge_kernel",
-}
 _ELEM_PTRS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
 _FP32_PTRS = {"LSE", "DELTA", "O_PART", "LSE_PART", "DQ_ACC"}
 _FLOATS = {"qk_scale", "sm_scale"}
@@ -88,6 +80,7 @@ _TMA_STORE = re.compile(r"\bcp\.async\.bulk\.tensor\.\dd\.global\.shared::cta\b"
 
 
 def _kernels():
+    """The kernels package, imported in compiled mode (refuses the interpreter)."""
     from ..env import triton_interpreter_on
 
     if triton_interpreter_on():
@@ -102,6 +95,24 @@ def _kernels():
     if kernels.is_interpreted():
         raise RuntimeError("course_lib.flash.kernels was imported in interpreter mode")
     return kernels
+
+
+def kernel_of(kind: str):
+    """The ``@triton.jit`` kernel of ``kind`` (one of :data:`KINDS`), compiled mode."""
+    _kernels()
+    from .kernels.backward import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_preprocess_kernel
+    from .kernels.decode import _decode_kernel, _decode_merge_kernel
+    from .kernels.forward import _fwd_kernel
+
+    return {
+        "fwd": _fwd_kernel,
+        "dkdv": _bwd_dkdv_kernel,
+        "dkdv_atomic": _bwd_dkdv_kernel,  # with ATOMIC_DQ: the deterministic=False backward
+        "dq": _bwd_dq_kernel,
+        "decode": _decode_kernel,
+        "preprocess": _bwd_preprocess_kernel,
+        "merge": _decode_merge_kernel,
+    }[kind]
 
 
 def _ptxas(arch: int) -> str:
@@ -220,27 +231,21 @@ def problems(row: dict) -> list[str]:
     return out
 
 
-def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged, tma=False):
+def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged, tma, arch) -> dict:
+    """The compile-time arguments of one kernel, as its launcher sets them."""
     import torch
-    import triton
 
-    from .launch import _dot_precision
+    from .launch import head_dim_args
 
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    const = dict(HEAD_DIM=head_dim, BLOCK_D=block_d)
-    if kind == "preprocess":
-        const["BLOCK_M"] = 64
-        return const, 4, 2
-    if kind == "merge":
-        const["BLOCK_S"] = 64
-        return const, 4, 2
+    const = head_dim_args(head_dim, getattr(torch, dtype))
+    if kind in ("preprocess", "merge"):  # no tiles of keys, no mask, no dots
+        block = dict(BLOCK_M=64) if kind == "preprocess" else dict(BLOCK_S=64)
+        return dict(HEAD_DIM=head_dim, BLOCK_D=const["BLOCK_D"], **block)
     const.update(
         BLOCK_N=config["BLOCK_N"],
         IS_CAUSAL=bool(is_causal),
         HAS_WINDOW=bool(window),
         EVEN_N=not ragged,
-        EVEN_D=block_d == head_dim,
-        DOT_PRECISION=_dot_precision(getattr(torch, dtype)),
     )
     if kind == "decode":
         const["BLOCK_R"] = config["BLOCK_M"]
@@ -248,11 +253,63 @@ def _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged, tma=Fa
         const.update(BLOCK_M=config["BLOCK_M"], EVEN_M=not ragged)
     if kind in ("dkdv", "dkdv_atomic"):
         const["ATOMIC_DQ"] = kind == "dkdv_atomic"
+        const["DQ_TRANSPOSED"] = arch >= 90  # as the host launches it (backward.py)
     if kind == "fwd":
         const["USE_TMA"] = bool(tma)
     elif tma:
         raise ValueError(f"tensor descriptors (tma=True): the forward kernel only, not {kind}")
-    return const, config["num_warps"], config["num_stages"]
+    return const
+
+
+def _signature(fn, const: dict, dtype: str, ragged: bool, groups: int, ones) -> tuple:
+    """Triton's signature of ``fn`` (pointer and scalar types) and the divisibility hints
+    that the runtime would give arguments divisible by 16 (every stride and length, except
+    ragged lengths and the counts in ``_NOT_DIVISIBLE``)."""
+    const = dict(const)
+    if groups == 1 and "NUM_GROUPS" in fn.arg_names:
+        const["NUM_GROUPS"] = 1  # what the runtime does with an int argument equal to 1
+    for name in ones:  # other int arguments equal to 1 (N_Q = 1 when decoding one token)
+        const[name] = 1
+    signature, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in const:
+            signature[name] = "constexpr"
+        elif name in _FP32_PTRS:
+            signature[name] = "*fp32"
+        elif name in _ELEM_PTRS:
+            signature[name] = "*" + TYPES[dtype]
+        elif name in _FLOATS:
+            signature[name] = "fp32"
+        else:  # strides, lengths, counts
+            signature[name] = "i32"
+        divisible = signature[name] not in ("fp32", "constexpr") and name not in _NOT_DIVISIBLE
+        if divisible and name != "NUM_GROUPS" and not (ragged and name in ("N_Q", "N_K")):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, attrs, const
+
+
+def _compile_from_empty_cache(src, arch: int, warps: int, stages: int):
+    """``triton.compile`` for ``sm_<arch>`` in an empty cache: the compiled kernel and the
+    seconds it took (a real compilation, never a cache hit)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    with tempfile.TemporaryDirectory() as cache:
+        saved = os.environ.get("TRITON_CACHE_DIR")
+        os.environ["TRITON_CACHE_DIR"] = cache
+        try:
+            t0 = time.perf_counter()
+            compiled = triton.compile(
+                src,
+                target=GPUTarget("cuda", arch, 32),
+                options=dict(num_warps=warps, num_stages=stages),
+            )
+            return compiled, time.perf_counter() - t0
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = saved
 
 
 def compile_kernel(
@@ -260,7 +317,7 @@ def compile_kernel(
     dtype: str = "bfloat16",
     head_dim: int = 128,
     is_causal: bool = False,
-    config: dict | None = None,
+    config: Mapping | None = None,
     *,
     arch: int = 90,
     ragged: bool = False,
@@ -272,79 +329,34 @@ def compile_kernel(
 ) -> dict:
     """Compile one kernel for ``sm_<arch>``; returns registers, spills, shared memory, timing.
 
-    ``config`` is one of :func:`course_lib.flash.kernel_config`'s entries (the first GPU
+    ``config`` is one of :func:`course_lib.flash.kernel_config`'s tiles (the first GPU
     candidate by default). ``groups`` > 1 compiles the grouped-query variant (the runtime
     specialises ``NUM_GROUPS == 1`` as a constant, and any other integer argument named in
     ``ones``). ``tma=True`` compiles the forward's tensor-descriptor path (``USE_TMA``; sm_90
     and newer). Raises whatever Triton's compiler raises on an error.
     """
-    kernels = _kernels()  # before anything else imports triton
+    fn = kernel_of(kind)  # before anything else imports triton
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from .launch import kernel_config
+    from .tiles import kernel_config
 
-    fn = getattr(kernels, _KERNEL[kind])
     if config is None and kind not in ("preprocess", "merge"):
         cands = kernel_config(
             head_dim, "cuda", interpreted=False, dtype=getattr(torch, dtype), arch=arch
         )
         config = cands[kind][0]
-    const, warps, stages = _constexprs(
-        kind, config, dtype, head_dim, is_causal, window, ragged, tma
-    )
-    if kind in ("dkdv", "dkdv_atomic"):
-        const["DQ_TRANSPOSED"] = arch >= 90  # as the host launches it (backward.py)
-    if groups == 1 and "NUM_GROUPS" in fn.arg_names:
-        const["NUM_GROUPS"] = 1  # what the runtime does with an int argument equal to 1
-    for name in ones:  # other int arguments equal to 1 (N_Q = 1 when decoding one token)
-        const[name] = 1
-    elem = TYPES[dtype]
-    signature, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in const:
-            signature[name] = "constexpr"
-            continue
-        if name in _FP32_PTRS:
-            signature[name] = "*fp32"
-        elif name in _ELEM_PTRS:
-            signature[name] = "*" + elem
-        elif name in _FLOATS:
-            signature[name] = "fp32"
-        else:  # strides, lengths, counts
-            signature[name] = "i32"
-        divisible = (
-            signature[name] != "fp32"
-            and name not in _NOT_DIVISIBLE
-            and not (name == "NUM_GROUPS")
-            and not (ragged and name in ("N_Q", "N_K"))
-        )
-        if divisible:
-            attrs[(i,)] = [["tt.divisibility", 16]]
+    # the two small kernels launch with Triton's defaults: 4 warps, 2 stages
+    warps, stages = (4, 2) if config is None else (config["num_warps"], config["num_stages"])
+    const = _constexprs(kind, config, dtype, head_dim, is_causal, window, ragged, tma, arch)
+    signature, attrs, const = _signature(fn, const, dtype, ragged, groups, ones)
     src = ASTSource(
         fn,
         signature,
         constexprs={(fn.arg_names.index(k),): v for k, v in const.items()},
         attrs=attrs,
     )
-    with tempfile.TemporaryDirectory() as cache:  # an empty cache: the real compile time
-        saved = os.environ.get("TRITON_CACHE_DIR")
-        os.environ["TRITON_CACHE_DIR"] = cache
-        try:
-            t0 = time.perf_counter()
-            compiled = triton.compile(
-                src,
-                target=GPUTarget("cuda", arch, 32),
-                options=dict(num_warps=warps, num_stages=stages),
-            )
-            seconds = time.perf_counter() - t0
-        finally:
-            if saved is None:
-                os.environ.pop("TRITON_CACHE_DIR", None)
-            else:
-                os.environ["TRITON_CACHE_DIR"] = saved
+    compiled, seconds = _compile_from_empty_cache(src, arch, warps, stages)
     ttgir = compiled.asm["ttgir"]
     report = dict(
         kind=kind,
@@ -400,7 +412,7 @@ def default_jobs(
     """
     import torch
 
-    from .launch import kernel_config
+    from .tiles import kernel_config
 
     jobs = []
     for arch in archs:

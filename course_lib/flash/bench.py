@@ -107,6 +107,80 @@ def _time_ms(fn: Callable[[], object], device: str, repeats: int, warmup: int) -
     return 1e3 * best_time(fn, repeats, warmup=warmup, statistic="median", device=device)
 
 
+def _bench_inputs(B, H, h_kv, n_q, N, d, dtype, device, backward: bool):
+    """Seeded q, k, v and dO for one point (q, k, v require grad for a backward)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q = torch.randn(B, H, n_q, d, generator=g).to(device, dtype)  # (B, H, Nq, d)
+    k, v = (torch.randn(B, h_kv, N, d, generator=g).to(device, dtype) for _ in range(2))
+    do = torch.randn(B, H, n_q, d, generator=g).to(device, dtype)  # (B, H, Nq, d)
+    if backward:
+        for x in (q, k, v):
+            x.requires_grad_()
+    return q, k, v, do
+
+
+def _max_abs_err(out, q, k, v, is_causal: bool) -> float | None:
+    """``max |out - attention|`` against the math backend in float32, where it fits easily
+    (4 GiB of scores); None where it does not. Causal masks aligned bottom-right (the same
+    as top-left when Nq = Nk)."""
+    (B, H, n_q, _), (h_kv, N) = q.shape, k.shape[1:3]
+    if not math_is_feasible(B, H, N, 4, budget_bytes=2**32, n_q=n_q):
+        return None
+    kr, vr = (x.detach().float().repeat_interleave(H // h_kv, dim=1) for x in (k, v))
+    allowed = None
+    if is_causal:
+        allowed = torch.ones(n_q, N, dtype=torch.bool, device=q.device).tril(N - n_q)
+    ref = F.scaled_dot_product_attention(q.detach().float(), kr, vr, attn_mask=allowed)
+    return float((out.detach().float() - ref).abs().max())
+
+
+def _peak_mem_mib(fn, q, k, v, do, is_causal: bool, backward: bool) -> float:
+    """Peak CUDA memory (MiB) of one call (and its backward), beyond what was allocated."""
+    q.grad = k.grad = v.grad = None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.set_grad_enabled(backward):
+        out = fn(q, k, v, is_causal)
+        if backward:
+            out.backward(do)
+    del out
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def _measure(rec: dict, impl: str, shape: dict, device: str, repeats: int, warmup: int) -> None:
+    """Fill ``rec`` with one implementation's error, times, throughput and memory at ``shape``."""
+    B, H, h_kv, N, n_q, d = (shape[k] for k in ("B", "H", "h_kv", "N", "n_q", "d"))
+    is_causal, decode, backward = shape["is_causal"], shape["decode"], shape["backward"]
+    fn = make_impl(impl, decode=decode)
+    q, k, v, do = _bench_inputs(B, H, h_kv, n_q, N, d, shape["dtype"], device, backward)
+    with torch.set_grad_enabled(backward):
+        out = fn(q, k, v, is_causal)  # (B, H, Nq, d)
+    rec["max_abs_err"] = _max_abs_err(out, q, k, v, is_causal)
+    del out
+    with torch.set_grad_enabled(backward):  # a training forward saves what backward needs
+        fwd_ms = _time_ms(lambda: fn(q, k, v, is_causal), device, repeats, warmup)
+    flops = attention_flops(B, H, N, d, is_causal, "fwd", n_q=n_q)
+    rec.update(fwd_ms=fwd_ms, fwd_tflops=flops / fwd_ms * 1e-9)
+    if decode:
+        kv_bytes = 2 * B * h_kv * N * d * torch.finfo(shape["dtype"]).bits // 8
+        rec["kv_gb_per_s"] = kv_bytes / fwd_ms * 1e-6
+    if backward:
+
+        def fwd_bwd():
+            q.grad = k.grad = v.grad = None
+            fn(q, k, v, is_causal).backward(do)
+
+        bwd_ms = max(_time_ms(fwd_bwd, device, repeats, warmup) - fwd_ms, 1e-6)
+        bwd_flops = attention_flops(B, H, N, d, is_causal, "bwd", n_q=n_q)
+        rec.update(bwd_ms=bwd_ms, bwd_tflops=bwd_flops / bwd_ms * 1e-9)
+    if impl == "flash_attention":
+        rec["configs"] = autotuned_configs()  # what the autotuner chose at this size
+    cuda = device == "cuda"
+    rec["peak_mem_mib"] = _peak_mem_mib(fn, q, k, v, do, is_causal, backward) if cuda else None
+
+
 def bench_one(
     impl: str,
     B: int,
@@ -133,78 +207,14 @@ def bench_one(
     read per second), ``peak_mem_mib`` (CUDA only: peak allocated during the timed call(s),
     beyond the inputs) and ``max_abs_err`` against the math backend in float32; or ``error``.
     """
-    h_kv = H if h_kv is None else h_kv
     decode = n_q is not None
-    n_q = N if n_q is None else n_q
-    backward = backward and not decode
-    rec = dict(
-        impl=impl,
-        kind=kind,
-        B=B,
-        H=H,
-        H_kv=h_kv,
-        N=N,
-        N_q=n_q,
-        d=d,
-        dtype=str(dtype).replace("torch.", ""),
-        causal=bool(is_causal),
-    )
+    shape = dict(B=B, H=H, h_kv=H if h_kv is None else h_kv, N=N, n_q=N if n_q is None else n_q,
+                 d=d, dtype=dtype, is_causal=is_causal, decode=decode,
+                 backward=backward and not decode)  # fmt: skip
+    rec = dict(impl=impl, kind=kind, B=B, H=H, H_kv=shape["h_kv"], N=N, N_q=shape["n_q"], d=d,
+               dtype=str(dtype).replace("torch.", ""), causal=bool(is_causal))  # fmt: skip
     try:
-        fn = make_impl(impl, decode=decode)
-        g = torch.Generator(device="cpu").manual_seed(0)
-        q = torch.randn(B, H, n_q, d, generator=g).to(device, dtype)  # (B, H, Nq, d)
-        k, v = (torch.randn(B, h_kv, N, d, generator=g).to(device, dtype) for _ in range(2))
-        do = torch.randn(B, H, n_q, d, generator=g).to(device, dtype)  # (B, H, Nq, d)
-        if backward:
-            for x in (q, k, v):
-                x.requires_grad_()
-        with torch.set_grad_enabled(backward):
-            out = fn(q, k, v, is_causal)  # (B, H, Nq, d)
-        rec["max_abs_err"] = None  # checked only where the float32 reference fits easily
-        if math_is_feasible(B, H, N, 4, budget_bytes=2**32, n_q=n_q):
-            kr, vr = (x.detach().float().repeat_interleave(H // h_kv, dim=1) for x in (k, v))
-            allowed = None  # causal aligned bottom-right (the same as top-left when Nq = Nk)
-            if is_causal:
-                allowed = torch.ones(n_q, N, dtype=torch.bool, device=device).tril(N - n_q)
-            ref = F.scaled_dot_product_attention(q.detach().float(), kr, vr, attn_mask=allowed)
-            rec["max_abs_err"] = float((out.detach().float() - ref).abs().max())
-            del ref, kr, vr
-        del out
-        with torch.set_grad_enabled(backward):  # a training forward saves what backward needs
-            fwd_ms = _time_ms(lambda: fn(q, k, v, is_causal), device, repeats, warmup)
-        flops = attention_flops(B, H, N, d, is_causal, "fwd", n_q=n_q)
-        rec.update(fwd_ms=fwd_ms, fwd_tflops=flops / fwd_ms * 1e-9)
-        if decode:
-            kv_bytes = 2 * B * h_kv * N * d * torch.finfo(dtype).bits // 8
-            rec["kv_gb_per_s"] = kv_bytes / fwd_ms * 1e-6
-        if backward:
-
-            def fwd_bwd():
-                q.grad = k.grad = v.grad = None
-                fn(q, k, v, is_causal).backward(do)
-
-            total_ms = _time_ms(fwd_bwd, device, repeats, warmup)
-            bwd_ms = max(total_ms - fwd_ms, 1e-6)
-            rec.update(
-                bwd_ms=bwd_ms,
-                bwd_tflops=attention_flops(B, H, N, d, is_causal, "bwd", n_q=n_q) / bwd_ms * 1e-9,
-            )
-        if impl == "flash_attention":
-            rec["configs"] = autotuned_configs()  # what the autotuner chose at this size
-        if device == "cuda":
-            q.grad = k.grad = v.grad = None
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            with torch.set_grad_enabled(backward):
-                out = fn(q, k, v, is_causal)
-                if backward:
-                    out.backward(do)
-            del out
-            torch.cuda.synchronize()
-            rec["peak_mem_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
-        else:
-            rec["peak_mem_mib"] = None
+        _measure(rec, impl, shape, device, repeats, warmup)
     except torch.cuda.OutOfMemoryError:
         rec["error"] = "out of memory"
     except Exception as err:  # an unsupported backend/dtype/size: record, keep going
@@ -216,14 +226,11 @@ def bench_one(
 
 
 def autotuned_configs() -> dict[str, str]:
-    """The block sizes / warps / stages that Triton's autotuner last chose, per kernel."""
-    from .launch import _autotuned
+    """The block sizes / warps / stages that Triton's autotuner last chose, per kernel
+    (:func:`course_lib.flash.launch.autotuners`)."""
+    from .launch import autotuners
 
-    return {
-        key[0].strip("_") + ("_atomic_dq" if key[4] else ""): str(tuner.best_config)
-        for key, tuner in _autotuned.items()
-        if getattr(tuner, "best_config", None) is not None
-    }
+    return {t.name: str(t.best_config) for t in autotuners() if t.best_config is not None}
 
 
 def metadata(dry_run: bool) -> dict:

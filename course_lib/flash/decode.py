@@ -1,23 +1,27 @@
 r"""Decoding: a few queries against a long key/value cache, the keys split over programs.
 
-The kernels are in :mod:`course_lib.flash.kernels.decode` (flash-decoding: partial outputs
-and their log-sum-exps, merged by a second kernel).
+Read with ``kernels/decode.py`` beside it (flash-decoding: each program computes a partial
+output and its log-sum-exp over a split of the keys; a second kernel merges them).
+:func:`flash_decode` checks its inputs, picks the row tile and the number of splits, and
+:func:`launch_decode` launches both kernels with every argument by name.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .inputs import _kernel_views, _mask_for
+from .inputs import Mask, kernel_views, mask_for
 from .launch import (
-    _dot_precision,
-    _empty_like_layout,
-    _last_dim_contiguous,
-    _on_device,
-    _prepare,
-    _strides,
-    kernel_config,
+    LOG2E,
+    empty_like_layout,
+    head_dim_args,
+    last_dim_contiguous,
+    on_device,
+    prepare,
+    sizes,
+    with_strides,
 )
+from .tiles import kernel_config
 
 DECODE_MAX_ROWS = 128  # G * Nq packed into one tile of rows
 
@@ -67,11 +71,9 @@ def flash_decode(
     share one tile, so the cache is read once per key/value head (:math:`G N_q \le 128`).
     Returns the output, or ``(output, lse [B, H, Nq])`` with ``return_lse``.
     """
-    import triton
-
     who = "flash_decode"
-    qv, kv, vv, layout, scale = _kernel_views(q, k, v, scale, layout, who)
-    mask = _mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who)
+    qv, kv, vv, layout, scale = kernel_views(q, k, v, scale, layout, who)
+    mask = mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise RuntimeError(
             "flash_decode is forward-only (inference): it has no backward. Use "
@@ -86,36 +88,61 @@ def flash_decode(
             f"decode kernel packs at most {DECODE_MAX_ROWS} (use flash_attention for long "
             "query sequences)"
         )
-    qv, kv, vv = (_last_dim_contiguous(x) for x in (qv, kv, vv))
-    kernels, interpreted = _prepare(qv)
+    qv, kv, vv = (last_dim_contiguous(x) for x in (qv, kv, vv))
+    interpreted = prepare(qv)
     menu = kernel_config(head_dim, qv.device, interpreted=interpreted, dtype=qv.dtype)["decode"]
-    c = next((c for c in menu if c["BLOCK_M"] >= rows), menu[-1])  # the smallest row tile that fits
-    block_n = c["BLOCK_N"]
-    splits = decode_splits(B * h_kv, n_k, block_n, qv.device) if num_splits is None else num_splits
+    tile = next((t for t in menu if t.block_m >= rows), menu[-1])  # the smallest that fits
+    splits = (
+        decode_splits(B * h_kv, n_k, tile.block_n, qv.device) if num_splits is None else num_splits
+    )
     if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
         raise ValueError(f"{who}: num_splits must be a positive int, got {num_splits!r}")
-    keys_per_split = triton.cdiv(triton.cdiv(n_k, splits), block_n) * block_n
-    splits = triton.cdiv(n_k, keys_per_split)
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    dev = qv.device
-    o_part = torch.empty(B * H * n_q, splits, head_dim, dtype=torch.float32, device=dev)
-    lse_part = torch.empty(B * H * n_q, splits, dtype=torch.float32, device=dev)
-    o = _empty_like_layout(qv, layout)  # (B, H, Nq, d_h)
-    lse = torch.empty(B * H, n_q, dtype=torch.float32, device=dev)  # (BH, Nq)
-    with torch.no_grad(), _on_device(qv):
-        kernels._decode_kernel[(splits, B * h_kv)](
-            qv, kv, vv, o_part, lse_part, scale * kernels.LOG2E,
-            *_strides(qv), *_strides(kv), *_strides(vv),
-            H, H // h_kv, n_q, n_k, *mask.kernel_args(), keys_per_split, splits,
-            HEAD_DIM=head_dim, BLOCK_D=block_d,
-            BLOCK_R=max(c["BLOCK_M"], triton.next_power_of_2(rows)), BLOCK_N=block_n,
-            EVEN_N=n_k % block_n == 0, EVEN_D=block_d == head_dim,
-            DOT_PRECISION=_dot_precision(qv.dtype), num_warps=c["num_warps"],
-            num_stages=c["num_stages"], **mask.meta(),
-        )  # fmt: skip
-        kernels._decode_merge_kernel[(B * H * n_q,)](
-            o_part, lse_part, o, lse, *_strides(o), H, n_q, splits,
-            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(splits)),
-        )  # fmt: skip
+    with torch.no_grad(), on_device(qv):
+        o, lse = launch_decode(qv, kv, vv, mask, tile, splits)  # (B, H, Nq, d_h), (BH, Nq)
     out = o.transpose(1, 2) if layout == "bnhd" else o
     return (out, lse.view(B, H, n_q)) if return_lse else out
+
+
+def launch_decode(q, k, v, mask: Mask, tile, splits: int):
+    r"""Run the split-key kernel, then the merge: ``O`` (caller's layout) and ``LSE [B*H, Nq]``.
+
+    ``tile``: its ``block_m`` rows hold the :math:`G N_q` packed query rows, ``block_n``
+    keys per step; ``splits``: programs per (batch, key/value head), each over a whole number
+    of key tiles (the count is rounded so that none is empty). The LSE is a natural log.
+    """
+    import triton
+
+    from .kernels.decode import _decode_kernel, _decode_merge_kernel
+
+    B, H, n_q, head_dim = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    rows = (H // h_kv) * n_q
+    keys_per_split = triton.cdiv(triton.cdiv(n_k, splits), tile.block_n) * tile.block_n
+    splits = triton.cdiv(n_k, keys_per_split)
+    features = head_dim_args(head_dim, q.dtype)
+    o_part = torch.empty(B * H * n_q, splits, head_dim, dtype=torch.float32, device=q.device)
+    lse_part = torch.empty(B * H * n_q, splits, dtype=torch.float32, device=q.device)
+    o = empty_like_layout(q, mask.layout)  # (B, H, Nq, d_h)
+    lse = torch.empty(B * H, n_q, dtype=torch.float32, device=q.device)  # (BH, Nq)
+    _decode_kernel[(splits, B * h_kv)](
+        **with_strides(Q=q, K=k, V=v),
+        O_PART=o_part,
+        LSE_PART=lse_part,
+        qk_scale=mask.scale * LOG2E,
+        **sizes(q, k),
+        KEYS_PER_SPLIT=keys_per_split,
+        NUM_SPLITS=splits,
+        BLOCK_R=max(tile.block_m, triton.next_power_of_2(rows)),
+        BLOCK_N=tile.block_n,
+        EVEN_N=n_k % tile.block_n == 0,
+        num_warps=tile.num_warps,
+        num_stages=tile.num_stages,
+        **mask.kernel_args(),
+        **features,
+    )
+    _decode_merge_kernel[(B * H * n_q,)](  # one program per query row
+        O_PART=o_part, LSE_PART=lse_part, **with_strides(O=o), LSE=lse,
+        H=H, N_Q=n_q, NUM_SPLITS=splits,
+        HEAD_DIM=head_dim, BLOCK_D=features["BLOCK_D"], BLOCK_S=max(2, triton.next_power_of_2(splits)),
+    )  # fmt: skip
+    return o, lse

@@ -1,8 +1,15 @@
-r"""The forward pass on the host, and the autograd function that ties it to the backward.
+r"""The forward pass, in the shape of Triton's fused-attention tutorial: launcher, autograd.
 
-:func:`flash_attention` (differentiable) and :func:`flash_attention_with_lse` (forward only,
-with the log-sum-exp) validate once, launch ``kernels.forward._fwd_kernel`` and, for the
-gradients, :func:`course_lib.flash.backward._backward`.
+Read with ``kernels/forward.py`` beside it (the kernel, ``_fwd_kernel``, and its inner loop):
+
+1. :func:`launch_forward` chooses Triton's mode (:func:`.launch.prepare`), imports the
+   kernel object, and launches it with every argument by name, one program per tile of
+   queries of one (batch, head); the tile comes from :func:`.tiles.kernel_config` (several
+   on a GPU: autotuned, :func:`.launch.run_kernel`).
+2. :class:`FlashAttentionFunction` ties it to the backward (:mod:`.backward`): the forward
+   saves q, k, v, O and the log-sum-exp, never P.
+3. :func:`flash_attention` (differentiable) and :func:`flash_attention_with_lse` (forward
+   only, with the log-sum-exp) check their inputs once (:mod:`.inputs`) and call them.
 """
 
 from __future__ import annotations
@@ -11,22 +18,24 @@ import math
 
 import torch
 
-from .backward import _backward
-from .inputs import _kernel_views, _Mask, _mask_for
+from .backward import launch_backward
+from .inputs import Mask, kernel_views, mask_for
 from .launch import (
-    _bucket,
-    _dot_precision,
-    _empty_like_layout,
-    _ensure_allocator,
-    _last_dim_contiguous,
-    _launch,
-    _on_device,
-    _prepare,
-    _strides,
-    kernel_config,
+    LOG2E,
+    buckets,
+    empty_like_layout,
+    ensure_allocator,
+    head_dim_args,
+    last_dim_contiguous,
+    on_device,
+    prepare,
+    run_kernel,
+    sizes,
     tma_compatible,
     tma_enabled,
+    with_strides,
 )
+from .tiles import kernel_config
 
 LN2 = math.log(2.0)  # a base-2 log-sum-exp times ln 2 is the natural one
 
@@ -48,54 +57,36 @@ def uses_tma(q, k, v, o=None, *, interpreted: bool | None = None) -> bool:
     return tma_compatible(*tensors) and (interpreted or sixteen_bit)
 
 
-def _forward(q, k, v, mask: _Mask):
+def launch_forward(q, k, v, mask: Mask):
     r"""Run the forward kernel: ``O [B, H, Nq, d_h]`` (caller's layout) and ``LSE [B*H, Nq]``.
 
     The LSE is in base 2, :math:`L_2 = L / \ln 2`, the units of the kernels' exponents
     (``exp2``), so the backward uses it as it is.
     """
+    interpreted = prepare(q)
     import triton
 
-    kernels, interpreted = _prepare(q)
+    from .kernels.forward import _fwd_kernel
+
     B, H, n_q, head_dim = q.shape
-    h_kv, n_k = k.shape[1], k.shape[2]
-    o = _empty_like_layout(q, mask.layout)  # (B, H, Nq, d_h)
+    o = empty_like_layout(q, mask.layout)  # (B, H, Nq, d_h)
     lse = torch.empty(B * H, n_q, dtype=torch.float32, device=q.device)  # (BH, Nq)
-    cfg = kernel_config(head_dim, q.device, interpreted=interpreted, dtype=q.dtype)
-    block_d = max(16, triton.next_power_of_2(head_dim))
     use_tma = uses_tma(q, k, v, o, interpreted=interpreted)
     if use_tma and not interpreted:
-        _ensure_allocator()  # the kernel writes its descriptors to a global scratch buffer
-    _launch(
-        kernels,
-        "_fwd_kernel",
-        cfg["fwd"],
-        lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), B * H),  # (query tiles, B*H)
-        n_q,
-        n_k,
-        q,
-        k,
-        v,
-        o,
-        lse,
-        mask.scale * kernels.LOG2E,
-        *_strides(q),
-        *_strides(k),
-        *_strides(v),
-        *_strides(o),
-        H,
-        H // h_kv,
-        n_q,
-        n_k,
-        *mask.kernel_args(),
-        _bucket(n_q),
-        _bucket(n_k),
-        HEAD_DIM=head_dim,
-        BLOCK_D=block_d,
-        EVEN_D=block_d == head_dim,
-        DOT_PRECISION=_dot_precision(q.dtype),
+        ensure_allocator()  # the kernel writes its descriptors to a global scratch buffer
+    tiles = kernel_config(head_dim, q.device, interpreted=interpreted, dtype=q.dtype)["fwd"]
+    run_kernel(
+        _fwd_kernel,
+        tiles,
+        lambda tile: (triton.cdiv(n_q, tile["BLOCK_M"]), B * H),  # (query tiles, B*H)
+        **with_strides(Q=q, K=k, V=v, O=o),
+        LSE=lse,
+        qk_scale=mask.scale * LOG2E,
         USE_TMA=use_tma,
-        **mask.meta(),
+        **sizes(q, k),
+        **buckets(q, k),
+        **mask.kernel_args(),
+        **head_dim_args(head_dim, q.dtype),
     )
     return o, lse
 
@@ -105,9 +96,9 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, deterministic=True):
-        q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
-        with _on_device(q):
-            o, lse = _forward(q, k, v, mask)  # (B, H, Nq, d_h), (BH, Nq)
+        q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
+        with on_device(q):
+            o, lse = launch_forward(q, k, v, mask)  # (B, H, Nq, d_h), (BH, Nq)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.mask, ctx.deterministic = mask, deterministic
         return o
@@ -115,8 +106,8 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        with _on_device(q):
-            dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.mask, ctx.deterministic)
+        with on_device(q):
+            dq, dk, dv = launch_backward(do, q, k, v, o, lse, ctx.mask, ctx.deterministic)
         return dq, dk, dv, None, None
 
 
@@ -162,8 +153,8 @@ def flash_attention(
     who = "flash_attention"
     if not isinstance(deterministic, bool):
         raise TypeError(f"{who}: deterministic must be True or False, got {deterministic!r}")
-    qv, kv, vv, layout, scale = _kernel_views(q, k, v, scale, layout, who)
-    mask = _mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who)
+    qv, kv, vv, layout, scale = kernel_views(q, k, v, scale, layout, who)
+    mask = mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who)
     out = FlashAttentionFunction.apply(qv, kv, vv, mask, deterministic)  # (B, H, Nq, d_h)
     return out.transpose(1, 2) if layout == "bnhd" else out
 
@@ -181,10 +172,10 @@ def flash_attention_with_lse(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward kernel's two outputs, ``O`` (q's layout) and ``LSE [B, H, Nq]`` (no autograd)."""
     who = "flash_attention_with_lse"
-    qv, kv, vv, layout, scale = _kernel_views(q, k, v, scale, layout, who)
-    mask = _mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who)
-    qv, kv, vv = (_last_dim_contiguous(x) for x in (qv, kv, vv))
-    with torch.no_grad(), _on_device(qv):
-        o, lse = _forward(qv, kv, vv, mask)
+    qv, kv, vv, layout, scale = kernel_views(q, k, v, scale, layout, who)
+    mask = mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who)
+    qv, kv, vv = (last_dim_contiguous(x) for x in (qv, kv, vv))
+    with torch.no_grad(), on_device(qv):
+        o, lse = launch_forward(qv, kv, vv, mask)
     o = o.transpose(1, 2) if layout == "bnhd" else o
     return o, lse.view(qv.shape[:-1]) * LN2  # the kernel's base-2 L_2, as a natural log

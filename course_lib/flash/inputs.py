@@ -1,7 +1,8 @@
 r"""What a FlashAttention call is asked to do, checked once: layout, heads, mask options, dtypes.
 
 Shared by the tiled reference (:mod:`.reference`) and the kernels' launchers
-(:mod:`.forward`, :mod:`.decode`). Every mistake is named in the error, with the likely fix
+(:mod:`.forward`, :mod:`.decode`): :func:`kernel_views` checks a kernel call and
+:func:`mask_for` turns its mask options into a :class:`Mask`, the kernels' mask arguments. Every mistake is named in the error, with the likely fix
 (flash-attn's ``[B, N, H, d_h]`` layout read as the course's is the common one).
 """
 
@@ -123,11 +124,11 @@ def _validate(q, k, v, scale, who: str, layout: str) -> float:
 
 
 _DTYPES_CPU = (torch.float32, torch.float16)
-_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y: the kernels put batch x heads there
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y: the kernels put batch x heads there
 _DTYPES_CUDA = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _kernel_views(q, k, v, scale, layout, who: str):
+def kernel_views(q, k, v, scale, layout, who: str):
     """Validate a kernel call; returns ``[B, H, N, d_h]`` views, the layout and the scale."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
@@ -181,17 +182,17 @@ def _kernel_views(q, k, v, scale, layout, who: str):
             f"{who}: bfloat16 needs a GPU of compute capability 8.0 or newer (Ampere); use "
             "float16 on this GPU"
         )
-    if q.device.type == "cuda" and qv.shape[0] * qv.shape[1] > _MAX_GRID_Y:
+    if q.device.type == "cuda" and qv.shape[0] * qv.shape[1] > MAX_GRID_Y:
         raise ValueError(
             f"{who}: B*H = {qv.shape[0] * qv.shape[1]} (batch x heads) exceeds the CUDA grid "
-            f"limit of {_MAX_GRID_Y} programs on the second grid axis; split the batch into "
+            f"limit of {MAX_GRID_Y} programs on the second grid axis; split the batch into "
             "chunks"
         )
     return qv, kv, vv, layout, scale
 
 
 @dataclass(frozen=True)
-class _Mask:
+class Mask:
     """What a kernel call masks: causal (with its diagonal offset) and a sliding window."""
 
     is_causal: bool
@@ -200,14 +201,18 @@ class _Mask:
     scale: float
     layout: str
 
-    def kernel_args(self) -> tuple[int, int]:
-        return self.diag, self.window or 0
+    def kernel_args(self) -> dict:
+        """The mask as every kernel takes it: ``DIAG``, ``WINDOW`` and two compile-time flags."""
+        return dict(
+            DIAG=self.diag,
+            WINDOW=self.window or 0,
+            IS_CAUSAL=self.is_causal,
+            HAS_WINDOW=self.window is not None,
+        )
 
-    def meta(self) -> dict:
-        return dict(IS_CAUSAL=self.is_causal, HAS_WINDOW=self.window is not None)
 
-
-def _mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who) -> _Mask:
+def mask_for(qv, kv, is_causal, causal_alignment, window, scale, layout, who) -> Mask:
+    """The :class:`Mask` of a call, its options checked."""
     window = _check_options(is_causal, causal_alignment, window, who)
     diag = _diag_offset(qv.shape[-2], kv.shape[-2], causal_alignment)
-    return _Mask(bool(is_causal), diag, window, scale, layout)
+    return Mask(bool(is_causal), diag, window, scale, layout)

@@ -1,9 +1,14 @@
 r"""The Triton kernels of FlashAttention: forward, backward, and a split-key decode path.
 
-Imported lazily by :mod:`course_lib.flash` (Triton must see ``TRITON_INTERPRET`` before it
-is first imported). Tensors are addressed through three strides, batch ``b``, head ``h`` and
-token ``n`` (the last dimension, the features, is contiguous), so one kernel reads the
-course's ``[B, H, N, d_h]`` layout and flash-attn's ``[B, N, H, d_h]`` alike, without a copy.
+One module per pass (``forward.py``, ``backward.py``, ``decode.py``, and ``common.py`` for
+the helpers they share); each pass's launcher (``course_lib/flash/forward.py``, ...) imports
+its kernel from there by name. Importing this package decorates every kernel at once, in the
+mode :func:`course_lib.flash.launch.load_kernels` chose first (Triton reads
+``TRITON_INTERPRET`` when ``@triton.jit`` decorates a kernel), so it is imported lazily.
+
+Tensors are addressed through three strides, batch ``b``, head ``h`` and token ``n`` (the
+last dimension, the features, is contiguous), so one kernel reads the course's
+``[B, H, N, d_h]`` layout and flash-attn's ``[B, N, H, d_h]`` alike, without a copy.
 
 Notation, for one (batch, head) pair: :math:`S = \text{scale}\cdot QK^\top`,
 :math:`P = \mathrm{softmax}(S)` row by row over the keys a query may see, :math:`O = PV`, and
@@ -21,7 +26,7 @@ what a KV cache needs: the last query sees every key). Causal: key :math:`j` is 
   (no query of the tile sees any of their keys: never loaded), **full** (every query sees
   every key: no mask is built at all) and **partial** (crossing the causal diagonal, the
   window's edge or the end of the sequence: the element-wise mask is applied).
-  :func:`_key_range` computes the classes' boundaries once per program, and each kernel
+  :func:`.common._key_range` computes the classes' boundaries once per program, and each kernel
   runs two loops: the full tiles with no mask in the loop body, then the partial tiles of
   both edges (a window's left edge, the diagonal) in one loop with the mask, a compile-time
   switch (``MASKED``). The online softmax does not care about the order of the tiles, and
@@ -68,8 +73,8 @@ warpgroup MMA), and the dQ kernel is not launched.
 over the group happens in registers.
 
 **Decoding.** With a few queries against a long cache, one program per query tile would leave
-almost every SM idle. :func:`_decode_kernel` splits the *keys* over programs, each returning
-a partial output and its log-sum-exp; :func:`_decode_merge_kernel` combines them,
+almost every SM idle. :func:`.decode._decode_kernel` splits the *keys* over programs, each returning
+a partial output and its log-sum-exp; :func:`.decode._decode_merge_kernel` combines them,
 :math:`L = \log\sum_s e^{L_s}`, :math:`O = \sum_s e^{L_s - L} O_s` (flash-decoding). The
 :math:`G` query heads of a key/value head are packed into one tile of rows, so each key is
 read once per key/value head.
@@ -88,23 +93,11 @@ long-context inference"; the fused-attention tutorial of the Triton project.
 
 from __future__ import annotations
 
-from .backward import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_preprocess_kernel
-from .common import LOG2E
-from .decode import _decode_kernel, _decode_merge_kernel
-from .forward import _fwd_kernel
+from . import backward, common, decode, forward
 
-__all__ = [
-    "LOG2E",
-    "_bwd_dkdv_kernel",
-    "_bwd_dq_kernel",
-    "_bwd_preprocess_kernel",
-    "_decode_kernel",
-    "_decode_merge_kernel",
-    "_fwd_kernel",
-    "is_interpreted",
-]
+__all__ = ["backward", "common", "decode", "forward", "is_interpreted"]
 
 
 def is_interpreted() -> bool:
     """True when these kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1)."""
-    return type(_fwd_kernel).__name__ == "InterpretedFunction"
+    return type(forward._fwd_kernel).__name__ == "InterpretedFunction"

@@ -9,8 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634  # log2(e), for the launchers (qk_scale = scale * LOG2E)
-_LOG2E = tl.constexpr(1.4426950408889634)  # the same, readable inside the kernels
+_LOG2E = tl.constexpr(1.4426950408889634)  # log2(e), readable inside the kernels
 _LN2 = tl.constexpr(0.6931471805599453)  # ln(2)
 
 

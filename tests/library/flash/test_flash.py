@@ -38,7 +38,11 @@ from course_lib.flash import (
     flash_attention_reference,
     flash_attention_with_lse,
     flash_decode,
+    forward,
+    inputs,
+    launch,
 )
+from course_lib.flash.tiles import Tile, gpu_tiles
 
 # Where the small "CPU" cases run: the CPU through the interpreter, or, when Triton compiles
 # (a CUDA machine), the GPU — a compiled kernel cannot read CPU tensors.
@@ -364,16 +368,17 @@ def test_kernel_tile_map_is_the_ideal_classification(bm, bn):
             assert torch.equal(got, ideal), (n_q, n_k, is_causal, alignment, window, got, ideal)
 
 
-kernels = flash._load_kernels()  # conftest.py has chosen Triton's mode already
+launch.load_kernels()  # in the mode conftest.py has chosen already
+from course_lib.flash.kernels.common import _key_range, _query_range  # noqa: E402
 
 
 @triton.jit
 def _probe_ranges(OUT, A, B, N, DIAG, WINDOW, BLOCK: tl.constexpr, QUERY: tl.constexpr):
     """Store the kernels' (lo, full_lo, full_hi, hi) for one call, causal with a window."""
     if QUERY:
-        lo, flo, fhi, hi = kernels.common._query_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
+        lo, flo, fhi, hi = _query_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
     else:
-        lo, flo, fhi, hi = kernels.common._key_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
+        lo, flo, fhi, hi = _key_range(A, B, N, DIAG, WINDOW, BLOCK, True, True)
     tl.store(OUT + 0, lo)
     tl.store(OUT + 1, flo)
     tl.store(OUT + 2, fhi)
@@ -480,13 +485,13 @@ def test_kernel_gqa_matches_sdpa_enable_gqa():
 def test_kernel_gqa_reads_kv_heads_without_copies(monkeypatch):
     """No repeated K/V is materialised: the kernel receives k, v with H_kv heads."""
     seen = []
-    real = flash._forward
+    real = forward.launch_forward
 
     def spy(q, k, v, mask):
         seen.append((q.shape[1], k.shape[1], k.data_ptr()))
         return real(q, k, v, mask)
 
-    monkeypatch.setattr(flash.forward, "_forward", spy)
+    monkeypatch.setattr(forward, "launch_forward", spy)
     q, k, v, _ = _inputs(1, 8, 16, 16, 16, torch.float32, DEVICE, h_kv=2)
     flash_attention(q, k, v)
     assert seen == [(8, 2, k.data_ptr())]
@@ -567,10 +572,10 @@ def test_kernel_layout_bnhd_reads_flash_attn_tensors_without_copies(monkeypatch)
         x.transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v)
     )  # (B, N, H, d)
     seen = []
-    real = flash._forward
+    real = forward.launch_forward
     monkeypatch.setattr(
-        flash.forward,
-        "_forward",
+        forward,
+        "launch_forward",
         lambda q_, k_, v_, m: seen.append(q_.data_ptr()) or real(q_, k_, v_, m),
     )
     out = flash_attention(qb, kb, vb, is_causal=True, layout="bnhd")
@@ -680,7 +685,7 @@ def test_autotuning_can_be_switched_off(monkeypatch):
     cfg = flash.kernel_config(128, "cuda", interpreted=False, dtype=torch.bfloat16)
     assert all(len(v) == 1 for k, v in cfg.items() if k != "decode")  # decode: a menu by size
     assert [c["BLOCK_M"] for c in cfg["decode"]] == [16, 64, 128]
-    assert cfg["fwd"][0] == flash._gpu_candidates(128)["fwd"][0]
+    assert cfg["fwd"][0] == gpu_tiles(128)["fwd"][0]
 
 
 def test_kernel_config_float32_on_cuda_is_one_small_config():
@@ -705,17 +710,17 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
         return [ms, ms, ms]
 
     two = {
-        "fwd": [flash._cfg(32, 16), flash._cfg(16, 32)],
-        "dkdv": [flash._cfg(16, 32), flash._cfg(32, 16)],
-        "dkdv_atomic": [flash._cfg(16, 32), flash._cfg(32, 16)],
-        "dq": [flash._cfg(32, 16), flash._cfg(16, 16)],
-        "decode": [flash._cfg(16, 16)],
+        "fwd": [Tile(32, 16), Tile(16, 32)],
+        "dkdv": [Tile(16, 32), Tile(32, 16)],
+        "dkdv_atomic": [Tile(16, 32), Tile(32, 16)],
+        "dq": [Tile(32, 16), Tile(16, 16)],
+        "decode": [Tile(16, 16)],
     }
     for module in (flash.forward, flash.backward):  # where the launchers look them up
         monkeypatch.setattr(module, "kernel_config", lambda *a, **k: two)
-    monkeypatch.setattr(flash.launch, "_DO_BENCH", cpu_bench)
+    monkeypatch.setattr(launch, "AUTOTUNE_TIMER", cpu_bench)
     _check_kernel(1, 2, 45, 45, 32, True, None, torch.float32)
-    assert any(key[2] is cpu_bench for key in flash._autotuned)
+    assert any(tuner.timer is cpu_bench for tuner in launch.autotuners())
     tuned = len(calls)
     _check_kernel(1, 2, 50, 50, 32, True, None, torch.float32)  # same bucket (64): no re-tuning
     assert len(calls) == tuned
@@ -726,7 +731,7 @@ def test_autotuned_launch_path_through_the_interpreter(monkeypatch):
     q, k, v, do = _inputs(1, 2, 40, 40, 32, torch.float32, DEVICE)
     q.requires_grad_()
     flash_attention(q, k, v, is_causal=True, deterministic=False).backward(do)
-    assert any(key[4] == ("DQ_ACC",) for key in flash._autotuned)
+    assert any(tuner.reset == ("DQ_ACC",) for tuner in launch.autotuners())
     _assert_close(q.grad, _sdpa_grads(q, k, v, do, True, None)[1], TOL[torch.float32]["grad"], "dQ")
     from course_lib.flash import bench
 
@@ -753,8 +758,8 @@ def test_every_tl_dot_states_its_input_precision():
     # fwd 2, dK/dV 4 + the atomic dQ both ways (transposed on sm_90), dQ 3, transposed decode 2
     assert len(dots) == src.count("tl.dot(") == 13
     assert all("input_precision=DOT_PRECISION" in d for d in dots), dots
-    assert flash._dot_precision(torch.float32) == "ieee"
-    assert flash._dot_precision(torch.float16) != "ieee"  # ignored for 16-bit operands
+    assert launch.dot_precision(torch.float32) == "ieee"
+    assert launch.dot_precision(torch.float16) != "ieee"  # ignored for 16-bit operands
 
 
 def test_batch_head_offsets_are_int64():
@@ -775,11 +780,11 @@ def test_batch_head_offsets_are_int64():
 
 
 def test_too_many_batch_heads_for_the_cuda_grid_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(flash.inputs, "_MAX_GRID_Y", 3)
+    monkeypatch.setattr(inputs, "MAX_GRID_Y", 3)
     q = torch.empty(2, 2, 8, 16, device="meta")  # B*H = 4 > 3
     monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
     with pytest.raises(ValueError, match="B\\*H = 4"):
-        flash._kernel_views(q, q, q, None, "bhnd", "flash_attention")
+        inputs.kernel_views(q, q, q, None, "bhnd", "flash_attention")
 
 
 # The kernels compiled ahead of time for sm_90 and sm_80: tests/library/flash/test_flash_aot.py.
@@ -841,7 +846,7 @@ def test_missing_triton_says_how_to_get_it(monkeypatch):
 
 
 def test_cpu_tensors_in_compiled_mode_explain_the_fix(monkeypatch):
-    kernels = flash._load_kernels()
+    kernels = launch.load_kernels()
     monkeypatch.setattr(kernels, "is_interpreted", lambda: False)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
         flash_attention(*[torch.randn(1, 1, 4, 16)] * 3)

@@ -23,7 +23,7 @@ import pytest
 import triton
 
 from course_lib.flash import aot, kernel_config
-from course_lib.flash.launch import shared_estimate
+from course_lib.flash.tiles import shared_estimate
 
 ROOT = Path(__file__).resolve().parents[3]
 REGISTER_TABLE = ROOT / "benchmarks/results/flash_aot_registers.json"
