@@ -12,10 +12,13 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "duplicate_token_scores",
     "induction_scores",
     "previous_token_scores",
     "random_period_tokens",
     "repeated_random_tokens",
+    "top_heads",
+    "uniform_induction_score",
 ]
 
 
@@ -68,6 +71,48 @@ def previous_token_scores(weights: torch.Tensor) -> torch.Tensor:
     n = weights.shape[-2]
     queries = torch.arange(1, n)  # (N-1,)
     return weights[:, :, queries, queries - 1].mean(dim=(0, 2))  # (H,)
+
+
+def duplicate_token_scores(weights: torch.Tensor, period: int) -> torch.Tensor:
+    r"""Per-head duplicate-token score of attention weights ``[B, H, N, N]`` on repeated tokens.
+
+    A *duplicate-token head* attends from a token to its own previous occurrence, key
+    :math:`n - T` (Wang et al., 2022, "Interpretability in the Wild", found such heads in GPT-2
+    small); an induction head looks one further, at :math:`n - T + 1`. The score is the mean
+    weight on key :math:`n - T` over the queries :math:`n \ge T`. Returns ``[H]``.
+    """
+    if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"expected weights [B, H, N, N], got {tuple(weights.shape)}")
+    n = weights.shape[-1]
+    if not 1 <= period < n:
+        raise ValueError(f"period must be in [1, N={n}), got {period}")
+    queries = torch.arange(period, n)  # (N-T,)
+    return weights[:, :, queries, queries - period].mean(dim=(0, 2))  # (H,)
+
+
+def uniform_induction_score(period: int, copies: int = 2) -> float:
+    r"""The induction score of uniform causal attention: the baseline a real head must beat.
+
+    A causal query at position :math:`n` sees :math:`n + 1` keys, so uniform attention puts
+    :math:`1/(n+1)` on each; averaged over the queries :math:`n = T, \dots, cT - 1` of
+    :func:`induction_scores`: :math:`\frac{1}{(c-1)T}\sum_n \frac{1}{n+1}`, about
+    :math:`\ln 2 / T` for two copies.
+    """
+    if period < 1 or copies < 2:
+        raise ValueError(f"need period >= 1 and copies >= 2, got {period}, {copies}")
+    n = torch.arange(period, copies * period, dtype=torch.float64)  # (N-T,)
+    return float((1.0 / (n + 1)).mean())
+
+
+def top_heads(scores: torch.Tensor, k: int = 5) -> list[tuple[int, int, float]]:
+    """The ``k`` highest of per-head scores ``[L, H]``: ``(layer, head, score)``, strongest first,
+    the score as a float rounded to three decimals."""
+    if scores.ndim != 2:
+        raise ValueError(f"expected scores [L, H], got {tuple(scores.shape)}")
+    flat = scores.flatten()  # (L*H,)
+    order = flat.argsort(descending=True)[: int(k)]
+    heads = scores.shape[1]
+    return [(int(i) // heads, int(i) % heads, round(float(flat[i]), 3)) for i in order]
 
 
 def random_period_tokens(
