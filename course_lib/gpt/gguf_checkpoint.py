@@ -323,10 +323,10 @@ def load_gguf(
     shapes = {t.name: tuple(int(n) for n in reversed(t.shape)) for t in reader.tensors}
     config = config_from_gguf(gguf_metadata(reader), shapes, rope=rope, attention=attention)
     state = state_dict_from_gguf(reader, config, Path(path).name)
-    with torch.device("meta"):  # no random initialisation: every weight comes from the file
-        model = GPT(config)
-    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
-    return model.eval()
+    model = GPT(config)  # (building on the "meta" device would skip the random initialisation,
+    # but its first use imports torch's compiler stack: slower than the initialisation)
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True)
+    return model.to(dtype).eval()
 
 
 def load_gguf_tokenizer(path: str | Path, *, pre: str | None = None) -> BPETokenizer:
