@@ -41,7 +41,7 @@ what a KV cache needs: the last query sees every key). Causal: key :math:`j` is 
   numbered so that, within each (batch, head), those start first; the last programs to start
   are the cheapest, so the final wave of the GPU ends nearly together instead of waiting on
   one long program.
-* *Register-safe tile sizes* (in :func:`course_lib.flash.kernel_config`): checked with
+* *Register-safe tile sizes* (the table of :mod:`course_lib.flash.tiles`): checked with
   ``ptxas`` for sm_80 and sm_90 (``python -m course_lib.flash.aot``); a tile that spills
   registers to local memory turns the on-chip loop into a memory-bound one. On a GPU the
   autotuner picks among them once per *bucket* of lengths (the next power of two), not per
