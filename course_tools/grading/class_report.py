@@ -5,13 +5,15 @@
 
 Where the class got stuck, in figures: the distribution of totals, each exercise's pass rate
 and median points, the mistakes the checks diagnosed most often ("Likely cause: ..." in the
-feedback, named by the exercise's declared mistakes), the time-outs and errors, and the
+feedback, counted only when it is one of the exercise's own diagnoses: its declared
+mistakes and hints, never a learner's text), the time-outs and errors, and the
 submissions that need a human look (``review.csv``). It reads what a grading run wrote
 (``results.jsonl``, else ``grades.csv``, and ``review.csv``) and changes nothing there.
 
 The page needs no network and no other file: the figures are inline SVG drawn by
 matplotlib (text as paths, so no font is needed either), the style sheet is inline, and
-every text that came from a submission (names, messages) is escaped.
+every text that came from a submission (names, messages) is escaped; the figures draw
+every label as plain text (matplotlib's maths parsing and TeX off: a ``$`` is a dollar).
 """
 
 from __future__ import annotations
@@ -106,8 +108,8 @@ class ClassData:
         for r in self.rows:
             if r.get("status") != "failed" or not r.get("exercise"):
                 continue
-            names = {mistake_name(r["exercise"], c) for c in causes(r.get("feedback", []))}
-            for name in names:
+            names = {mistake_name(r["exercise"], c) for c in _diagnoses(r)}
+            for name in names - {None}:
                 seen[(r["exercise"], name)] += 1
         ranked = sorted(seen.items(), key=lambda kv: (-kv[1], _exercise_key(kv[0][0]), kv[0][1]))
         return [(ex, name, n) for (ex, name), n in ranked]
@@ -148,27 +150,56 @@ def _first_line(text: str, limit: int = 300) -> str:
 
 
 def causes(feedback: list) -> list[str]:
-    """The "Likely cause: ..." texts in a row's feedback messages."""
+    """The "Likely cause: ..." text the check appended to each of a row's feedback
+    messages (the last one of a message: text before it may be a learner's own exception
+    message)."""
     found = []
     for message in feedback:
-        for m in CAUSE.finditer(str(message)):
-            found.append(m.group(1).strip())
+        hits = list(CAUSE.finditer(str(message)))
+        if hits:
+            found.append(hits[-1].group(1).strip())
     return found
 
 
-def mistake_name(exercise_id: str, cause: str) -> str:
-    """The declared mistake a diagnosis names (its short form, the hint's nudge), else the
-    diagnosis's first sentence."""
+def _diagnoses(row: dict) -> list[str]:
+    """A failed row's diagnoses: the grader's own record of them (``diagnoses``, made in
+    its process, every one a check's) where the row has one, else the "Likely cause" texts
+    of its feedback (a gradebook from an older grader), which only count when they name
+    a declared diagnosis (see :func:`mistake_name`)."""
+    if isinstance(row.get("diagnoses"), list):
+        return [_GRADER + str(d) for d in row["diagnoses"]]
+    return causes(row.get("feedback", []))
+
+
+_GRADER = "\0grader:"  # marks a diagnosis the grader recorded itself (no learner text has it)
+
+
+def _declared(exercise_id: str) -> list[str]:
+    """The diagnoses the exercise's checks can make: its declared mistakes, the hints of
+    its exception patterns, its warning hint and its general hint (their short forms)."""
     try:
         from course_lib.checks.core import get_exercise
 
         ex = get_exercise(exercise_id)
-        for hint in list(ex.mistakes) + list(getattr(ex, "error_hints", {}) or {}):
-            nudge = str(hint).strip()
-            if nudge and cause.startswith(nudge):
-                return nudge
-    except Exception:  # unknown exercise: fall back on the text
-        pass
+    except Exception:  # an exercise this course no longer has: nothing is declared
+        return []
+    hints = [*ex.mistakes, ex.hint, *(getattr(ex, "errors", None) or {}).values()]
+    if isinstance(getattr(ex, "no_warnings", None), str):
+        hints.append(ex.no_warnings)
+    return sorted({str(h).strip() for h in hints if h and str(h).strip()}, key=len, reverse=True)
+
+
+def mistake_name(exercise_id: str, cause: str) -> str | None:
+    """The diagnosis of the exercise's own checks that ``cause`` names (its short form,
+    the hint's nudge), else None: text that is not one of the checks' own (a learner's
+    exception saying "Likely cause: ...") is never reported as a diagnosis."""
+    ours = cause.startswith(_GRADER)
+    cause = cause.removeprefix(_GRADER)
+    for nudge in _declared(exercise_id):
+        if cause.startswith(nudge):
+            return nudge
+    if not ours:
+        return None
     first = re.split(r"(?<=[.!?])\s", cause, maxsplit=1)[0]
     return first if len(first) <= 200 else first[:199] + "…"
 
@@ -233,6 +264,9 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     plt.rcParams["svg.fonttype"] = "path"  # text as outlines: the page needs no font
+    # every label is shown as written: `$...$` in any text is never parsed as maths
+    plt.rcParams["text.usetex"] = False
+    plt.rcParams["text.parse_math"] = False
     return plt
 
 

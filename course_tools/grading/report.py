@@ -128,7 +128,7 @@ def grades_csv(
     ]
     base = Path(out_dir) if out_dir is not None else Path()
     if paths is None:
-        paths = feedback_paths(base, [res["submission"] for res in results])
+        paths = feedback_paths(base, sorted({r["submission"] for r in sorted_rows(results)}))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)

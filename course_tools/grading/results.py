@@ -21,9 +21,10 @@ import json
 import math
 import os
 import pickle
+import re
 import stat
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,9 @@ def _flatten(x: Any, prefix: str, arrays: dict) -> Any:
     if isinstance(x, np.ndarray):
         if x.dtype == object:
             return {"repr": repr(x)[:200]}
-        arrays[prefix] = x
+        # a copy, made now: a function that reuses its output buffer (or returns a view
+        # of its state) must be recorded as it returned, not as the next call leaves it
+        arrays[prefix] = np.array(x, copy=True)
         return {"array": prefix}
     if x is None or isinstance(x, (bool, int, float, str)):
         if isinstance(x, float) and not math.isfinite(x):
@@ -158,6 +161,12 @@ class Verdict:
     max_points: int
     status: str  # passed | failed | error | timeout | missing
     feedback: list[str]
+    # the checks' own diagnoses ("Likely cause: ..."), made in the grader's process from
+    # the recorded outputs: never text from the learner's kernel (the class report's list)
+    diagnoses: list[str] = field(default_factory=list)
+
+
+_CAUSE = re.compile(r"Likely cause:\s*(.+)")
 
 
 def _result_file_problem(path: Path) -> str | None:
@@ -282,7 +291,7 @@ def score(
             "error",
             [f"expected results for {len(cases)} cases, found {len(recorded)}"],
         )
-    feedback, passed, not_impl = [], 0, 0
+    feedback, passed, not_impl, diagnoses = [], 0, 0, []
     ran = sum(1 for entry in recorded if "error" not in entry)  # cases that returned
     for case, entry in zip(cases, recorded):
         if "error" in entry:
@@ -299,6 +308,7 @@ def score(
             feedback.append(f"✓ {case.name}")
         else:
             feedback.append(f"✗ {case.name}: {result.message}")
+            diagnoses += [m.group(1).strip() for m in _CAUSE.finditer(result.message)][-1:]
     if passed == len(cases):
         return Verdict(ex.id, ex.points, ex.points, "passed", feedback)
     if not_impl and not ran:  # missing only when no case ran the learner's code to a result
@@ -306,4 +316,4 @@ def score(
     points = round(ex.points * passed / len(cases), 2) if partial and cases else 0
     if points:
         feedback.append(f"partial credit: {passed} of {len(cases)} cases passed")
-    return Verdict(ex.id, points, ex.points, "failed", feedback)
+    return Verdict(ex.id, points, ex.points, "failed", feedback, diagnoses)

@@ -113,7 +113,10 @@ def row(
     status: str,
     feedback: list[str],
     title: str = "",
+    diagnoses: list[str] | None = None,
 ) -> dict:
+    """One gradebook row; ``diagnoses``: the checks' own diagnoses of a failure (made in
+    the grader's process, see :class:`course_tools.grading.results.Verdict`)."""
     assert status in STATUSES, status
     feedback = [str(f)[:MAX_FEEDBACK_LINE] for f in list(feedback)[:MAX_FEEDBACK_LINES]]
     return {
@@ -125,6 +128,7 @@ def row(
         "status": status,
         "feedback": list(feedback),
         "title": title,
+        "diagnoses": [str(d)[:MAX_FEEDBACK_LINE] for d in (diagnoses or [])[:MAX_FEEDBACK_LINES]],
     }
 
 
@@ -252,9 +256,11 @@ def _scored_verdict(ex, v, h, errored) -> tuple[str, float, list[str]]:
     """The verdict from the score of the recorded outputs, with the cells' errors."""
     if (
         errored
-        and v.status in ("missing", "error")
+        and v.status in ("missing", "error", "failed")
         and not any("not implemented" in f for f in v.feedback)
     ):
+        # the cell raised (a NameError, say) and the function did not pass: `error`, as the
+        # guide's table says, with the exception named first
         return "error", 0, [f"your solution cell raised {errored[-1].message}"] + v.feedback
     if v.status == "error" and h is not None and h.status == "error":
         if h.message.startswith(("SystemExit", "KeyboardInterrupt")):
@@ -289,8 +295,15 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
     ]
     harvest = [i for i, (r, e) in enumerate(plan.roles) if r == "harvest" and e == ex_id]
     v = verdicts.get(ex_id)
+    errored = [outcomes[i] for i in sol_cells if outcomes[i].status == "error"]
     if v is not None and v.status == "passed":
-        return "passed", v.points, v.feedback
+        # the check saw a working definition; the exception the cell raised is still named
+        raised = [
+            f"your solution cell raised {o.message}: the function it defined passed, but "
+            "a top-to-bottom run of your notebook stops at that cell"
+            for o in errored[-1:]
+        ]
+        return "passed", v.points, raised + v.feedback
     h = outcomes[harvest[0]] if harvest else None
     failed = _harvest_failure(h, cell_timeout) or _solution_cell_failure(outcomes, sol_cells)
     if failed:
@@ -298,7 +311,6 @@ def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float
     if h is not None and h.status == "skipped":
         status = "timeout" if "time limit" in h.message else "error"
         return status, 0, [f"your function was never checked: {h.message}"]
-    errored = [outcomes[i] for i in sol_cells if outcomes[i].status == "error"]
     if v is None:
         msg = h.message if h is not None and h.message else "no results were recorded"
         extra = [f"your solution cell raised {errored[-1].message}"] if errored else []
@@ -593,6 +605,7 @@ def _exercise_rows(job: dict, plan, outcomes: list, verdicts: dict) -> list[dict
                 status,
                 notes + feedback,
                 ex.title,
+                verdicts[ex_id].diagnoses if status == "failed" and ex_id in verdicts else [],
             )
         )
     return rows

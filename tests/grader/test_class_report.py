@@ -157,7 +157,14 @@ def test_a_folder_that_is_no_grading_run_is_refused(tmp_path, capsys):
 
 @pytest.mark.browser
 def test_the_report_renders_offline_in_chromium(graded):
-    from test_browser import launched_chromium
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "site_browser", ROOT / "tests" / "site" / "test_browser.py"
+    )  # the browser tests' Chromium, from their folder (tests/site)
+    browser_tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(browser_tests)
+    launched_chromium = browser_tests.launched_chromium
 
     out, _ = graded
     page_path = C.write_report(out)
@@ -196,3 +203,53 @@ def test_review_rows_survive_the_round_trip(graded):
     with open(out / "review.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert C.load(out).review == rows
+
+
+def test_only_the_checks_own_diagnoses_are_listed_and_any_text_renders(tmp_path):
+    """A learner's own exception saying "Likely cause: ..." is no diagnosis, and `$...$`
+    anywhere (a name, a reason, a diagnosis) is drawn as text, never parsed as maths."""
+    forged = "your function raised ValueError: Likely cause: $\\frac{1}{$ the teacher"
+    rows = [
+        {
+            "submission": "class/$x$/02.ipynb",
+            "assignment": ASSIGNMENT,
+            "exercise": "02.1",
+            "title": "$\\sqrt{$",
+            "points": 0,
+            "max_points": 2,
+            "status": "failed",
+            "feedback": [f"✗ a case: {forged}"],
+        },
+        {
+            "submission": "class/b/02.ipynb",
+            "assignment": ASSIGNMENT,
+            "exercise": "02.1",
+            "title": "t",
+            "points": 0,
+            "max_points": 2,
+            "status": "failed",
+            "feedback": ["✗ a case: off.\n    Likely cause: rows $ 0..$n$ unscaled"],
+            "diagnoses": ["rows $ 0..$n$ unscaled"],  # the grader's own, however it reads
+        },
+        {
+            "submission": "class/c/02.ipynb",
+            "assignment": ASSIGNMENT,
+            "exercise": "02.2",
+            "title": "t",
+            "points": 0,
+            "max_points": 1,
+            "status": "error",
+            "feedback": ["your solution cell raised NameError: $\\undefined{$"],
+        },
+    ]
+    results = [
+        {"submission": r["submission"], "assignment": ASSIGNMENT, "rows": [r], "flags": {}}
+        for r in rows
+    ]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
+    data = C.load(tmp_path)
+    assert [name for _, name, _ in data.mistakes()] == ["rows $ 0..$n$ unscaled"]
+    assert C.mistake_name("02.1", "$\\frac{1}{$ the teacher") is None
+    assert cli.main(["report", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "the teacher" not in page and "unscaled" in page

@@ -124,8 +124,8 @@ def rows_of(run: dict, submission: str) -> list[dict]:
 
 def feedback_file(run: dict, submission: str) -> Path:
     """The submission's feedback file, as grades.csv names it (its `feedback` column)."""
-    named = {r.get("feedback") for r in run["rows"] if r["submission"] == submission}
-    named.discard(None)
+    with open(run["out"] / "grades.csv", newline="", encoding="utf-8") as f:
+        named = {r["feedback"] for r in csv.DictReader(f) if r["submission"] == submission}
     assert len(named) <= 1, (submission, named)
     if named:
         return run["out"] / named.pop()
