@@ -118,12 +118,8 @@ def find_copies(work: Path, known: list[str]) -> dict[str, Path]:
     chosen = {}
     for assignment, paths in found.items():
         canonical = [p for p in paths if p.name == f"{assignment}{WORK_SUFFIX}.ipynb"]
-        chosen[assignment] = canonical[0] if canonical else max(paths, key=_mtime)
+        chosen[assignment] = canonical[0] if canonical else max(paths, key=os.path.getmtime)
     return chosen
-
-
-def _mtime(path: Path) -> float:
-    return path.stat().st_mtime
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -197,32 +193,97 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
-def solution_cells(copy_nb: dict, assignment: str, ex) -> list[str]:
-    """The learner's solution cell(s) of one exercise: by exercise id, by nbgrader's
-    grade_id, else the last code cell that defines the function (as the grader finds them)."""
-    cells = [c for c in copy_nb.get("cells", []) if isinstance(c, dict)]
-    found = [
-        c
-        for c in cells
-        if str(_cell_meta(c).get("exercise")) == ex.id and _cell_meta(c).get("role") == "solution"
-    ]
+# ------------------------------- a learner's solution cells: for `make progress` and the grader
+
+
+def grade_id(assignment: str, exercise_id: str, role: str = "solution") -> str:
+    """nbgrader's ``grade_id`` of an exercise's cell (the one format, written here)."""
+    return f"{assignment}-{exercise_id}-{role}".replace(".", "_")
+
+
+def defines(source: str, name: str) -> bool:
+    """True when a cell binds ``name`` at its top level (def, class, assignment, import)."""
+    import ast
+
+    lines = ["" if ln.lstrip().startswith(("%", "!", "?")) else ln for ln in source.splitlines()]
+    try:
+        body = ast.parse("\n".join(lines)).body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return bool(re.search(rf"^[ \t]*def[ \t]+{re.escape(name)}[ \t]*\(", source, re.M))
+    for node in body:
+        bound = [getattr(node, "name", None)]  # def, class
+        bound += [a.asname or a.name.split(".")[0] for a in getattr(node, "names", [])]
+        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+        bound += [n.id for t in targets if t for n in ast.walk(t) if isinstance(n, ast.Name)]
+        if name in bound and not isinstance(node, (ast.For, ast.AsyncFor, ast.Global)):
+            return True
+    return False
+
+
+@dataclass
+class Found:
+    """``cells`` (code, in order), ``chosen`` (the one the check cell saw), ``how`` they were
+    found, and ``kind``: the cell type of a tagged cell that is no longer code."""
+
+    cells: list
+    chosen: object
+    how: str
+    kind: str = ""
+
+
+def _tagged(cells: list, exercise_id: str, role: str) -> list:
+    meta = [(c, _cell_meta(c)) for c in cells]
+    return [c for c, m in meta if str(m.get("exercise")) == exercise_id and m.get("role") == role]
+
+
+def find_solution_cells(cells: list, assignment: str, exercise_id: str, target: str) -> Found:
+    """The learner's solution cells of one exercise (by exercise id, else nbgrader's
+    ``grade_id``, else the last code cell defining ``target``), and the one that counts.
+    Several may keep the tag (JupyterLab's Duplicate copies metadata): the one the check
+    cell saw counts. Of those above the check cell (all, if none is), an untouched
+    placeholder is left out when another has code; then the one run last before the
+    check cell (execution counts, when saved), else the last one (a top-to-bottom run)."""
+    cells = [c for c in cells if isinstance(c, dict)]
+    found, how = _tagged(cells, exercise_id, "solution"), "exercise id"
     if not found:
-        grade_id = f"{assignment}-{ex.id}-solution".replace(".", "_")
+        gid, how = grade_id(assignment, exercise_id), "nbgrader grade_id"
         found = [
-            c
-            for c in cells
-            if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == grade_id
+            c for c in cells if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == gid
         ]
     if not found:
-        pattern = re.compile(rf"^\s*def\s+{re.escape(ex.target)}\s*\(", re.M)
+        how = "function name"
         found = [
             c
             for c in cells
             if c.get("cell_type") == "code"
             and _cell_meta(c).get("role") not in ("check", "statement")
-            and pattern.search(_source(c))
+            and defines(_source(c), target)
         ][-1:]
-    return [_source(c) for c in found if c.get("cell_type") == "code"]
+    code = [c for c in found if c.get("cell_type") == "code"]
+    if not code:
+        return Found([], None, how, str(found[0].get("cell_type")) if found else "")
+    if len(code) == 1:
+        return Found(code, code[0], how)
+    place = {id(c): i for i, c in enumerate(cells)}
+    check = (_tagged(cells, exercise_id, "check") or [None])[0]
+    above = [c for c in code if check is None or place[id(c)] < place[id(check)]] or code
+    from .checks.core import PLACEHOLDER_MARK
+
+    started = [c for c in above if PLACEHOLDER_MARK not in _source(c)] or above
+    ran_at = _count(check) if check is not None else -1
+    runs = [(_count(c), i) for i, c in enumerate(started) if -1 < _count(c) < ran_at]
+    return Found(code, started[max(runs)[1]] if runs else started[-1], how)
+
+
+def _count(cell: dict) -> int:
+    n = cell.get("execution_count")
+    return n if isinstance(n, int) and not isinstance(n, bool) else -1
+
+
+def solution_cells(copy_nb: dict, assignment: str, ex) -> list[str]:
+    """The source of the exercise's solution cell that counts (:func:`find_solution_cells`)."""
+    found = find_solution_cells(copy_nb.get("cells", []), assignment, ex.id, ex.target)
+    return [_source(found.chosen)] if found.chosen is not None else []
 
 
 class _Alarm(BaseException):

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import nbformat
 
+from course_lib.progress import grade_id
+
 from .course import CourseRootError, add_course_argument, course_root
 
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
@@ -130,7 +132,7 @@ def validate(nb, where: str) -> dict[str, dict[str, list[int]]]:
 def _nbgrader_meta(role: str, ex, assignment: str) -> dict:
     base = {
         "schema_version": 3,
-        "grade_id": f"{assignment}-{ex.id}-{role}".replace(".", "_"),
+        "grade_id": grade_id(assignment, ex.id, role),
         "task": False,
     }
     if role == "solution":

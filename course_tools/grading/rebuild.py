@@ -275,38 +275,26 @@ def _course_meta(cell) -> dict:
 def find_solution_cells(
     nb, assignment: str, ex_id: str, target: str
 ) -> tuple[list, list[str], str | None]:
-    """(cells, notes, missing reason) of the learner's solution cell(s) for one exercise."""
+    """(cells, notes, missing reason) of the learner's solution cell for one exercise: the
+    one cell that counts, as ``make progress`` finds it
+    (:func:`course_lib.progress.find_solution_cells`, the one place that finds them). When
+    several cells keep the exercise's tag (JupyterLab's Duplicate copies a cell's
+    metadata), the one the check cell saw counts and the others are not run: a scratch
+    copy, a leftover placeholder or a fix below the check decides nothing."""
+    from course_lib.progress import find_solution_cells as find
+
+    found = find(list(nb.cells), assignment, ex_id, target)
     notes: list[str] = []
-    cells = [
-        c
-        for c in nb.cells
-        if str(_course_meta(c).get("exercise")) == ex_id
-        and _course_meta(c).get("role") == "solution"
-    ]
-    how = "exercise id"
-    if not cells:
-        grade_id = f"{assignment}-{ex_id}-solution".replace(".", "_")
-        cells = [
-            c
-            for c in nb.cells
-            if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == grade_id
-        ]
-        how = "nbgrader grade_id"
-    if not cells:
-        cells = [
-            c
-            for c in nb.cells
-            if c.get("cell_type") == "code"
-            and _course_meta(c).get("role") not in ("check", "statement")
-            and target in defined_names(c.get("source", ""))
-        ][-1:]
-        how = "function name"
-        if cells:
-            notes.append(
-                f"the solution cell had lost its exercise tag; the last cell that "
-                f"defines `{target}` was used"
+    if not found.cells:
+        if found.kind:
+            return (
+                [],
+                notes,
+                (
+                    f"the solution cell of exercise {ex_id} is no longer a code cell "
+                    f"(it is {found.kind!r})"
+                ),
             )
-    if not cells:
         return (
             [],
             notes,
@@ -316,33 +304,35 @@ def find_solution_cells(
                 f"`{target}`)"
             ),
         )
-    code = [c for c in cells if c.get("cell_type") == "code"]
-    if not code:
+    if found.how == "function name":
+        notes.append(
+            f"the solution cell had lost its exercise tag; the last cell that "
+            f"defines `{target}` was used"
+        )
+    if len(found.cells) > 1:
+        k = next(i for i, c in enumerate(found.cells) if c is found.chosen) + 1
+        notes.append(
+            f"the submission has {len(found.cells)} solution cells for exercise {ex_id} "
+            f"(matched by {found.how}; JupyterLab's Duplicate keeps the tag): the grader ran "
+            f"the one your check cell saw (the {_ordinal(k)}; the last one run before the "
+            "check when the notebook saved execution counts, else the last one above the "
+            "check, leaving out untouched placeholders) and not the others"
+        )
+    src = found.chosen.get("source", "")
+    if len(src) > MAX_SOLUTION_CHARS:
         return (
             [],
             notes,
             (
-                f"the solution cell of exercise {ex_id} is no longer a code cell "
-                f"(it is {cells[0].get('cell_type')!r})"
+                f"the solution cell of exercise {ex_id} holds {len(src)} "
+                f"characters, over the {MAX_SOLUTION_CHARS} limit"
             ),
         )
-    if len(code) > 1:
-        notes.append(
-            f"the submission has {len(code)} solution cells for exercise {ex_id} "
-            f"(matched by {how}); they were run in order, as a top-to-bottom run "
-            "would, so the last definition counts"
-        )
-    for c in code:
-        if len(c.get("source", "")) > MAX_SOLUTION_CHARS:
-            return (
-                [],
-                notes,
-                (
-                    f"the solution cell of exercise {ex_id} holds {len(c.get('source', ''))} "
-                    f"characters, over the {MAX_SOLUTION_CHARS} limit"
-                ),
-            )
-    return code, notes, None
+    return [found.chosen], notes, None
+
+
+def _ordinal(k: int) -> str:
+    return {1: "1st", 2: "2nd", 3: "3rd"}.get(k, f"{k}th")
 
 
 # --------------------------------------------------------------------------- code analysis

@@ -1,0 +1,225 @@
+"""A hostile class, round 4 (issue 38): the verdict is the one the notebook's check saw.
+
+Every submission below is graded in the real sandbox, in one shared run among honest
+submissions (``--jobs 2``): a cell that raises, duplicated and moved exercise cells, a
+function that reuses its output buffer, a neutral file name, a disk filled then left, …
+Each test asserts the grade, that the feedback says why, and that the honest submissions
+are unharmed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from grading_lab import (
+    ROOT,
+    blames_the_grader,
+    cell,
+    dump,
+    feedback,
+    grade,
+    notebook,
+    require_sandbox,
+    row,
+    rows_of,
+    source,
+    with_solutions,
+)
+
+pytestmark = pytest.mark.slow
+
+CORRECT = source(cell(notebook(), "solution", "00.1"))
+WRONG = "def softmax(x):\n    return x * 0.0\n"
+
+# The cell defines a wrong function, then raises NameError (a typo below the function).
+WRONG_THEN_NAMEERROR = WRONG + "\nundefined_name\n"
+# The cell defines the right function, then raises NameError.
+RIGHT_THEN_NAMEERROR = CORRECT + "\nundefined_name\n"
+
+# The learner's own exception dresses up as a check's diagnosis, with maths in it.
+FORGED_CAUSE = 'def softmax(x):\n    raise ValueError("Likely cause: $\\\\frac{1}{$ the teacher")\n'
+
+# A right answer that reuses its output buffer: each case must be recorded as it was
+# returned, not as the next call leaves it.
+BUFFER_REUSE = """_buf = np.empty(100_000)
+def softmax(x):
+    out = _buf[: x.size].reshape(x.shape)  # every call writes the same memory
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    np.divide(e, e.sum(axis=-1, keepdims=True), out=out)
+    return out
+"""
+
+
+def _duplicated(arrangement: list[tuple[str, str, int | None]], check_count=None) -> bytes:
+    """Chapter 00's exercise notebook with its tagged solution cell replaced by copies of
+    it (JupyterLab's Duplicate keeps the tag): ``arrangement`` is (where, source, execution
+    count) with where "above" (above the check cell) or "below" (below it); the check cell
+    ran at ``check_count``."""
+    nb = notebook("00_setup", "exercises")
+    tagged = cell(nb, "solution", "00.1")
+    check = cell(nb, "check", "00.1")
+    check["execution_count"] = check_count
+    out = []
+    for c in nb["cells"]:
+        if c is tagged:
+            out += [
+                _copy(tagged, src, n, i)
+                for i, (w, src, n) in enumerate(arrangement)
+                if w == "above"
+            ]
+            continue
+        out.append(c)
+        if c is check:
+            out += [
+                _copy(tagged, src, n, i)
+                for i, (w, src, n) in enumerate(arrangement)
+                if w == "below"
+            ]
+    nb["cells"] = out
+    return dump(nb)
+
+
+def _copy(tagged: dict, src: str, count, i: int) -> dict:
+    c = copy.deepcopy(tagged)
+    c["id"] = f"duplicate-{i}"
+    c["source"], c["execution_count"] = src, count
+    return c
+
+
+PLACEHOLDER = source(cell(notebook("00_setup", "exercises"), "solution", "00.1"))
+# (submission, arrangement, the check cell's count, what the notebook's check saw)
+DUPLICATES = {
+    # the answer, then a leftover placeholder copy (never run): the check saw the answer
+    "dup_placeholder_left.ipynb": (
+        [("above", CORRECT, 1), ("above", PLACEHOLDER, None)],
+        2,
+        "passed",
+    ),
+    # a broken scratch copy below the answer, run before it: the check saw the answer
+    "dup_scratch_broken.ipynb": ([("above", CORRECT, 3), ("above", WRONG, 2)], 4, "passed"),
+    # a wrong answer, checked, then fixed only in a copy below the check
+    "dup_fixed_below_check.ipynb": ([("above", WRONG, 1), ("below", CORRECT, 3)], 2, "failed"),
+    # no execution counts (outputs cleared): the last copy above the check counts
+    "dup_no_counts.ipynb": ([("above", WRONG, None), ("above", CORRECT, None)], None, "passed"),
+}
+
+SUBMISSIONS = {
+    **{name: (lambda a=a, n=n: _duplicated(a, n)) for name, (a, n, _) in DUPLICATES.items()},
+    "buffer_reuse.ipynb": lambda: with_solutions({"00.1": BUFFER_REUSE}),
+    "honest_a.ipynb": lambda: (ROOT / "solutions" / "00_setup.ipynb").read_bytes(),
+    "forged_cause.ipynb": lambda: with_solutions({"00.1": FORGED_CAUSE}),
+    "nameerror_wrong.ipynb": lambda: with_solutions({"00.1": WRONG_THEN_NAMEERROR}),
+    "nameerror_right.ipynb": lambda: with_solutions({"00.1": RIGHT_THEN_NAMEERROR}),
+    "honest_z.ipynb": lambda: (ROOT / "solutions" / "00_setup.ipynb").read_bytes(),
+}
+
+
+@pytest.fixture(scope="session")
+def round4(tmp_path_factory):
+    require_sandbox()
+    base = tmp_path_factory.mktemp("round4")
+    subs = base / "subs"
+    subs.mkdir()
+    files = {name: make() for name, make in SUBMISSIONS.items()}
+    for name, data in files.items():
+        (subs / name).parent.mkdir(parents=True, exist_ok=True)
+        (subs / name).write_bytes(data)
+    run = grade(
+        [subs],
+        base / "out",
+        "--jobs",
+        "2",
+        "--assignment",
+        "00_setup",
+        "--cell-timeout",
+        "60",
+        "--timeout",
+        "300",
+        "--disk-limit",
+        "0.25",
+    )
+    run["files"] = files
+    return run
+
+
+def _honest_are_unharmed(run: dict) -> None:
+    for sub in ("subs/honest_a.ipynb", "subs/honest_z.ipynb"):
+        r = row(run, sub)
+        assert (r["status"], r["points"]) == ("passed", "1"), feedback(run, sub)
+
+
+def _blames_submission(run: dict, sub: str) -> None:
+    assert rows_of(run, sub), run["csv"]
+    assert not blames_the_grader(feedback(run, sub)), feedback(run, sub)
+
+
+def test_a_cell_that_raises_is_an_error_named_in_the_feedback(round4):
+    """The guide's table: a solution cell that raised is `error`, and the feedback names
+    the exception; a right function defined before the exception still passes, and the
+    feedback still names it."""
+    sub = "subs/nameerror_wrong.ipynb"
+    r = row(round4, sub)
+    assert (r["status"], r["points"]) == ("error", "0"), feedback(round4, sub)
+    assert "NameError" in feedback(round4, sub) and "undefined_name" in feedback(round4, sub)
+    _blames_submission(round4, sub)
+    sub = "subs/nameerror_right.ipynb"
+    r = row(round4, sub)
+    assert (r["status"], r["points"]) == ("passed", "1"), feedback(round4, sub)
+    assert "NameError" in feedback(round4, sub)
+    _honest_are_unharmed(round4)
+
+
+def test_the_class_report_lists_only_the_checks_diagnoses(round4):
+    """A learner's exception saying "Likely cause: $...$" is neither listed as a diagnosis
+    nor able to stop `course-grade report` (matplotlib never parses it as maths)."""
+    from course_tools.grading import class_report, cli
+
+    sub = "subs/forged_cause.ipynb"
+    assert row(round4, sub)["status"] == "failed", feedback(round4, sub)
+    assert "the teacher" in feedback(round4, sub)  # the learner sees their own message
+    data = class_report.load(round4["out"])
+    assert not any("teacher" in name for _, name, _ in data.mistakes()), data.mistakes()
+    assert cli.main(["report", str(round4["out"])]) == 0
+    page = (round4["out"] / "report.html").read_text(encoding="utf-8")
+    assert "Mistakes the checks diagnosed" not in page or "teacher" not in page
+
+
+@pytest.mark.parametrize("name", list(DUPLICATES))
+def test_a_duplicated_tagged_cell_never_decides_the_grade(round4, name):
+    """JupyterLab's Duplicate keeps the exercise tag: of the tagged cells, the grade is
+    the verdict on the one the check cell saw (a leftover placeholder, a broken scratch
+    copy or a fix below the check changes nothing)."""
+    sub = f"subs/{name}"
+    expected = DUPLICATES[name][2]
+    r = row(round4, sub)
+    assert r["status"] == expected, feedback(round4, sub)
+    assert float(r["points"]) == (1.0 if expected == "passed" else 0.0)
+    assert "solution cells for exercise 00.1" in feedback(round4, sub)
+    _blames_submission(round4, sub)
+    _honest_are_unharmed(round4)
+
+
+def test_each_output_is_recorded_as_it_was_returned(round4):
+    sub = "subs/buffer_reuse.ipynb"
+    r = row(round4, sub)
+    assert (r["status"], r["points"]) == ("passed", "1"), feedback(round4, sub)
+
+
+def test_progress_finds_the_cell_the_grader_grades(round4):
+    """`make progress` and the grader find the same solution cell (one module)."""
+    from course_lib.progress import find_solution_cells
+
+    for name, (_, _, expected) in DUPLICATES.items():
+        nb = json.loads(round4["files"][name])
+        found = find_solution_cells(nb["cells"], "00_setup", "00.1", "softmax")
+        ns: dict = {"np": __import__("numpy")}
+        exec(source(found.chosen), ns)
+        from course_lib.checks.core import CheckFailed, check
+
+        try:
+            passed = check("00.1", ns["softmax"], quiet=True).passed
+        except CheckFailed:
+            passed = False
+        assert passed == (expected == "passed"), name
