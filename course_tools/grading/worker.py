@@ -382,9 +382,9 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> dict | None
         return None
     result["flags"] = plan.flags
     result["notes"] += plan.notes.pop("*", [])
-    mismatch = result.pop("mismatch", None)
-    if mismatch:
-        plan.flags.setdefault("*", []).insert(0, mismatch)
+    for why in (result.pop("unstated", None), result.pop("mismatch", None)):
+        if why:
+            plan.flags.setdefault("*", []).insert(0, why)
     verdicts: dict = {}
     outcomes: list = [CellOutcome("skipped", "not run") for _ in plan.roles]
     if plan.needs_kernel:
@@ -445,6 +445,12 @@ def _read(job: dict, course, result: dict, send) -> tuple[object, list[dict] | N
         )
     elif how not in ("metadata", "expected"):
         result["notes"].append(f"assignment {assignment} recognised by its {how}")
+    if how != "expected":  # nothing the instructor controls said which assignment this is
+        result["unstated"] = (
+            f"graded as {assignment}, which its {how} names: no --assignment was given and "
+            "neither its file name nor its folder names an assignment; check that it is "
+            "the one handed in for (grade with --assignment, or name the folder)"
+        )
     return nb, None
 
 

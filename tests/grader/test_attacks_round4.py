@@ -223,3 +223,19 @@ def test_progress_finds_the_cell_the_grader_grades(round4):
         except CheckFailed:
             passed = False
         assert passed == (expected == "passed"), name
+
+
+def test_an_assignment_nothing_names_is_graded_by_its_metadata_and_flagged(tmp_path):
+    """No --assignment, a neutral name (`homework.ipynb`) in a folder that names no
+    assignment: graded as the notebook's metadata says, and flagged for a human look."""
+    require_sandbox()
+    subs = tmp_path / "lms_export_week1"
+    subs.mkdir()
+    (subs / "homework.ipynb").write_bytes((ROOT / "solutions" / "00_setup.ipynb").read_bytes())
+    run = grade([subs], tmp_path / "out")
+    sub = "lms_export_week1/homework.ipynb"
+    r = row(run, sub)
+    assert (r["assignment"], r["status"]) == ("00_setup", "passed"), run["csv"]
+    review = (tmp_path / "out" / "review.csv").read_text(encoding="utf-8")
+    assert sub in review and "graded as 00_setup" in review, review
+    assert "its metadata" in review, review

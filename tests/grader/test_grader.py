@@ -637,7 +637,9 @@ def test_suspicious_code_is_flagged_for_review(adversarial):
     for name in ("copy_reference", "tamper_patch", "tamper_fake_results", "tamper_silence"):
         assert f"subs/{name}.ipynb" in review, review
     # the course's own answer to 00.1 is three lines the statement dictates: not a "copy"
-    assert not [line for line in review.splitlines() if line.startswith("subs/solved.ipynb,")]
+    # (its name names no assignment: that, and only that, is flagged)
+    solved = [line for line in review.splitlines() if line.startswith("subs/solved.ipynb,")]
+    assert all("which its metadata names" in line for line in solved), solved
     if "tamper_forge.ipynb" in adversarial["variants"] and not adversarial["sandboxed"]:
         assert "forged" in review  # (in the sandbox, the grader's pipes are out of reach)
     # review notes are for the instructor, not in the learner's feedback
