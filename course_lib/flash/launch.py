@@ -1,4 +1,4 @@
-r"""What every launcher shares: Triton's mode, the tile table, autotuning, the TMA switch.
+r"""What every launcher shares: Triton's mode, the GPU, arguments by name, autotuning, TMA.
 
 Each pass's launcher (:mod:`.forward`, :mod:`.backward`, :mod:`.decode`) reads top to bottom
 as Triton's fused-attention tutorial does: it calls :func:`prepare` (Triton's mode chosen,

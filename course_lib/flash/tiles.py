@@ -51,8 +51,6 @@ class Tile(Mapping):
 _LAUNCH_OPTIONS = dict(BLOCK_M="block_m", BLOCK_N="block_n", num_warps="num_warps",
                        num_stages="num_stages")  # fmt: skip
 
-KINDS = ("fwd", "dkdv", "dkdv_atomic", "dq", "decode")
-
 # The autotuner's candidates per architecture and head dimension (d_h <= 64, d_h <= 128),
 # the default (what runs without autotuning) first. Every one compiles for its architecture
 # without a register spill, without a duplicated warpgroup and, on sm_90, with Hopper's
