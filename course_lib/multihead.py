@@ -400,6 +400,37 @@ class MultiHeadAttention(nn.Module):
         ``attn_mask`` (torch's name, True = blocked) is refused with a message: the course's
         ``mask`` has the opposite polarity, so pass ``mask=~attn_mask``.
         """
+        query, key, value = self._batch_first_inputs(query, key, value, attn_mask)
+
+        # Q = X W_Q, K = X W_K, V = X W_V, then cut the features into heads
+        q = split_heads(self.W_Q(query), self.num_heads)  # (B, H, Nq, d_h)
+        k = split_heads(self.W_K(key), self.num_kv_heads)  # (B, Hkv, Nk_new, d_h)
+        v = split_heads(self.W_V(value), self.num_kv_heads)  # (B, Hkv, Nk_new, d_h)
+        past = 0 if cache is None else len(cache)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, Hkv, Nk, d_h) with Nk = past + Nk_new
+
+        # GQA: query head i reads key/value head i // G
+        k = repeat_kv(k, self.num_groups)  # (B, H, Nk, d_h)
+        v = repeat_kv(v, self.num_groups)  # (B, H, Nk, d_h)
+        mask, is_causal = self._one_mask(mask, key_padding_mask, is_causal, past, q, k)
+
+        # head_i = softmax(Q_i K_i^T / sqrt(d_h)) V_i, for all heads at once
+        heads, weights = scaled_dot_product_attention(
+            q, k, v, mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
+        )  # (B, H, Nq, d_h), (B, H, Nq, Nk)
+
+        # MultiHead = Concat(head_1, ..., head_H) W_O
+        out = self.W_O(merge_heads(heads))  # (B, Nq, d_model)
+        return self._caller_layout(out), (weights if need_weights else None)
+
+    # ------------------------------------------------------------------ torch's conventions
+    # What forward() accepts beyond the maths, for torch.nn.MultiheadAttention's callers: the
+    # sequence-first layout, default keys and values, torch's masks and its attn_mask.
+
+    def _batch_first_inputs(self, query, key, value, attn_mask):
+        """``(query, key, value)``, each ``[B, N, d_model]``: refuses torch's ``attn_mask``,
+        reads the sequence-first layout, fills in self-attention's defaults, checks shapes."""
         if attn_mask is not None:
             raise TypeError(
                 "attn_mask is torch.nn.MultiheadAttention's argument, where a boolean True "
@@ -414,41 +445,27 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         check_mha_inputs(query, key, value, self.d_model, batch_first=self.batch_first)
+        return query, key, value
 
-        # Q = X W_Q, K = X W_K, V = X W_V, then cut the features into heads
-        q = split_heads(self.W_Q(query), self.num_heads)  # (B, H, Nq, d_h)
-        k = split_heads(self.W_K(key), self.num_kv_heads)  # (B, Hkv, Nk_new, d_h)
-        v = split_heads(self.W_V(value), self.num_kv_heads)  # (B, Hkv, Nk_new, d_h)
-        past = 0
-        if cache is not None:
-            past = len(cache)
-            k, v = cache.update(k, v)  # (B, Hkv, Nk, d_h) with Nk = past + Nk_new
-        n_q, n_k = q.shape[-2], k.shape[-2]
-
-        # GQA: query head i reads key/value head i // G
-        k = repeat_kv(k, self.num_groups)  # (B, H, Nk, d_h)
-        v = repeat_kv(v, self.num_groups)  # (B, H, Nk, d_h)
-
-        mask = self._head_mask(mask, q.shape[0], n_q, n_k)  # None or (..., Nq, Nk)
+    def _one_mask(self, mask, key_padding_mask, is_causal: bool, past: int, q, k):
+        """``(mask, is_causal)`` for the attention call: the course's ``mask`` with a head axis,
+        and-ed with torch's ``key_padding_mask`` and, after ``past`` cached tokens, with the
+        causal triangle aligned bottom-right (then ``is_causal`` is False)."""
+        batch_size, n_q, n_k = q.shape[0], q.shape[-2], k.shape[-2]
+        mask = self._head_mask(mask, batch_size, n_q, n_k)  # None or (..., Nq, Nk)
         if key_padding_mask is not None:
-            keep = _keep_from_padding(key_padding_mask, q.shape[0], n_k, q.device)
+            keep = _keep_from_padding(key_padding_mask, batch_size, n_k, q.device)
             mask = keep if mask is None else self._and_mask(mask, keep)  # (B, 1, 1, Nk)
         if is_causal and past > 0:
             # the queries are positions past..past+Nq-1: align the triangle bottom-right
             tri = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(past)  # (Nq, Nk)
             mask = tri if mask is None else self._and_mask(mask, tri)
             is_causal = False
+        return mask, is_causal
 
-        # head_i = softmax(Q_i K_i^T / sqrt(d_h)) V_i, for all heads at once
-        heads, weights = scaled_dot_product_attention(
-            q, k, v, mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
-        )  # (B, H, Nq, d_h), (B, H, Nq, Nk)
-
-        # MultiHead = Concat(head_1, ..., head_H) W_O
-        out = self.W_O(merge_heads(heads))  # (B, Nq, d_model)
-        if not self.batch_first:
-            out = out.transpose(0, 1)  # (Nq, B, d_model)
-        return out, (weights if need_weights else None)
+    def _caller_layout(self, out: torch.Tensor) -> torch.Tensor:
+        """``[B, Nq, d_model]``, or ``[Nq, B, d_model]`` with ``batch_first=False``."""
+        return out if self.batch_first else out.transpose(0, 1)
 
     def _head_mask(self, mask, batch_size: int, n_q: int, n_k: int):
         """Give a mask the head axis: ``[B, Nq, Nk]`` → ``[B, 1, Nq, Nk]``."""

@@ -278,105 +278,130 @@ def compare_values(
     got, expected = to_numpy(got), to_numpy(expected)
     label = f"{where}: " if where else ""
     if isinstance(expected, (tuple, list)):
-        if not isinstance(got, (tuple, list)):
-            return f"{label}expected a tuple of {len(expected)} items, got {_describe(got)}."
-        if len(got) != len(expected):
-            return f"{label}expected {len(expected)} items, got {len(got)}."
-        for i, (g, e) in enumerate(zip(got, expected)):
-            item = names[i] if i < len(names) and not where else f"item {i}"
-            msg = compare_values(g, e, atol, rtol, check_dtype, f"{where}[{i}]" if where else item)
-            if msg:
-                return msg
-        return None
+        return _compare_items(got, expected, atol, rtol, check_dtype, where, names)
     if got is None:
         return f"{label}your function returned None: did you forget the `return` statement?"
     if isinstance(expected, np.ndarray) or isinstance(got, np.ndarray):
-        try:
-            got_a = np.asarray(got)
-        except Exception:
-            return f"{label}expected {_describe(np.asarray(expected))}, got {_describe(got)}."
-        exp_a = np.asarray(expected)
-        if got_a.dtype == object:
-            return f"{label}expected {_describe(exp_a)}, got {_describe(got)}."
-        if np.iscomplexobj(got_a) and not np.iscomplexobj(exp_a):
-            return (
-                f"{label}your result is complex (dtype {got_a.dtype}); expected real "
-                "numbers. Did you forget to take `.real` (or to convert back from the "
-                "complex form)?"
-            )
-        if got_a.shape != exp_a.shape:
-            return (
-                f"{label}expected shape {tuple(exp_a.shape)}, got {tuple(got_a.shape)}."
-                + _shape_hint(tuple(got_a.shape), tuple(exp_a.shape))
-            )
-        if exp_a.dtype == bool or got_a.dtype == bool:
-            if exp_a.dtype != got_a.dtype:
-                return (
-                    f"{label}expected a boolean array, got dtype {got_a.dtype}."
-                    if exp_a.dtype == bool
-                    else f"{label}expected dtype {exp_a.dtype}, got a boolean array."
-                )
-            bad = np.argwhere(got_a != exp_a)
-            if len(bad):
-                idx = tuple(int(i) for i in bad[0])
-                return (
-                    f"{label}{len(bad)} of {exp_a.size} entries differ; first at index "
-                    f"{idx}: expected {exp_a[idx]}, got {got_a[idx]}."
-                )
-            return None
-        if check_dtype and got_a.dtype != exp_a.dtype:
-            return f"{label}expected dtype {exp_a.dtype}, got {got_a.dtype}."
-        if exp_a.size == 0:
-            return None
-        got_f = got_a.astype(np.float64)
-        exp_f = exp_a.astype(np.float64)
-        nan_got, nan_exp = np.isnan(got_f), np.isnan(exp_f)
-        if (nan_got & ~nan_exp).any():
-            idx = tuple(int(i) for i in np.argwhere(nan_got & ~nan_exp)[0])
-            return (
-                f"{label}your result contains NaN ({int((nan_got & ~nan_exp).sum())} "
-                f"entries, first at index {idx}) where the expected values are finite. "
-                "NaN usually comes from inf - inf, inf / inf or 0/0: a softmax over a "
-                "row whose entries are all -inf, or exp() overflowing to inf on large "
-                "inputs (subtract the row's max first)."
-            )
-        inf_got = np.isinf(got_f) & ~np.isinf(exp_f)
-        if inf_got.any():
-            idx = tuple(int(i) for i in np.argwhere(inf_got)[0])
-            return (
-                f"{label}your result contains inf at index {idx} where the expected "
-                "value is finite: an overflow (exp of a large number?)."
-            )
-        close = np.isclose(got_f, exp_f, atol=atol, rtol=rtol, equal_nan=True)
-        if not close.all():
-            err = np.asarray(np.abs(got_f - exp_f))  # an array also for 0-d inputs
-            err[np.isnan(err)] = 0.0
-            idx = np.unravel_index(int(np.argmax(err)), err.shape)
-            idx = tuple(int(i) for i in idx)
-            return (
-                f"{label}{int((~close).sum())} of {close.size} values are off. Largest "
-                f"error {err[idx]:.3g} at index {idx}: expected {exp_f[idx]:.6g}, got "
-                f"{got_f[idx]:.6g} (tolerance atol={atol:g}, rtol={rtol:g})."
-            )
-        return None
+        return _compare_arrays(got, expected, atol, rtol, check_dtype, label)
     if isinstance(expected, bool):
         if not isinstance(got, (bool, np.bool_)):
             return f"{label}expected a bool, got {_describe(got)}."
         return None if bool(got) == expected else f"{label}expected {expected}, got {got}."
     if isinstance(expected, (int, float)):
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            if isinstance(got, np.ndarray) and got.size == 1:
-                got = got.item()
-            else:
-                return f"{label}expected a number, got {_describe(got)}."
-        if isinstance(expected, float) and math.isnan(expected):
-            return None if math.isnan(got) else f"{label}expected NaN, got {got!r}."
-        if not math.isfinite(got):
-            return f"{label}expected {expected!r}, got {got!r}."
-        if not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
-            return f"{label}expected {expected:.6g}, got {got:.6g}."
-        return None
+        return _compare_numbers(got, expected, atol, rtol, label)
     return None if got == expected else f"{label}expected {expected!r}, got {got!r}."
+
+
+def _compare_items(got, expected, atol, rtol, check_dtype, where, names) -> str | None:
+    """A tuple (or list) result, item by item: the first item that differs says why."""
+    label = f"{where}: " if where else ""
+    if not isinstance(got, (tuple, list)):
+        return f"{label}expected a tuple of {len(expected)} items, got {_describe(got)}."
+    if len(got) != len(expected):
+        return f"{label}expected {len(expected)} items, got {len(got)}."
+    for i, (g, e) in enumerate(zip(got, expected)):
+        item = names[i] if i < len(names) and not where else f"item {i}"
+        msg = compare_values(g, e, atol, rtol, check_dtype, f"{where}[{i}]" if where else item)
+        if msg:
+            return msg
+    return None
+
+
+def _compare_arrays(got, expected, atol, rtol, check_dtype, label) -> str | None:
+    """An array result: its kind (not objects, not complex), its shape, then its values."""
+    try:
+        got_a = np.asarray(got)
+    except Exception:
+        return f"{label}expected {_describe(np.asarray(expected))}, got {_describe(got)}."
+    exp_a = np.asarray(expected)
+    if got_a.dtype == object:
+        return f"{label}expected {_describe(exp_a)}, got {_describe(got)}."
+    if np.iscomplexobj(got_a) and not np.iscomplexobj(exp_a):
+        return (
+            f"{label}your result is complex (dtype {got_a.dtype}); expected real "
+            "numbers. Did you forget to take `.real` (or to convert back from the "
+            "complex form)?"
+        )
+    if got_a.shape != exp_a.shape:
+        return (
+            f"{label}expected shape {tuple(exp_a.shape)}, got {tuple(got_a.shape)}."
+            + _shape_hint(tuple(got_a.shape), tuple(exp_a.shape))
+        )
+    if exp_a.dtype == bool or got_a.dtype == bool:
+        return _compare_booleans(got_a, exp_a, label)
+    if check_dtype and got_a.dtype != exp_a.dtype:
+        return f"{label}expected dtype {exp_a.dtype}, got {got_a.dtype}."
+    if exp_a.size == 0:
+        return None
+    return _compare_floats(got_a.astype(np.float64), exp_a.astype(np.float64), atol, rtol, label)
+
+
+def _compare_booleans(got_a: np.ndarray, exp_a: np.ndarray, label: str) -> str | None:
+    """Boolean arrays (masks) of the same shape: equal entries, the first difference shown."""
+    if exp_a.dtype != got_a.dtype:
+        return (
+            f"{label}expected a boolean array, got dtype {got_a.dtype}."
+            if exp_a.dtype == bool
+            else f"{label}expected dtype {exp_a.dtype}, got a boolean array."
+        )
+    bad = np.argwhere(got_a != exp_a)
+    if len(bad):
+        idx = tuple(int(i) for i in bad[0])
+        return (
+            f"{label}{len(bad)} of {exp_a.size} entries differ; first at index "
+            f"{idx}: expected {exp_a[idx]}, got {got_a[idx]}."
+        )
+    return None
+
+
+def _compare_floats(got_f: np.ndarray, exp_f: np.ndarray, atol, rtol, label) -> str | None:
+    """float64 arrays of the same shape: NaN and inf where the expected values are finite
+    (named with their likely cause), then closeness within ``atol`` and ``rtol``."""
+    nan_got, nan_exp = np.isnan(got_f), np.isnan(exp_f)
+    if (nan_got & ~nan_exp).any():
+        idx = tuple(int(i) for i in np.argwhere(nan_got & ~nan_exp)[0])
+        return (
+            f"{label}your result contains NaN ({int((nan_got & ~nan_exp).sum())} "
+            f"entries, first at index {idx}) where the expected values are finite. "
+            "NaN usually comes from inf - inf, inf / inf or 0/0: a softmax over a "
+            "row whose entries are all -inf, or exp() overflowing to inf on large "
+            "inputs (subtract the row's max first)."
+        )
+    inf_got = np.isinf(got_f) & ~np.isinf(exp_f)
+    if inf_got.any():
+        idx = tuple(int(i) for i in np.argwhere(inf_got)[0])
+        return (
+            f"{label}your result contains inf at index {idx} where the expected "
+            "value is finite: an overflow (exp of a large number?)."
+        )
+    close = np.isclose(got_f, exp_f, atol=atol, rtol=rtol, equal_nan=True)
+    if not close.all():
+        err = np.asarray(np.abs(got_f - exp_f))  # an array also for 0-d inputs
+        err[np.isnan(err)] = 0.0
+        idx = np.unravel_index(int(np.argmax(err)), err.shape)
+        idx = tuple(int(i) for i in idx)
+        return (
+            f"{label}{int((~close).sum())} of {close.size} values are off. Largest "
+            f"error {err[idx]:.3g} at index {idx}: expected {exp_f[idx]:.6g}, got "
+            f"{got_f[idx]:.6g} (tolerance atol={atol:g}, rtol={rtol:g})."
+        )
+    return None
+
+
+def _compare_numbers(got, expected: int | float, atol, rtol, label) -> str | None:
+    """A number result (not a bool): NaN where NaN is expected, else close within tolerance."""
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        if isinstance(got, np.ndarray) and got.size == 1:
+            got = got.item()
+        else:
+            return f"{label}expected a number, got {_describe(got)}."
+    if isinstance(expected, float) and math.isnan(expected):
+        return None if math.isnan(got) else f"{label}expected NaN, got {got!r}."
+    if not math.isfinite(got):
+        return f"{label}expected {expected!r}, got {got!r}."
+    if not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
+        return f"{label}expected {expected:.6g}, got {got:.6g}."
+    return None
 
 
 def _matches(got: Any, other: Any, atol: float, rtol: float) -> bool:

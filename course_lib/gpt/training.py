@@ -208,16 +208,7 @@ def train(
     else:
         data = corpus_or_data
     gen = torch.Generator().manual_seed(config.seed)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": config.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=config.max_lr,
-        betas=(0.9, 0.95),
-    )
+    opt = _adamw(model, config)
     history = History()
     bar = _progress(config.steps, progress)
     model.train()
@@ -243,30 +234,56 @@ def train(
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         opt.step()
         history.step.append(step)
-        loss_value = loss.item()
-        history.train_loss.append(loss_value)
+        history.train_loss.append(loss.item())
         history.lr.append(lr)
         last = step == config.steps - 1
         if last or (config.eval_every and (step + 1) % config.eval_every == 0):
-            if val is not None:
-                history.val_step.append(step)
-                history.val_loss.append(evaluate(model, val, num_windows=config.eval_windows))
-            if probe is not None:
-                model.eval()
-                history.probes.append({"step": step, **probe(model)})
-                model.train()
-        if bar is not None:
-            bar.update(1)
-            if step % 10 == 0 or last:
-                post = {"loss": f"{loss_value:.3f}"}
-                if history.val_loss:
-                    post["val"] = f"{history.val_loss[-1]:.3f}"
-                bar.set_postfix(post, refresh=False)
+            _evaluate_now(model, history, step, val, probe, config)
+        _show_progress(bar, history, last)
     if bar is not None:
         bar.close()
     history.seconds = time.perf_counter() - t0
     model.eval()
     return history
+
+
+def _adamw(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only, not on LayerNorm gains and biases."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": config.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=config.max_lr,
+        betas=(0.9, 0.95),
+    )
+
+
+def _evaluate_now(model: GPT, history: History, step: int, val, probe, config: TrainConfig):
+    """Validation loss (when there is validation data) and the probe's measurements, in
+    ``history``; the model trains on afterwards."""
+    if val is not None:
+        history.val_step.append(step)
+        history.val_loss.append(evaluate(model, val, num_windows=config.eval_windows))
+    if probe is not None:
+        model.eval()
+        history.probes.append({"step": step, **probe(model)})
+        model.train()
+
+
+def _show_progress(bar, history: History, last: bool) -> None:
+    """One step on the progress bar; the latest losses every 10 steps and at the end."""
+    if bar is None:
+        return
+    bar.update(1)
+    step = history.step[-1]
+    if step % 10 == 0 or last:
+        post = {"loss": f"{history.train_loss[-1]:.3f}"}
+        if history.val_loss:
+            post["val"] = f"{history.val_loss[-1]:.3f}"
+        bar.set_postfix(post, refresh=False)
 
 
 def _progress(total: int, show: bool):

@@ -116,10 +116,22 @@ class AttentionExplorer:
         self._summary_text = ""
         self._default_query = query
         num_layers = max(m.num_layers for m in self.models.values())
+        self._make_controls(w, list(sentences), num_layers)
+        self.widget = self._arrange(w)
 
+        self._set_query_options()
+        self.sentence.observe(self._on_sentence, names="value")
+        self.text.observe(self._on_text, names="value")
+        for part in (self.model, self.query, self.layer, self.causal, self.scaled):
+            part.observe(lambda _change: self.redraw(), names="value")
+        self.redraw()
+
+    def _make_controls(self, w, sentences: list[str], num_layers: int) -> None:
+        """The controls, the summary line and the plot, each with its CSS class (the
+        browser tests find them by it: the table at the top of this module)."""
         self.model = w.Dropdown(options=list(self.models), description="model")
         self.sentence = w.Dropdown(
-            options=list(sentences), description="sentence", layout=w.Layout(width="560px")
+            options=sentences, description="sentence", layout=w.Layout(width="560px")
         )
         self.text = w.Text(
             value="",
@@ -154,7 +166,10 @@ class AttentionExplorer:
             (self.plot, "plot"),
         ):
             part.add_class(f"attention-explorer-{name}")
-        self.widget = w.VBox(
+
+    def _arrange(self, w):
+        """The controls in rows, the summary and the plot below them."""
+        box = w.VBox(
             [
                 w.HBox(
                     [
@@ -171,14 +186,8 @@ class AttentionExplorer:
                 self.plot,
             ]
         )
-        self.widget.add_class("attention-explorer")
-
-        self._set_query_options()
-        self.sentence.observe(self._on_sentence, names="value")
-        self.text.observe(self._on_text, names="value")
-        for part in (self.model, self.query, self.layer, self.causal, self.scaled):
-            part.observe(lambda _change: self.redraw(), names="value")
-        self.redraw()
+        box.add_class("attention-explorer")
+        return box
 
     # ---------------------------------------------------------------- state
 
