@@ -1,0 +1,192 @@
+r"""The course's claims measured on a real model (chapter 11): a transparent forward and its statistics.
+
+:func:`run_model` recomputes a loaded :class:`~course_lib.gpt.model.GPT` from its own modules,
+layer by layer, so that a notebook can (1) read every layer's queries, keys and values before
+and after RoPE, (2) place the tokens at any positions (RoPE's :math:`m - n` claim, distances
+past the training context), (3) give every layer one boolean mask (sliding windows, attention
+sinks: Xiao et al., 2023, "Efficient Streaming Language Models with Attention Sinks") and
+(4) mean-ablate chosen heads. With none of these it equals ``model(tokens)`` (a test).
+
+The statistics are the ones the chapters state: the variance of :math:`q \cdot k` against
+:math:`d_k` (03), softmax entropies with and without the scale (03), the energy of each RoPE
+frequency pair (05), the share of attention on the first token (08), and a 95 % interval for
+a measured fraction (Wilson, 1927).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ..attention import scaled_dot_product_attention
+from ..multihead import merge_heads, repeat_kv, split_heads
+from ..positional import apply_rope
+from .model import GPT
+
+__all__ = [
+    "Run",
+    "attention_entropy",
+    "first_token_share",
+    "qk_variance",
+    "rope_pair_energy",
+    "run_model",
+    "sliding_window_mask",
+    "token_losses",
+    "wilson_interval",
+]
+
+
+@dataclass
+class Run:
+    """What :func:`run_model` returns: ``logits [B, N, V]``; per layer (lists of length L,
+    empty unless asked): ``weights [B, H, N, N]``, ``q [B, H, N, d_h]``, ``k, v [B, H_kv, N, d_h]``
+    after RoPE, ``q_raw, k_raw`` before it."""
+
+    logits: torch.Tensor
+    weights: list = field(default_factory=list)
+    q: list = field(default_factory=list)
+    k: list = field(default_factory=list)
+    v: list = field(default_factory=list)
+    q_raw: list = field(default_factory=list)
+    k_raw: list = field(default_factory=list)
+
+
+def sliding_window_mask(n: int, window: int | None = None, sinks: int = 0) -> torch.Tensor:
+    r"""``[N, N]`` boolean, True = may attend: causal, and with ``window`` = :math:`W` only the
+    last :math:`W` keys (the query's own included), plus the first ``sinks`` keys always
+    (StreamingLLM's attention sinks, Xiao et al., 2023).
+
+    .. math:: \text{keep}_{nm} = (m \le n) \wedge \big(n - m < W \,\vee\, m < S\big)
+    """
+    if n < 1 or (window is not None and window < 1) or sinks < 0:
+        raise ValueError(
+            f"need n >= 1, window >= 1 (or None), sinks >= 0; got {n}, {window}, {sinks}"
+        )
+    i = torch.arange(n)
+    keep = i[None, :] <= i[:, None]  # (N, N) causal
+    if window is not None:
+        near = (i[:, None] - i[None, :]) < window  # (N, N)
+        keep = keep & (near | (i[None, :] < sinks))  # (N, N)
+    return keep
+
+
+def run_model(
+    model: GPT,
+    tokens: torch.Tensor,
+    *,
+    positions: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    need_weights: bool = False,
+    capture: bool = False,
+    ablate=(),
+    layers=None,
+) -> Run:
+    """Run ``model`` on ``tokens [B, N]`` (no gradients), opening what ``model(tokens)`` hides.
+
+    ``positions [N]``: RoPE positions (default ``0..N-1``). ``mask [N, N]``: boolean, True =
+    may attend, for every layer (default: causal). ``need_weights``: keep every layer's
+    attention weights; ``capture``: its q, k, v (``layers``: only these layers). ``ablate``:
+    ``(layer, head)`` pairs whose output is replaced by its mean over the batch and positions
+    (mean ablation, as :func:`course_lib.gpt.circuits.ablated_heads`).
+    """
+    cfg = model.config
+    if cfg.positions != "rope":
+        raise ValueError("run_model reads RoPE models (the Llama family); this one has none")
+    if tokens.ndim != 2:
+        raise ValueError(f"expected tokens [B, N], got {tuple(tokens.shape)}")
+    n = tokens.shape[1]
+    pos = torch.arange(n) if positions is None else torch.as_tensor(positions)  # (N,)
+    if pos.shape != (n,):
+        raise ValueError(f"positions must have shape ({n},), got {tuple(pos.shape)}")
+    if mask is not None and mask.shape != (n, n):
+        raise ValueError(f"mask must have shape ({n}, {n}), got {tuple(mask.shape)}")
+    keep = sliding_window_mask(n) if mask is None else mask  # (N, N)
+    ablated: dict[int, list[int]] = {}
+    for layer, head in ablate:
+        ablated.setdefault(int(layer), []).append(int(head))
+    wanted = set(range(cfg.num_layers)) if layers is None else set(layers)
+    rope = {"base": cfg.rope_base, "interleaved": cfg.rope_interleaved}
+    run = Run(logits=torch.empty(0))
+    with torch.no_grad():
+        x = model.embed(tokens)  # (B, N, d_model)
+        for i, block in enumerate(model.blocks):
+            a, h = block.attn, block.ln_1(x)  # (B, N, d_model)
+            q_raw = split_heads(a.W_Q(h), cfg.num_heads)  # (B, H, N, d_h)
+            k_raw = split_heads(a.W_K(h), cfg.kv_heads)  # (B, Hkv, N, d_h)
+            v = split_heads(a.W_V(h), cfg.kv_heads)  # (B, Hkv, N, d_h)
+            q, k = apply_rope(q_raw, pos, **rope), apply_rope(k_raw, pos, **rope)
+            kr, vr = repeat_kv(k, cfg.num_groups), repeat_kv(v, cfg.num_groups)  # (B, H, N, d_h)
+            if need_weights and i in wanted:
+                out, w = scaled_dot_product_attention(
+                    q, kr, vr, keep
+                )  # (B, H, N, d_h), (B, H, N, N)
+                run.weights.append(w)
+            else:
+                out = F.scaled_dot_product_attention(q, kr, vr, attn_mask=keep)  # (B, H, N, d_h)
+            if capture and i in wanted:
+                for name, t in (("q", q), ("k", k), ("v", v), ("q_raw", q_raw), ("k_raw", k_raw)):
+                    getattr(run, name).append(t)
+            for head in ablated.get(i, ()):
+                out[:, head] = out[:, head].mean(dim=(0, 1), keepdim=True)  # (B, N, d_h)
+            x = x + a.W_O(merge_heads(out))  # (B, N, d_model)
+            x = x + block.mlp(block.ln_2(x))  # (B, N, d_model)
+        run.logits = model.ln_f(x) @ model.embed.weight.T  # (B, N, V)
+    return run
+
+
+def token_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``[B, N-1]``: the loss (nats) of each next token, position ``n`` predicting ``n+1``."""
+    logp = torch.log_softmax(logits[:, :-1].double(), dim=-1)  # (B, N-1, V)
+    return -logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, N-1)
+
+
+def qk_variance(q: torch.Tensor, k: torch.Tensor) -> float:
+    r"""The variance of the raw scores :math:`q_n \cdot k_m` over every causal pair
+    :math:`m \le n`, every head and batch row: ``q [B, H, N, d]``, ``k [B, H_kv, N, d]``.
+    Chapter 03's argument says :math:`d_k` when components are i.i.d. with unit variance."""
+    k = repeat_kv(k, q.shape[1] // k.shape[1])  # (B, H, N, d)
+    s = q.double() @ k.double().transpose(-2, -1)  # (B, H, N, N)
+    keep = sliding_window_mask(q.shape[-2])  # (N, N)
+    return float(s[..., keep].var())
+
+
+def attention_entropy(q: torch.Tensor, k: torch.Tensor, scale: float) -> float:
+    r"""Mean entropy (nats) of the causal softmax rows :math:`\mathrm{softmax}(\text{scale}\cdot
+    q_n \cdot k_m)_{m \le n}`, over every query with at least 2 keys, head and batch row."""
+    k = repeat_kv(k, q.shape[1] // k.shape[1])  # (B, H, N, d)
+    s = scale * (q.double() @ k.double().transpose(-2, -1))  # (B, H, N, N)
+    keep = sliding_window_mask(q.shape[-2])  # (N, N)
+    logp = torch.log_softmax(s.masked_fill(~keep, -math.inf), dim=-1)  # (B, H, N, N)
+    ent = -(logp.exp() * logp.masked_fill(~keep, 0.0)).sum(-1)  # (B, H, N)
+    return float(ent[..., 1:].mean())
+
+
+def rope_pair_energy(x: torch.Tensor, interleaved: bool = True) -> torch.Tensor:
+    r"""``[d/2]``: each RoPE pair's share of :math:`\lVert x \rVert^2`, averaged over every
+    vector of ``x [..., d]`` (rotation keeps a pair's norm, so before or after RoPE is the same).
+    Pair :math:`i` is :math:`(2i, 2i+1)` interleaved, :math:`(i, i + d/2)` half-split."""
+    d = x.shape[-1]
+    x = x.double().reshape(-1, d)  # (M, d)
+    a, b = (x[:, 0::2], x[:, 1::2]) if interleaved else (x[:, : d // 2], x[:, d // 2 :])
+    e = (a**2 + b**2).mean(0)  # (d/2,)
+    return e / e.sum()
+
+
+def first_token_share(weights: torch.Tensor, start: int = 1) -> float:
+    """The mean weight on key 0 over the queries ``n >= start`` (and every head and row) of
+    ``weights [B, H, N, N]``: the "attention sink" of Xiao et al. (2023)."""
+    return float(weights[:, :, start:, 0].mean())
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    r"""95 % interval (Wilson, 1927) for a fraction :math:`k/n`:
+    :math:`\frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}`."""
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n and n >= 1, got {successes}, {n}")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half

@@ -1,0 +1,132 @@
+"""course_lib.gpt.claims: the transparent forward equals the model's, and the statistics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_lib.gpt.circuits import ablated_heads
+from course_lib.gpt.claims import (
+    attention_entropy,
+    first_token_share,
+    qk_variance,
+    rope_pair_energy,
+    run_model,
+    sliding_window_mask,
+    token_losses,
+    wilson_interval,
+)
+from course_lib.gpt.model import GPT, GPTConfig
+
+LLAMA = GPTConfig(
+    vocab_size=50,
+    seq_len=64,
+    d_model=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    norm="rmsnorm",
+    activation="swiglu",
+    rope_base=10000.0,
+)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return GPT(LLAMA).eval()
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return torch.randint(0, 50, (2, 24), generator=torch.Generator().manual_seed(1))
+
+
+def test_run_model_is_the_models_forward(model, tokens):
+    run = run_model(model, tokens, need_weights=True, capture=True)
+    with torch.no_grad():
+        logits, weights = model(tokens, need_weights=True)
+    torch.testing.assert_close(run.logits, logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(run.weights[1], weights[1], atol=1e-6, rtol=1e-5)
+    assert run.q[0].shape == (2, 4, 24, 8) and run.k_raw[1].shape == (2, 2, 24, 8)
+
+
+def test_shifted_positions_change_nothing_and_a_gap_does(model, tokens):
+    base = run_model(model, tokens).logits
+    shifted = run_model(model, tokens, positions=torch.arange(24) + 1000).logits
+    torch.testing.assert_close(shifted, base, atol=1e-4, rtol=1e-4)
+    gap = torch.cat([torch.arange(12), torch.arange(12, 24) + 500])
+    moved = run_model(model, tokens, positions=gap).logits
+    torch.testing.assert_close(moved[:, :12], base[:, :12], atol=1e-5, rtol=1e-5)
+    assert (moved[:, 12:] - base[:, 12:]).abs().max() > 1e-5
+
+
+def test_a_window_as_wide_as_the_text_is_full_attention(model, tokens):
+    full = run_model(model, tokens).logits
+    wide = run_model(model, tokens, mask=sliding_window_mask(24, 24)).logits
+    torch.testing.assert_close(wide, full)
+    narrow = run_model(model, tokens, mask=sliding_window_mask(24, 4)).logits
+    torch.testing.assert_close(narrow[:, :4], full[:, :4], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(narrow[:, 8:], full[:, 8:], atol=1e-3)
+
+
+def test_mean_ablation_matches_the_circuits_hook(model, tokens):
+    heads = [(0, 1), (1, 3)]
+    with ablated_heads(model, heads, mode="mean"), torch.no_grad():
+        want = model(tokens)
+    torch.testing.assert_close(
+        run_model(model, tokens, ablate=heads).logits, want, atol=1e-5, rtol=1e-5
+    )
+
+
+def test_sliding_window_mask():
+    m = sliding_window_mask(6, 2, sinks=1)
+    assert m.tolist()[5] == [True, False, False, False, True, True]
+    assert m.tolist()[1] == [True, True, False, False, False, False]
+    assert torch.equal(sliding_window_mask(5), torch.ones(5, 5, dtype=torch.bool).tril())
+    with pytest.raises(ValueError, match="window >= 1"):
+        sliding_window_mask(4, 0)
+
+
+def test_token_losses_of_uniform_logits_are_log_v():
+    tokens = torch.randint(0, 7, (2, 5))
+    losses = token_losses(torch.zeros(2, 5, 7), tokens)
+    assert losses.shape == (2, 4)
+    torch.testing.assert_close(losses, torch.full((2, 4), math.log(7), dtype=torch.float64))
+
+
+def test_qk_variance_of_unit_components_is_d_k():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(4, 4, 64, 64, generator=g), torch.randn(4, 2, 64, 64, generator=g)
+    assert qk_variance(q, k) == pytest.approx(64, rel=0.1)
+
+
+def test_entropy_of_zero_scores_is_uniform():
+    q, k = torch.randn(1, 2, 10, 8), torch.randn(1, 2, 10, 8)
+    want = sum(math.log(n + 1) for n in range(1, 10)) / 9
+    assert attention_entropy(q, k, 0.0) == pytest.approx(want)
+    assert attention_entropy(q, k, 10.0) < attention_entropy(q, k, 0.1)
+
+
+def test_rope_pair_energy():
+    x = torch.zeros(3, 8)
+    x[:, 2], x[:, 3] = 1.0, 1.0  # interleaved pair 1
+    assert rope_pair_energy(x).tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert rope_pair_energy(x, interleaved=False).tolist() == [0.0, 0.0, 0.5, 0.5]
+
+
+def test_first_token_share_of_uniform_attention():
+    keep = torch.ones(6, 6).tril()
+    w = (keep / keep.sum(-1, keepdim=True))[None, None]  # (1, 1, 6, 6)
+    assert first_token_share(w) == pytest.approx(sum(1 / (n + 1) for n in range(1, 6)) / 5)
+
+
+def test_wilson_interval():
+    lo, hi = wilson_interval(0, 10)
+    assert lo == pytest.approx(0.0, abs=1e-12) and hi == pytest.approx(0.2775, abs=1e-3)
+    lo, hi = wilson_interval(50, 100)
+    assert lo == pytest.approx(0.4038, abs=1e-3) and hi == pytest.approx(0.5962, abs=1e-3)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)
