@@ -121,6 +121,15 @@ def _add_limit_options(p: argparse.ArgumentParser) -> None:
         "writes more is stopped and its exercise gets an error saying so",
     )
     p.add_argument(
+        "--grader-memory",
+        type=float,
+        default=GRADER_MEMORY_GB,
+        metavar="GB",
+        help="what the grading process of one submission may allocate itself (reading and "
+        f"scoring its recorded outputs; default {GRADER_MEMORY_GB:g}); past it, that "
+        "submission gets an error",
+    )
+    p.add_argument(
         "--no-cgroups",
         dest="cgroups",
         action="store_false",
@@ -232,6 +241,16 @@ def _add_safety_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--verbose", "-v", action="store_true", help="print a worker's log when it fails"
     )
+
+
+GRADER_MEMORY_GB = 2.0  # the grading process's own data (RLIMIT_DATA), per submission
+
+
+def grader_cpu_seconds(args) -> int:
+    """CPU seconds the grading process of one submission may use itself (its kernel's are
+    not counted): its watching, reading and scoring, never more than its notebook's time
+    limit plus two minutes (a process that used them is stopped: that submission's error)."""
+    return int(args.timeout) + 120
 
 
 def make_limits(args, jobs: int, threads: int) -> Limits:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from .collect import Submission
+from .options import grader_cpu_seconds
 from .sandbox import Limits, Sandbox, usable_cpus
 from .worker import changed_files, manifest, verify, whole_submission_rows
 
@@ -368,7 +369,13 @@ class Grader:
     def _worker_job(self, index: int, job: dict, key: bytes) -> dict:
         """The job as the worker reads it: with its key, the manifest, the sandbox and the
         limits (a cgroup of its own)."""
+        from .options import GRADER_MEMORY_GB, grader_cpu_seconds
+
         job = dict(job, key=key.hex(), manifest=self.manifest)
+        job["grader_limits"] = {
+            "data_bytes": int(getattr(self.args, "grader_memory", GRADER_MEMORY_GB) * 2**30),
+            "cpu_seconds": grader_cpu_seconds(self.args),
+        }
         if self.sandbox is not None:
             job["sandbox"] = {
                 "bwrap": self.sandbox.bwrap,
@@ -403,8 +410,17 @@ class Grader:
     def _failed(self, sub: Submission, proc, heard: _Heard, work: Path) -> dict:
         """The result of a worker that sent none: error rows, with the points it reported
         as earned before it stopped kept."""
+        import signal
+
         reason = heard.fatal or (
-            "this notebook's code stopped the grading process (exit code "
+            (
+                "grading this notebook used more than the "
+                f"{grader_cpu_seconds(self.args)} s of CPU time the grader spends on one "
+                "submission (its own limit, beside the kernel's); the exercises scored "
+                "before count"
+            )
+            if proc.returncode == -signal.SIGXCPU
+            else "this notebook's code stopped the grading process (exit code "
             f"{proc.returncode}): it killed it, used up the machine's memory, or ran "
             "past the notebook's time limit; the exercises scored before count"
         )

@@ -111,6 +111,19 @@ def _unflatten(node: dict, arrays: Any) -> Any:
     return _Unreadable(node.get("repr", "?"))
 
 
+class _Loaded:
+    """A recorded archive's arrays, each read once however many cases name it (a record
+    naming one 100 MB array 20 times costs 100 MB, not 2 GB)."""
+
+    def __init__(self, archive):
+        self.archive, self.cache = archive, {}
+
+    def __getitem__(self, name: str):
+        if name not in self.cache:
+            self.cache[name] = self.archive[name]
+        return self.cache[name]
+
+
 class _Unreadable:
     def __init__(self, text: str):
         self.text = text
@@ -275,7 +288,9 @@ def score(
             return Verdict(ex.id, 0, ex.points, "error", [problem])
     try:
         record = json.loads(jpath.read_text())
-        arrays = np.load(npath, allow_pickle=False) if npath.exists() else {}
+        arrays = _Loaded(np.load(npath, allow_pickle=False) if npath.exists() else {})
+    except MemoryError:
+        raise  # the grader's own limit for one submission: the worker says so
     except Exception as err:
         return Verdict(ex.id, 0, ex.points, "error", [f"unreadable results: {err}"])
     if isinstance(record, dict) and record.get("missing"):
@@ -301,6 +316,8 @@ def score(
         try:
             got = _unflatten(entry["output"], arrays)
             result = evaluate_case(ex, case, got)
+        except MemoryError:
+            raise
         except Exception as err:
             result = CaseResult(case.name, False, f"could not compare: {err}")
         if result.passed:

@@ -202,6 +202,9 @@ class _Started:
                 self.cgroups = []
 
     def preexec(self) -> None:
+        from .worker import lift_own_limits
+
+        lift_own_limits()  # the grading process's own limits are not the kernel's
         apply_limits(self.limits, self.cgroups)
 
     def close(self) -> None:
@@ -210,17 +213,25 @@ class _Started:
 
 
 class _DiskGuard:
-    """Watches what a kernel writes into its working folders (the box and its channel
+    """Bounds what a kernel writes into its working folders (the box and its channel
     folder, on the host's disk): over ``limit`` bytes or :data:`MAX_BOX_ENTRIES` entries,
-    it kills the kernel, empties the folders and says why (:attr:`reason`). With or
-    without cgroups; a kernel gets at most ``limit`` plus what it writes in
-    :data:`GUARD_PERIOD` seconds."""
+    the kernel is killed, the folders emptied and :attr:`reason` says why.
 
-    def __init__(self, folders: list[Path], limit: int, pid: int | None):
+    The verdict does not depend on when anything wakes: :meth:`check` measures the folders
+    synchronously at the end of every cell, before its outcome is recorded, so a cell that
+    leaves more than the limit behind is the cell that fails, on a quiet machine or a
+    loaded one. Between two ends of cells a watcher thread protects the host's disk: it
+    looks again after :data:`GUARD_PERIOD` seconds, or ten times as long as its last look
+    took (a kernel that made 99,000 files costs the grader a tenth of a core, not most of
+    one), and stops the kernel the same way."""
+
+    def __init__(self, folders: list[Path], limit: int, pid: int | None, period=GUARD_PERIOD):
         import threading
 
-        self.folders, self.limit, self.pid = folders, limit, pid
+        self.folders, self.limit, self.pid, self.period = folders, limit, pid, period
         self.reason = ""
+        self.looks = 0
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -242,27 +253,41 @@ class _DiskGuard:
                 continue
         return used, entries
 
-    def _watch(self) -> None:
-        while not self._stop.wait(GUARD_PERIOD):
+    def check(self) -> str:
+        """Measure now; past a limit, stop the kernel and empty the folders. The reason
+        (empty when within the limits)."""
+        with self._lock:
+            if self.reason:
+                return self.reason
+            self.looks += 1
             used, entries = self.usage()
-            if used > self.limit or entries > MAX_BOX_ENTRIES:
-                what = (
-                    f"more than {self.limit / 2**30:g} GB"
-                    if used > self.limit
-                    else f"more than {MAX_BOX_ENTRIES} files"
-                )
-                self.reason = (
-                    f"the kernel was stopped: it wrote {what} into its working folder "
-                    "(the grader's --disk-limit); the files were deleted"
-                )
-                _kill_group(self.pid)
-                for folder in self.folders:
-                    for child in list(Path(folder).iterdir()) if Path(folder).is_dir() else []:
-                        if child.is_dir() and not child.is_symlink():
-                            shutil.rmtree(child, ignore_errors=True)
-                        else:
-                            child.unlink(missing_ok=True)
+            if used <= self.limit and entries <= MAX_BOX_ENTRIES:
+                return ""
+            what = (
+                f"more than {self.limit / 2**30:g} GB"
+                if used > self.limit
+                else f"more than {MAX_BOX_ENTRIES} files"
+            )
+            self.reason = (
+                f"the kernel was stopped: it wrote {what} into its working folder "
+                "(the grader's --disk-limit); the files were deleted"
+            )
+            _kill_group(self.pid)
+            for folder in self.folders:
+                for child in list(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
+            return self.reason
+
+    def _watch(self) -> None:
+        wait = self.period
+        while not self._stop.wait(wait):
+            t0 = time.monotonic()
+            if self.check():
                 return
+            wait = max(self.period, 10 * (time.monotonic() - t0))
 
     def stop(self) -> None:
         self._stop.set()
@@ -539,6 +564,10 @@ class _Execution:
                 "reads: print less)"
             )
             self.done(i, outcome("died", msg))
+            self.bad.add(i)
+            return True
+        if self.guard.check():  # what the cell left on disk, measured now: no race
+            self.done(i, outcome("died", self.guard.reason))
             self.bad.add(i)
             return True
         err = client.errors.get(i)

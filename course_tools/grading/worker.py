@@ -546,7 +546,10 @@ def _run(job: dict, plan, where: _Where, verdicts: dict, send, notes: list[str])
         if problem:
             verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [problem])
         else:
-            verdicts[ex_id] = score(ex_id, cases[ex_id], folder, partial)
+            try:
+                verdicts[ex_id] = score(ex_id, cases[ex_id], folder, partial)
+            except MemoryError:  # the grader's own limit for one submission
+                verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [_over_memory(job)])
         shutil.rmtree(folder, ignore_errors=True)
         v = verdicts[ex_id]
         if v.status == "passed" or v.points:  # earned: the grader keeps it whatever follows
@@ -643,6 +646,50 @@ def _course_cell_notes(plan, outcomes: list) -> list[str]:
     ]
 
 
+# --------------------------------------------------------------------------- own limits
+
+
+def _limit_self(limits: dict) -> None:
+    """This process's own limits (``--grader-memory``, CPU seconds): soft limits only, so
+    that the kernels it starts set theirs afresh (:func:`lift_own_limits`). Past the memory
+    limit an allocation raises MemoryError (the submission's error); past the CPU time,
+    SIGXCPU stops this process (the grader says why)."""
+    import resource
+
+    for which, value in (
+        (resource.RLIMIT_DATA, limits.get("data_bytes")),
+        (resource.RLIMIT_CPU, limits.get("cpu_seconds")),
+    ):
+        if value:
+            try:
+                _, hard = resource.getrlimit(which)
+                resource.setrlimit(which, (int(value), hard))
+            except (ValueError, OSError):  # a system without it: the other bounds remain
+                pass
+
+
+def lift_own_limits() -> None:
+    """In a kernel's process before it starts: the grading process's own soft limits
+    lifted (the kernel has limits of its own: :func:`course_tools.grading.sandbox.apply_limits`)."""
+    import resource
+
+    for which in (resource.RLIMIT_DATA, resource.RLIMIT_CPU):
+        try:
+            _, hard = resource.getrlimit(which)
+            resource.setrlimit(which, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def _over_memory(job: dict) -> str:
+    gb = (job.get("grader_limits") or {}).get("data_bytes", 0) / 2**30
+    return (
+        f"grading this notebook needed more than the {gb:g} GB of memory the grader spends "
+        "on one submission (reading and scoring its recorded outputs); the exercises "
+        "scored before count"
+    )
+
+
 # --------------------------------------------------------------------------- channel
 
 
@@ -681,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         while data:
             data = data[os.write(fd, data) :]
 
+    _limit_self(job.get("grader_limits") or {})
     expected = job.get("manifest")
     if expected is not None:
         changed = changed_files(expected, manifest(Path(job["root"])))
@@ -694,6 +742,9 @@ def main(argv: list[str] | None = None) -> int:
             return 3
     try:
         result = grade(job, send)
+    except MemoryError:  # past --grader-memory: this submission's error, not the grader's
+        send({"fatal": _over_memory(job)})
+        return 2
     except Exception as err:  # a bug here must not take the other submissions down
         import traceback
 

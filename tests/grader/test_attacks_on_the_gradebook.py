@@ -139,3 +139,72 @@ def test_a_class_of_colliding_and_long_names_is_graded_to_the_end(tmp_path):
     assert (honest["status"], honest["points"]) == ("passed", "1"), run["csv"]
     assert honest["feedback"] == "feedback/c/kim_00_setup.md"
     assert rows_of(run, "c/kim#00_setup.ipynb")[0]["status"] == "missing"
+
+
+# --------------------------------------------------------------------------- the grader's own limits
+
+
+def test_the_disk_verdict_does_not_wait_for_the_watcher(tmp_path):
+    """The verdict is measured at the end of the cell, not when a watcher thread wakes: a
+    watcher that never wakes (here: once an hour) changes nothing."""
+    from course_tools.grading.run import _DiskGuard
+
+    box = tmp_path / "box"
+    box.mkdir()
+    guard = _DiskGuard([box], limit=2**20, pid=None, period=3600)
+    try:
+        (box / "small.bin").write_bytes(b"\1" * 1000)
+        assert guard.check() == ""
+        (box / "big.bin").write_bytes(b"\1" * (3 * 2**20))
+        assert "more than" in guard.check() and "working folder" in guard.reason
+        assert not list(box.iterdir())  # the files were deleted
+        assert guard.looks == 2  # both looks were the synchronous ones
+    finally:
+        guard.stop()
+
+
+def test_the_grading_process_limits_itself_and_not_its_kernels():
+    """--grader-memory: past it, an allocation in the grading process fails (the
+    submission's error); the limit is lifted in a kernel's process before it starts."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from course_tools.grading.worker import _limit_self, lift_own_limits
+_limit_self({"data_bytes": 400 * 2**20, "cpu_seconds": 600})
+try:
+    np.ones(2**30, dtype=np.uint8)
+    print("allocated")
+except MemoryError:
+    print("refused")
+lift_own_limits()
+np.ones(2**30, dtype=np.uint8)
+print("lifted")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["refused", "lifted"], out.stderr
+
+
+def test_an_array_named_many_times_is_read_once(tmp_path, monkeypatch):
+    import numpy as np
+
+    from course_lib.checks.core import cases_for
+    from course_tools.grading import results
+
+    cases = list(cases_for("00.1", False, 1))
+    np.savez(tmp_path / "00.1.npz", big=np.zeros(1000))
+    many = {"seq": "tuple", "items": [{"array": "big"}] * 20}
+    record = {"cases": [{"name": c.name, "output": many} for c in cases]}
+    (tmp_path / "00.1.json").write_text(json.dumps(record))
+    reads = []
+    real = results._Loaded.__getitem__
+
+    def counting(self, name):
+        if name not in self.cache:
+            reads.append(name)
+        return real(self, name)
+
+    monkeypatch.setattr(results._Loaded, "__getitem__", counting)
+    v = results.score("00.1", cases, tmp_path)
+    assert v.status == "failed" and reads == ["big"]

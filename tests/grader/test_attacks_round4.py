@@ -105,7 +105,37 @@ DUPLICATES = {
     "dup_no_counts.ipynb": ([("above", WRONG, None), ("above", CORRECT, None)], None, "passed"),
 }
 
+# Writes 400 MB into the working folder and leaves it there, then answers right (the
+# verdict must not depend on when the disk watcher wakes).
+FILL_DISK = (
+    """
+for _i in range(4):
+    with open(f"fill{_i}.bin", "wb") as _f:
+        for _ in range(100):
+            _f.write(b"\\0" * 2**20)
+"""
+    + CORRECT
+)
+
+# Replaces the harvest with one that records one 100 MB array named 20 times per case.
+MANY_REFERENCES = """
+import json as _json, os as _os, numpy as _np
+def _fake(exercise_id, fn, inputs, out_dir):
+    _os.makedirs(out_dir, exist_ok=True)
+    _np.savez(_os.path.join(out_dir, exercise_id + ".npz"), big=_np.zeros(100 * 2**20 // 8))
+    many = {"seq": "tuple", "items": [{"array": "big"}] * 20}
+    cases = [{"name": str(i), "output": many} for i in range(4)]
+    open(_os.path.join(out_dir, exercise_id + ".json"), "w").write(
+        _json.dumps({"exercise": exercise_id, "cases": cases}))
+import course_tools.grading.results as _r
+_r.harvest = _fake
+def softmax(x):
+    return x
+"""
+
 SUBMISSIONS = {
+    "fill_disk.ipynb": lambda: with_solutions({"00.1": FILL_DISK}),
+    "many_references.ipynb": lambda: with_solutions({"00.1": MANY_REFERENCES}),
     **{name: (lambda a=a, n=n: _duplicated(a, n)) for name, (a, n, _) in DUPLICATES.items()},
     "buffer_reuse.ipynb": lambda: with_solutions({"00.1": BUFFER_REUSE}),
     "honest_a.ipynb": lambda: (ROOT / "solutions" / "00_setup.ipynb").read_bytes(),
@@ -239,3 +269,22 @@ def test_an_assignment_nothing_names_is_graded_by_its_metadata_and_flagged(tmp_p
     review = (tmp_path / "out" / "review.csv").read_text(encoding="utf-8")
     assert sub in review and "graded as 00_setup" in review, review
     assert "its metadata" in review, review
+
+
+def test_a_disk_filled_and_left_is_an_error_whatever_the_load(round4):
+    """What a cell leaves in the working folder is measured when the cell ends: the cell
+    that wrote past --disk-limit fails, on a quiet machine or a loaded one."""
+    sub = "subs/fill_disk.ipynb"
+    r = row(round4, sub)
+    assert (r["status"], r["points"]) == ("error", "0"), feedback(round4, sub)
+    assert "working folder" in feedback(round4, sub)
+    _blames_submission(round4, sub)
+    _honest_are_unharmed(round4)
+
+
+def test_a_record_naming_one_array_many_times_costs_the_grader_one_copy(round4):
+    sub = "subs/many_references.ipynb"
+    r = row(round4, sub)
+    assert r["status"] in ("failed", "error") and float(r["points"]) == 0, feedback(round4, sub)
+    _blames_submission(round4, sub)
+    _honest_are_unharmed(round4)
