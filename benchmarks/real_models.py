@@ -1,17 +1,34 @@
-"""Record chapter 10's figures of the real models: GPT-2 small and SmolLM2-135M in the course's GPT.
+r"""Record chapter 10's figures of the real models in the course's GPT, and their speed.
 
-    python benchmarks/real_models.py            # downloads both (a network is needed once)
-        [--models gpt2 smollm2] [--folder gpt2=PATH ...] [--out PATH]
+    python benchmarks/real_models.py            # SmolLM2-135M-Instruct from its GGUF file
+        [--models smollm2 gpt2 smollm2-base] [--folder NAME=PATH ...] [--out PATH]
+        [--rounds 5] [--prompt-tokens 128] [--new-tokens 32] [--threads N] [--no-speed]
 
-For each model: the course's model loaded by ``course_lib.gpt.pretrained``, checked against
-``transformers``' own implementation of the same checkpoint (largest logit difference in
-float32 on a fixed sentence, equal greedy continuations with and without the course's KV
-cache); the previous-token and induction scores of every head on repeated random tokens
-(Olsson et al., 2022: a random sequence of ``T`` tokens, twice) and the loss on each copy;
-the KV cache's bytes per token from the config. Writes JSON (default
-``benchmarks/results/real_models.json``) with the machine, versions and date, which
-``notebooks/10_real_models.ipynb`` shows. ``--folder NAME=PATH`` reads a local checkpoint
-instead of the hub's (the tests run the script on tiny random checkpoints that way).
+``smollm2`` is the file every machine has (``make model``): SmolLM2-135M-Instruct, 4-bit Q4_1
+weights dequantized to float32, read by ``course_lib.gpt.pretrained`` from llama.cpp's GGUF
+and, as the reference, by transformers' GGUF route from the same file. ``gpt2`` and
+``smollm2-base`` are hub checkpoints (``REAL_MODELS``; a network is needed once).
+
+For each model: the course's model checked against ``transformers``' implementation of the
+same weights (largest logit difference in float32 on a fixed sentence, equal greedy
+continuations with and without the course's KV cache); the previous-token and induction
+scores of every head on repeated random tokens (Olsson et al., 2022: a random sequence of
+``T`` tokens, twice) and the loss on each copy; the KV cache's bytes per token.
+
+**Speed** (the first model; ``--no-speed`` skips it): prefill and decode tokens/s of the
+course's model (its KV cache, greedy) and of transformers' (its cache) on the same CPU and
+threads, in interleaved rounds (course, transformers, course, ...), medians. Decode reads
+every weight once per token (the tied embedding too: it is the read-out) plus the cache so
+far, so its speed limit is the memory bandwidth:
+
+.. math:: \text{tokens/s} \le \frac{\text{bandwidth}}{\text{bytes}_\text{weights}
+          + \text{bytes}_\text{KV}(N)},
+
+with the bandwidth measured in the same run (a large tensor copy: read + write) and
+:math:`N` the mean context of the decode steps. Writes JSON (default
+``benchmarks/results/real_models.json``) with the machine, its load average, the versions
+and the date. ``--folder NAME=PATH`` reads a local checkpoint (a folder or a ``.gguf``)
+instead (the tests run the script on tiny random ones that way).
 """
 
 from __future__ import annotations
@@ -21,6 +38,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,12 +52,35 @@ PERIOD = 50  # tokens per copy of the repeated random sequence
 BATCH = 4
 NEW_TOKENS = 20
 TOP = 5
+MODELS = ("smollm2", "gpt2", "smollm2-base")  # the GGUF file, then the hub's checkpoints
+# a long, ordinary English prompt for the speed runs, cut to --prompt-tokens tokens
+PROSE = (
+    "The history of computing is a story of machines that got smaller, faster and cheaper "
+    "while the problems they were asked to solve grew larger. Early computers filled rooms "
+    "and were programmed by rewiring panels; later ones read punched cards, then magnetic "
+    "tape, then disks. Each step changed who could use a computer and what for. "
+) * 8
 
 
-def measure(name: str, folder: Path) -> dict:
-    """Every figure of one model (``folder`` holds config.json and model.safetensors)."""
+def reference_model(path: Path):
+    """transformers' own implementation of the same weights, in float32."""
     import torch
     import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    if path.suffix == ".gguf":  # transformers' GGUF route dequantizes the same file
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        )
+    else:
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model.eval()
+
+
+def measure(name: str, path: Path, model, reference) -> dict:
+    """Every figure of one model but speed (``path``: a folder or a ``.gguf`` file)."""
+    import torch
 
     from course_lib.gpt import (
         induction_scores,
@@ -49,13 +90,7 @@ def measure(name: str, folder: Path) -> dict:
     )
     from course_lib.gpt import pretrained as P
 
-    t0 = time.perf_counter()
-    model = P.load_pretrained(folder)
-    load_s = time.perf_counter() - t0
-    # float32 like the course's model (a checkpoint stored in bfloat16 would load as bfloat16)
-    reference = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    reference = reference.eval()
-    tokenizer = P.load_tokenizer(folder)
+    tokenizer = P.load_tokenizer(path)
     cfg = model.config
     tokens = tokenizer.encode(SENTENCE)[None, :]  # (1, N)
     with torch.no_grad():
@@ -86,7 +121,7 @@ def measure(name: str, folder: Path) -> dict:
         ]  # fmt: skip
 
     return {
-        "folder": str(folder) if not str(folder).startswith(str(Path.home())) else folder.name,
+        "file": str(path) if not str(path).startswith(str(Path.home())) else path.name,
         "config": {
             "num_layers": cfg.num_layers,
             "num_heads": cfg.num_heads,
@@ -95,11 +130,11 @@ def measure(name: str, folder: Path) -> dict:
             "d_model": cfg.d_model,
             "vocab_size": cfg.vocab_size,
             "positions": cfg.positions,
+            "rope_interleaved": cfg.rope_interleaved,
             "norm": cfg.norm,
             "activation": cfg.activation,
         },
         "num_params": model.num_params(),
-        "load_seconds": round(load_s, 2),
         "sentence": SENTENCE,
         "max_abs_logit_diff_fp32": float((ours - theirs).abs().max()),
         "max_abs_logit": float(theirs.abs().max()),
@@ -119,40 +154,211 @@ def measure(name: str, folder: Path) -> dict:
     }
 
 
+# =========================================================================== speed
+
+
+def decode_course(model, prompt, new: int):
+    """(prefill seconds, decode seconds, tokens): the course's greedy loop with its KV cache."""
+    import torch
+
+    with torch.inference_mode():
+        caches = model.new_caches()
+        t0 = time.perf_counter()
+        nxt = model(prompt, caches)[:, -1].argmax(-1, keepdim=True)  # (1, 1) prefill
+        t1 = time.perf_counter()
+        out = [nxt]
+        for _ in range(new - 1):
+            nxt = model(nxt, caches)[:, -1].argmax(-1, keepdim=True)  # (1, 1) one step
+            out.append(nxt)
+        t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, torch.cat(out, dim=1)
+
+
+def decode_reference(reference, prompt, new: int):
+    """The same greedy loop on transformers' model and its own cache."""
+    import inspect
+
+    import torch
+
+    # transformers 5.x names the cache `cache` (`past_key_values` before, deprecated after)
+    name = "cache" if "cache" in inspect.signature(reference.forward).parameters else None
+    name = name or "past_key_values"
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        step = reference(prompt, use_cache=True)
+        nxt = step.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1) prefill
+        t1 = time.perf_counter()
+        out = [nxt]
+        for _ in range(new - 1):
+            step = reference(nxt, use_cache=True, **{name: getattr(step, name)})
+            nxt = step.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1) one step
+            out.append(nxt)
+        t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, torch.cat(out, dim=1)
+
+
+def copy_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """Bytes/s of a large float32 tensor copy (each byte read once and written once)."""
+    import torch
+
+    src = torch.ones(megabytes * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # touch the pages once
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return 2 * src.numel() * 4 / statistics.median(times)
+
+
+def speed(model, reference, prompt, *, rounds: int, new: int, megabytes: int = 512) -> dict:
+    """Prefill and decode tokens/s of both models, interleaved rounds, medians; the roofline."""
+    import torch
+
+    runs = {"course": [], "transformers": []}
+    same = True
+    decode_course(model, prompt[:, :8], 3)  # warm-up: first calls allocate
+    decode_reference(reference, prompt[:, :8], 3)
+    bandwidths = [copy_bandwidth(megabytes)]
+    for _ in range(rounds):
+        for who, run in (("course", decode_course), ("transformers", decode_reference)):
+            target = model if who == "course" else reference
+            pre, dec, toks = run(target, prompt, new)
+            runs[who].append((pre, dec, toks))
+        same = same and torch.equal(runs["course"][-1][2], runs["transformers"][-1][2])
+        bandwidths.append(copy_bandwidth(megabytes))
+    n = prompt.shape[1]
+    cfg = model.config
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    mean_context = n + new / 2  # the decode steps see n+1 .. n+new-1 cached positions
+    kv_bytes = cfg.kv_cache_bytes(seq_len=int(mean_context), bytes_per_value=4)
+    bandwidth = statistics.median(bandwidths)
+    roofline = bandwidth / (weight_bytes + kv_bytes)  # tokens/s at full bandwidth
+    out = {}
+    for who, rows in runs.items():
+        prefill = statistics.median(n / r[0] for r in rows)
+        decode = statistics.median((new - 1) / r[1] for r in rows)
+        out[who] = {
+            "prefill_tokens_per_s": round(prefill, 1),
+            "decode_tokens_per_s": round(decode, 2),
+            "decode_ms_per_token": round(1000 / decode, 1),
+            "decode_fraction_of_roofline": round(decode / roofline, 3),
+            "decode_rounds_tokens_per_s": [round((new - 1) / r[1], 2) for r in rows],
+        }
+    return {
+        "prompt_tokens": n,
+        "new_tokens": new,
+        "rounds": rounds,
+        "threads": torch.get_num_threads(),
+        "same_greedy_tokens": bool(same),
+        **out,
+        "decode_ratio_course_over_transformers": round(
+            out["course"]["decode_tokens_per_s"] / out["transformers"]["decode_tokens_per_s"], 3
+        ),
+        "prefill_ratio_course_over_transformers": round(
+            out["course"]["prefill_tokens_per_s"] / out["transformers"]["prefill_tokens_per_s"], 3
+        ),
+        "roofline": {
+            "copy_bandwidth_GB_per_s": round(bandwidth / 1e9, 2),
+            "copy_bandwidth_rounds_GB_per_s": [round(b / 1e9, 2) for b in bandwidths],
+            "weight_bytes_per_token": weight_bytes,
+            "kv_cache_bytes_per_token_at_mean_context": kv_bytes,
+            "mean_context": mean_context,
+            "decode_tokens_per_s_at_full_bandwidth": round(roofline, 2),
+        },
+    }
+
+
+# =========================================================================== the run
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def resolve(name: str, folders: dict) -> tuple[Path, str | None]:
+    """(the file or folder to read, the hub name or None) of one model."""
+    from course_lib.gpt import pretrained as P
+
+    if name in folders:
+        return Path(folders[name]), None
+    if name == "smollm2":
+        return P.smollm2_path(), None
+    return P.checkpoint_folder(P.REAL_MODELS[name], download=True), P.REAL_MODELS[name]
+
+
 def main(argv: list[str] | None = None) -> dict:
     from course_lib import env
-    from course_lib.gpt.pretrained import REAL_MODELS, checkpoint_folder
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(REAL_MODELS), choices=list(REAL_MODELS))
+    parser.add_argument("--models", nargs="+", default=["smollm2"], choices=MODELS)
     parser.add_argument("--folder", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--out", type=Path, default=RESULTS / "real_models.json")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=0, help="default: min(4, CPUs)")
+    parser.add_argument("--bandwidth-mb", type=int, default=512, help="the copied tensor's size")
+    parser.add_argument("--no-speed", action="store_true")
     args = parser.parse_args(argv)
     folders = dict(item.split("=", 1) for item in args.folder)
     env.setup(quiet=True, plots=False)
     import torch
     import transformers
 
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    from course_lib.gpt import pretrained as P
+
+    torch.set_num_threads(args.threads or max(1, min(4, os.cpu_count() or 1)))
     report = {
         "command": "python benchmarks/real_models.py " + " ".join(argv or sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{os.cpu_count()} CPUs ({platform.machine()})",
+        "machine": machine(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "models": {},
     }
-    for name in args.models:
-        if name in folders:
-            folder = Path(folders[name])
-            hub = None
-        else:
-            hub = REAL_MODELS[name]
-            folder = checkpoint_folder(hub, download=True)
-        print(f"{name}: {hub or folder}", flush=True)
-        report["models"][name] = dict(measure(name, folder), hub=hub)
-        row = report["models"][name]
+    for i, name in enumerate(args.models):
+        path, hub = resolve(name, folders)
+        print(f"{name}: {hub or path}", flush=True)
+        t0 = time.perf_counter()
+        model = P.load_pretrained(path)
+        load_s = time.perf_counter() - t0
+        reference = reference_model(path)
+        row = dict(measure(name, path, model, reference), hub=hub, load_seconds=round(load_s, 2))
+        row["label"] = P.SMOLLM2_LABEL if name == "smollm2" and hub is None else (hub or name)
+        if i == 0 and not args.no_speed:
+            prompt = P.load_tokenizer(path).encode(PROSE)[None, : args.prompt_tokens]  # (1, n)
+            row["speed"] = speed(
+                model, reference, prompt, rounds=args.rounds, new=args.new_tokens,
+                megabytes=args.bandwidth_mb,
+            )  # fmt: skip
+            sp = row["speed"]
+            print(
+                f"  decode: course {sp['course']['decode_tokens_per_s']} tokens/s, "
+                f"transformers {sp['transformers']['decode_tokens_per_s']} "
+                f"(ratio {sp['decode_ratio_course_over_transformers']}); roofline "
+                f"{sp['roofline']['decode_tokens_per_s_at_full_bandwidth']} tokens/s at "
+                f"{sp['roofline']['copy_bandwidth_GB_per_s']} GB/s",
+                flush=True,
+            )
+        report["models"][name] = row
         print(
             f"  logits differ by at most {row['max_abs_logit_diff_fp32']:.2e}; greedy equal: "
             f"{row['greedy_equal_to_reference']}; best induction head "
@@ -160,6 +366,7 @@ def main(argv: list[str] | None = None) -> dict:
             "bytes/token (fp16)",
             flush=True,
         )
+    report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out}")
