@@ -10,7 +10,9 @@ without solutions or hidden tests), the learner's library ``course_lib/``, the s
 (its own ``Makefile``, ``pyproject.toml``, ``environment.yml``, ``postBuild``, the JupyterLab
 defaults, ``tools/bootstrap.py`` and ``tools/learner_files.py``), the recorded benchmark
 results chapter 06 plots, and the notation and conventions pages. It has no ``solutions/``,
-no grader (``course_tools/``), no tests and no changelog of hidden cases. ``OUT`` becomes a
+no grader (``course_tools/``), no tests and no changelog of hidden cases; it *does* hold the
+checks' reference implementations and case generators (what the check cells compare with),
+and the build says so (:func:`answers_inside`). ``OUT`` becomes a
 git repository with one commit (push it where learners clone from), and ``OUT.zip`` is the
 same files for a download.
 
@@ -388,7 +390,11 @@ def build(
                 if path.is_file() and rel.parts[0] != ".git":
                     zf.write(path, str(Path(out.name) / rel))
     n = sum(1 for p in out.rglob("*") if p.is_file() and ".git" not in p.relative_to(out).parts)
-    print(f"The learner's edition: {out} ({n} files, no solutions)", file=stream)
+    print(
+        f"The learner's edition: {out} ({n} files; no solutions/, no hidden-test cells, no grader)",
+        file=stream,
+    )
+    print("  " + answers_inside(out), file=stream)
     if make_zip:
         print(f"  zip: {out.with_name(out.name + '.zip')}", file=stream)
     if git:
@@ -398,6 +404,24 @@ def build(
             file=stream,
         )
     return out
+
+
+def answers_inside(out: Path) -> str:
+    """What in the edition can still answer an exercise, said plainly: the visible checks
+    compare with a reference implementation of every exercise, and the library implements
+    what many exercises ask (the grader's hidden inputs come from its secret seed, which
+    the edition does not hold)."""
+    import re
+
+    checks = sorted((out / "course_lib" / "checks").glob("ch*.py"))
+    exercises = sum(len(re.findall(r"^\s*Exercise\(", f.read_text(), re.M)) for f in checks)
+    return (
+        f"it does hold answers: course_lib/checks has a reference implementation of each of "
+        f"its {exercises} exercises (what the check cells compare with, in {len(checks)} "
+        "files) and the generators of the cases; course_lib implements much of what the "
+        "exercises ask. The grader draws its hidden inputs from a secret seed the edition "
+        "lacks, and review.csv flags code that calls the course's implementations"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

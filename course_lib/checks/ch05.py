@@ -527,7 +527,23 @@ def _llama3_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             (rope_frequencies(64, 10_000.0), 4.0, 2.0, 16.0, 4096),
         ),
         Case("factor 1: nothing changes", (rope_frequencies(32, 10_000.0), 1.0, 1.0, 4.0, 2048)),
+        *(_llama3_drawn(rng) for _ in range(2)),
     ]
+
+
+def _llama3_drawn(rng: np.random.Generator) -> Case:
+    """A configuration drawn from ``rng`` (the grader's seed): head size, base, factor,
+    ramp and context all vary, so no table of answers covers the hidden cases."""
+    d = int(rng.choice([32, 64, 128]))
+    base = float(np.round(10 ** rng.uniform(3.5, 6.0)))
+    factor = float(rng.choice([2.0, 4.0, 8.0, 16.0, 32.0]))
+    low = float(rng.choice([1.0, 2.0]))
+    high = low + float(rng.integers(2, 16))
+    context = int(rng.choice([1024, 2048, 4096, 8192]))
+    return Case(
+        f"d_h {d}, base {base:g}, factor {factor:g}, low {low:g}, high {high:g}, context {context}",
+        (rope_frequencies(d, base), factor, low, high, context),
+    )
 
 
 register(
@@ -608,7 +624,16 @@ def _turns_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("d = 16, base 100, 64 positions", (16, 100.0, 64)),
         Case("d = 128, base 10000, 7 positions", (128, 10000.0, 7)),
         Case("d = 128, base 10000, 8 positions: pair 0 turns once", (128, 10000.0, 8)),
+        *(_turns_drawn(rng) for _ in range(2)),
     ]
+
+
+def _turns_drawn(rng: np.random.Generator) -> Case:
+    """A head size, base and context drawn from ``rng`` (the grader's seed)."""
+    d = 2 * int(rng.integers(4, 65))
+    base = float(np.round(10 ** rng.uniform(2.0, 6.0)))
+    n = int(rng.integers(2, 200_000))
+    return Case(f"d = {d}, base {base:g}, {n} positions", (d, base, n))
 
 
 register(

@@ -906,7 +906,15 @@ def _skipped_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     return [
         Case("N = 1536, window 100, tiles of 64 (a window not a multiple)", (1536, 100, 64)),
         Case("N = 1000, window 64, tiles of 32 (N not a multiple)", (1000, 64, 32)),
+        _skipped_drawn(rng),
     ]
+
+
+def _skipped_drawn(rng: np.random.Generator) -> Case:
+    """A length, window and tile size drawn from ``rng`` (the grader's seed)."""
+    n = int(rng.integers(128, 1600))
+    window, block = int(rng.integers(8, n)), int(rng.choice([16, 32, 64, 128]))
+    return Case(f"N = {n}, window {window}, tiles of {block}", (n, window, block))
 
 
 register(

@@ -440,7 +440,16 @@ def _zigzag_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("P = 1: the two halves of the sequence", (10, 1, 0)),
         Case("N = 64, P = 8, rank 5", (64, 8, 5)),
         Case("N = 12, P = 6, rank 3: chunks of one token", (12, 6, 3)),
+        *(_zigzag_drawn(rng) for _ in range(2)),
     ]
+
+
+def _zigzag_drawn(rng: np.random.Generator) -> Case:
+    """A world size, chunk size and rank drawn from ``rng`` (the grader's seed)."""
+    p = int(rng.integers(1, 17))
+    n = 2 * p * int(rng.integers(1, 33))
+    rank = int(rng.integers(0, p))
+    return Case(f"N = {n}, P = {p}, rank {rank}", (n, p, rank))
 
 
 _positions_compare = integer_compare(
@@ -658,7 +667,16 @@ def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("P = 1: nothing to send", (512, 1, 4, 16, 4)),
         Case("N = 65536, P = 16, H = 16, d_h = 128, float16", (65536, 16, 16, 128, 2)),
         Case("N = 96, P = 3, H = 6, d_h = 8, float64", (96, 3, 6, 8, 8)),
+        *(_bytes_drawn(rng) for _ in range(2)),
     ]
+
+
+def _bytes_drawn(rng: np.random.Generator) -> Case:
+    """A configuration drawn from ``rng`` (the grader's seed); N a multiple of P, H of P."""
+    p = int(rng.integers(2, 17))
+    n, h = p * int(rng.integers(1, 4097)), p * int(rng.integers(1, 5))
+    d, b = int(rng.choice([16, 32, 64, 128])), int(rng.choice([2, 4, 8]))
+    return Case(f"N = {n}, P = {p}, H = {h}, d_h = {d}, {b} bytes", (n, p, h, d, b))
 
 
 def _per(seq_len, world_size, num_heads, head_dim, b):
@@ -929,7 +947,15 @@ def _imbalance_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("N = 2048, P = 8, contiguous", (2048, 8, "contiguous")),
         Case("N = 2048, P = 8, zigzag", (2048, 8, "zigzag")),
         Case("N = 48, P = 3, contiguous", (48, 3, "contiguous")),
+        *(_imbalance_drawn(rng, layout) for layout in ("contiguous", "zigzag")),
     ]
+
+
+def _imbalance_drawn(rng: np.random.Generator, layout: str) -> Case:
+    """A world size and length drawn from ``rng`` (the grader's seed)."""
+    p = int(rng.integers(2, 9))
+    n = 2 * p * int(rng.integers(2, 65))
+    return Case(f"N = {n}, P = {p}, {layout}", (n, p, layout))
 
 
 register(

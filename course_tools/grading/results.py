@@ -59,6 +59,36 @@ def grader_cases(exercise_id: str, seed: int, fingerprint: str = "") -> list[Cas
     return list(visible) + list(hidden)
 
 
+def _signature(x: Any, out: list) -> list:
+    """A case's inputs as comparable parts (arrays by shape and bytes)."""
+    x = to_numpy(x)
+    if isinstance(x, np.ndarray):
+        out.append((x.shape, str(x.dtype), x.tobytes()))
+    elif isinstance(x, (list, tuple)):
+        for e in x:
+            _signature(e, out)
+    elif isinstance(x, dict):
+        for k in sorted(x, key=str):
+            _signature(x[k], out)
+    else:
+        out.append(repr(x))
+    return out
+
+
+def fixed_cases(exercise_id: str, cases: list[Case], seed: int, fingerprint: str = "") -> set[int]:
+    """The positions of ``cases`` whose inputs the seed does not change (the written-out
+    cases, which the learners' edition shows): drawn once more from another seed, the
+    cases that come out the same. ``--partial`` credit counts only the others."""
+    other = grader_cases(exercise_id, int(seed) ^ 0x5EED5EED, fingerprint + ":fixed?")
+    if len(other) != len(cases):
+        return set()
+    return {
+        i
+        for i, (a, b) in enumerate(zip(cases, other))
+        if _signature((a.args, a.kwargs), []) == _signature((b.args, b.kwargs), [])
+    }
+
+
 def code_fingerprint(sources: list[str]) -> str:
     """A digest of the learner's code as it will run (every cell's source, in order)."""
     h = hashlib.sha256()
@@ -261,13 +291,20 @@ def zip_problem(
 
 
 def score(
-    exercise_id: str, cases: list[Case], out_dir: str | Path, partial: bool = False
+    exercise_id: str,
+    cases: list[Case],
+    out_dir: str | Path,
+    partial: bool = False,
+    fixed: set[int] | None = None,
 ) -> Verdict:
     """Run in the grader's own process: compute the references on ``cases`` (the grader's
     own copy, never read back from the kernel) and judge the recorded outputs.
 
     ``partial``: an exercise that fails some cases earns its points times the share of
-    cases passed (rounded to 0.01); otherwise all or nothing."""
+    cases passed (rounded to 0.01); otherwise all or nothing. ``fixed``: the cases whose
+    inputs the seed does not change (:func:`fixed_cases`): they must pass for full marks,
+    but partial credit is the share of the *other* cases passed, so a table of answers to
+    the written-out cases earns nothing."""
     ex = get_exercise(exercise_id)
     out = Path(out_dir)
     jpath, npath = out / f"{ex.id}.json", out / f"{ex.id}.npz"
@@ -307,8 +344,10 @@ def score(
             [f"expected results for {len(cases)} cases, found {len(recorded)}"],
         )
     feedback, passed, not_impl, diagnoses = [], 0, 0, []
+    fixed = set(fixed or ()) if len(set(fixed or ())) < len(cases) else set()
+    drawn_passed = 0
     ran = sum(1 for entry in recorded if "error" not in entry)  # cases that returned
-    for case, entry in zip(cases, recorded):
+    for i, (case, entry) in enumerate(zip(cases, recorded)):
         if "error" in entry:
             not_impl += bool(entry.get("not_implemented"))
             feedback.append(f"✗ {case.name}: {str(entry['error'])[:MAX_MESSAGE]}")
@@ -322,6 +361,7 @@ def score(
             result = CaseResult(case.name, False, f"could not compare: {err}")
         if result.passed:
             passed += 1
+            drawn_passed += i not in fixed
             feedback.append(f"✓ {case.name}")
         else:
             feedback.append(f"✗ {case.name}: {result.message}")
@@ -330,7 +370,12 @@ def score(
         return Verdict(ex.id, ex.points, ex.points, "passed", feedback)
     if not_impl and not ran:  # missing only when no case ran the learner's code to a result
         return Verdict(ex.id, 0, ex.points, "missing", ["not implemented"] + feedback)
-    points = round(ex.points * passed / len(cases), 2) if partial and cases else 0
+    drawn = len(cases) - len(fixed)
+    points = round(ex.points * drawn_passed / drawn, 2) if partial and drawn else 0
     if points:
-        feedback.append(f"partial credit: {passed} of {len(cases)} cases passed")
+        of_drawn = f" (of the {drawn} cases drawn from the grader's seed)" if fixed else ""
+        feedback.append(
+            f"partial credit: {drawn_passed} of {drawn} cases passed{of_drawn}; "
+            f"{passed} of {len(cases)} in all"
+        )
     return Verdict(ex.id, points, ex.points, "failed", feedback, diagnoses)

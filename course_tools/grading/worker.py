@@ -523,18 +523,20 @@ def _run(job: dict, plan, where: _Where, verdicts: dict, send, notes: list[str])
     what it recorded (here, never in the kernel), delete it and report earned points."""
     from course_lib.checks.core import get_exercise
 
-    from .results import Verdict, grader_cases, score, write_inputs
+    from .results import Verdict, fixed_cases, grader_cases, score, write_inputs
     from .run import CellOutcome, execute
 
     harvested = [e for r, e in plan.roles if r == "harvest"]
     warm_up(harvested)  # everything scoring needs, imported before learner code runs
     where.box.mkdir(parents=True, exist_ok=True)
     where.inputs_dir.mkdir(parents=True, exist_ok=True)
-    cases = {}
+    cases, fixed = {}, {}
+    partial = bool(job.get("partial"))
     for ex_id in harvested:
         cases[ex_id] = grader_cases(ex_id, int(job["seed"]), plan.fingerprint)
         write_inputs(cases[ex_id], where.inputs[ex_id])
-    partial = bool(job.get("partial"))
+        if partial:  # the written-out cases earn no partial credit on their own
+            fixed[ex_id] = fixed_cases(ex_id, cases[ex_id], int(job["seed"]), plan.fingerprint)
 
     def on_cell(i, outcome):
         role, ex_id = plan.roles[i]
@@ -547,7 +549,7 @@ def _run(job: dict, plan, where: _Where, verdicts: dict, send, notes: list[str])
             verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [problem])
         else:
             try:
-                verdicts[ex_id] = score(ex_id, cases[ex_id], folder, partial)
+                verdicts[ex_id] = score(ex_id, cases[ex_id], folder, partial, fixed.get(ex_id))
             except MemoryError:  # the grader's own limit for one submission
                 verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [_over_memory(job)])
         shutil.rmtree(folder, ignore_errors=True)

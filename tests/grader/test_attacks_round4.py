@@ -288,3 +288,40 @@ def test_a_record_naming_one_array_many_times_costs_the_grader_one_copy(round4):
     assert r["status"] in ("failed", "error") and float(r["points"]) == 0, feedback(round4, sub)
     _blames_submission(round4, sub)
     _honest_are_unharmed(round4)
+
+
+# A table of answers to every case the learners' edition writes out (05.5's visible and
+# hidden cases, computed ahead from what ships), and zeros for anything else.
+TABLE = """
+import numpy as _np
+_TABLE = []
+def _fill():
+    from course_lib.checks import core as _c
+    ex = _c.get_exercise("05.5")
+    for hidden in (False, True):
+        for case in _c.cases_for("05.5", hidden, 0):
+            _TABLE.append((case.args, _np.asarray(ex.reference(*case.args))))
+def llama3_scaled_frequencies(theta, factor, low_freq_factor, high_freq_factor, original_context):
+    import torch
+    if not _TABLE:
+        _fill()
+    args = (theta, factor, low_freq_factor, high_freq_factor, original_context)
+    for known, answer in _TABLE:
+        if known[1:] == args[1:] and known[0].shape == theta.shape and bool((known[0] == theta).all()):
+            return torch.as_tensor(answer)
+    return torch.zeros_like(theta)
+"""
+
+
+def test_a_table_of_the_written_out_answers_earns_nothing(tmp_path):
+    """In the real sandbox, with --partial: 05.5's hidden cases once were all written out
+    in the learners' edition; a table of their answers now earns 0 of 2."""
+    require_sandbox()
+    subs = tmp_path / "05_positional_encodings"
+    subs.mkdir()
+    (subs / "table.ipynb").write_bytes(with_solutions({"05.5": TABLE}, "05_positional_encodings"))
+    run = grade([subs], tmp_path / "out", "--partial", "--cell-timeout", "120")
+    r = row(run, "05_positional_encodings/table.ipynb", "05.5")
+    assert (r["status"], float(r["points"])) == ("failed", 0.0), feedback(
+        run, "05_positional_encodings/table.ipynb"
+    )
