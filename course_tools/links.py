@@ -66,21 +66,7 @@ class Links:
     def nbgitpuller(self, hub: str, path: str = "notebooks/00_setup.ipynb") -> str:
         """A JupyterHub link that clones (or updates) the course into each learner's home
         with nbgitpuller and opens ``path`` in JupyterLab; a learner's changes are kept."""
-        from urllib.parse import quote, urlencode
-
-        hub = hub.rstrip("/")
-        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", hub):
-            raise ValueError(f"not a JupyterHub address: {hub!r} (e.g. https://hub.example.org)")
-        folder = self.github.split("/")[1]
-        query = urlencode(
-            {
-                "repo": self.clone_url,
-                "branch": self.branch,
-                "urlpath": f"lab/tree/{folder}/{path}",
-            },
-            quote_via=quote,
-        )
-        return f"{hub}/hub/user-redirect/git-pull?{query}"
+        return nbgitpuller_link(hub, self.clone_url, self.branch, path)
 
     def colab_badge(self, path: str) -> str:
         return (
@@ -90,6 +76,48 @@ class Links:
 
     def binder_badge(self, path: str) -> str:
         return f"[![Binder](https://mybinder.org/badge_logo.svg)]({self.binder(path)})"
+
+
+def clone_folder(repository: str) -> str:
+    """The folder a clone of ``repository`` gets: its address's last part without ``.git``
+    (``https://host/org/attention-workshop.git`` and ``/srv/attention-workshop`` both give
+    ``attention-workshop``)."""
+    name = repository.strip().rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+    if not name or name in (".", ".."):
+        raise ValueError(f"no folder name in the repository address {repository!r}")
+    return name
+
+
+def nbgitpuller_link(
+    hub: str, repository: str, branch: str = "main", path: str = "notebooks/00_setup.ipynb"
+) -> str:
+    """The nbgitpuller link for ``repository`` (any git address: with or without ``.git``,
+    a file path, any branch) on the JupyterHub ``hub``.
+
+    nbgitpuller clones into ``targetpath`` (by default the address's last part, *with*
+    ``.git`` when it ends so) and then opens ``urlpath``: the link names the folder in both,
+    so that the notebook it opens is the one it cloned (a hub's ``NBGITPULLER_PARENTPATH``
+    must stay unset).
+    """
+    from urllib.parse import quote, urlencode
+
+    hub = hub.rstrip("/")
+    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", hub):
+        raise ValueError(f"not a JupyterHub address: {hub!r} (e.g. https://hub.example.org)")
+    repository = repository.strip().rstrip("/")
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", branch):
+        raise ValueError(f"not a branch name: {branch!r}")
+    folder = clone_folder(repository)
+    query = urlencode(
+        {
+            "repo": repository,
+            "branch": branch,
+            "targetpath": folder,
+            "urlpath": f"lab/tree/{folder}/{path}",
+        },
+        quote_via=quote,
+    )
+    return f"{hub}/hub/user-redirect/git-pull?{query}"
 
 
 # --------------------------------------------------------------------------- the placeholder
@@ -188,14 +216,16 @@ def main(argv: list[str] | None = None) -> int:
         root = course_root(args.course)
         if args.nbgitpuller:
             links = Links.load(root)
-            if args.repository:
-                links = Links(
-                    args.repository.rstrip("/").removesuffix(".git"), args.branch or "main"
-                )
+            repository = links.clone_url
+            branch = args.branch or links.branch
+            if args.repository:  # any git address, kept as given (a GitHub one or not)
+                repository = args.repository.strip().rstrip("/")
+                branch = args.branch or "main"
+                links = Links(repository.removesuffix(".git"), branch)
             note = check_published(links, "the link")
             if note:
                 print(note, file=sys.stderr)
-            print(links.nbgitpuller(args.nbgitpuller))
+            print(nbgitpuller_link(args.nbgitpuller, repository, branch))
             return 0
         if args.repository is None and args.branch is None:
             links = Links.load(root)

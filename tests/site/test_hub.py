@@ -1,0 +1,264 @@
+"""The course on a real JupyterHub: two learners click the course's nbgitpuller link.
+
+A JupyterHub from PyPI with its proxy from npm (configurable-http-proxy, installed by .ci/run
+into build/hub-proxy/, or COURSE_HUB_PROXY), the dummy authenticator and
+SimpleLocalProcessSpawner (each learner's server a local process with its own home), all on
+127.0.0.1. The edition is what `make release` builds (course_tools.release.build), a local
+git repository the link names by its path. Each learner logs in through the login page in
+headless Chromium, opens the link printed by `python -m course_tools.links --nbgitpuller`,
+and must land in JupyterLab with chapter 00 of the pulled edition open and their work/ copies
+made (hub/work_copies.py, the hub kit's server extension). The instructor then pushes an
+update; a second click brings it and keeps what the learner changed.
+
+Marked browser and slow; skips without jupyterhub, nbgitpuller, the proxy or Chromium (fails
+for the last under COURSE_REQUIRE_BROWSER=1, as the other browser tests do).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+HUB_KIT = ROOT / "hub"
+PROXY_CACHE = ROOT / "build" / "hub-proxy"
+START_S = 120  # the hub, then a learner's server, on a busy 2-core machine
+LEARNERS = ("alice", "bob")
+
+
+def _proxy() -> str | None:
+    for candidate in (
+        os.environ.get("COURSE_HUB_PROXY"),
+        str(PROXY_CACHE / "node_modules" / ".bin" / "configurable-http-proxy"),
+        shutil.which("configurable-http-proxy"),
+    ):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"JupyterHub exited ({proc.returncode}):\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"JupyterHub did not answer at {url}:\n{log.read_text()[-4000:]}")
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=Instructor", "-c", "user.email=i@example.org", "-C", str(repo)]
+        + list(args),
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> Path:
+    from course_tools import release
+
+    out = tmp_path_factory.mktemp("instructor") / "attention-workshop"
+    with open(os.devnull, "w") as quiet:
+        release.build(
+            ROOT,
+            out,
+            repository="https://github.com/example-school/attention-workshop",
+            make_zip=False,
+            stream=quiet,
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    pytest.importorskip("jupyterhub", reason="the test extra has jupyterhub")
+    pytest.importorskip("nbgitpuller", reason="the test extra has nbgitpuller")
+    proxy = _proxy()
+    if proxy is None:
+        pytest.skip(
+            "no configurable-http-proxy: `npm install --prefix build/hub-proxy "
+            "configurable-http-proxy` (.ci/run does)"
+        )
+    base = tmp_path_factory.mktemp("hub")
+    homes = base / "home"
+    homes.mkdir()
+    port, api_port, hub_port = _free_port(), _free_port(), _free_port()
+    bin_dir = Path(sys.executable).parent
+    config = base / "jupyterhub_config.py"
+    config.write_text(
+        f"""
+c = get_config()  # noqa
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {hub_port}
+c.ConfigurableHTTPProxy.command = [{proxy!r}]
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{api_port}"
+c.ConfigurableHTTPProxy.debug = False
+c.JupyterHub.db_url = "sqlite:///{base / "hub.sqlite"}"
+c.JupyterHub.cookie_secret_file = {str(base / "cookie_secret")!r}
+c.JupyterHub.pid_file = {str(base / "hub.pid")!r}
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.JupyterHub.spawner_class = "simple"
+c.SimpleLocalProcessSpawner.home_dir_template = {str(homes / "{username}")!r}
+c.Spawner.cmd = [{str(bin_dir / "jupyterhub-singleuser")!r}]
+c.Spawner.default_url = "/lab"
+c.Spawner.args = {["--allow-root"] if os.geteuid() == 0 else []!r}  # CI's container runs as root
+c.Spawner.start_timeout = {START_S}
+c.Spawner.http_timeout = {START_S}
+c.Spawner.environment = {{
+    "PATH": {str(bin_dir) + os.pathsep + os.environ["PATH"]!r},
+    "PYTHONPATH": {str(HUB_KIT)!r},
+    "JUPYTER_CONFIG_PATH": {str(HUB_KIT)!r},
+    "NBGITPULLER_APP": "lab",
+    "COURSE_BUDGET": "ci",
+}}
+""",
+        encoding="utf-8",
+    )
+    log = base / "jupyterhub.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(bin_dir / "jupyterhub"), "-f", str(config)],
+            cwd=base,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_for(url + "/hub/health", proc, log, START_S)
+        yield url, homes, log
+    finally:
+        import signal
+
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the hub stops the proxy and the servers
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from test_browser import launched_chromium
+
+    with launched_chromium(headless=True) as b:
+        yield b
+
+
+def _link(hub_url: str, edition: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_tools.links", "--nbgitpuller", hub_url]
+        + ["--repository", str(edition)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _click(page, link: str, log: Path) -> None:
+    """The link, followed until JupyterLab shows chapter 00 of the edition."""
+    page.goto(link)
+    try:
+        page.wait_for_url(
+            "**/lab/tree/attention-workshop/notebooks/00_setup.ipynb*", timeout=START_S * 1000
+        )
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.wait_for(
+            state="visible", timeout=START_S * 1000
+        )
+    except Exception as err:
+        _fail(page, f"the link did not open chapter 00 ({err})", log)
+
+
+def _fail(page, what: str, log: Path) -> None:
+    shots = ROOT / "test-output" / "browser"
+    shots.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shots / "hub.png"))
+    pytest.fail(f"{what}; at {page.url} (test-output/browser/hub.png):\n{log.read_text()[-6000:]}")
+
+
+def _wait_for_file(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert path.exists(), f"{path} was not made"
+
+
+def test_learners_click_the_link_on_a_real_hub(hub, edition, browser):
+    hub_url, homes, log = hub
+    link = _link(hub_url, edition)
+    assert "targetpath=attention-workshop" in link
+    pages = {}
+    for user in LEARNERS:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(f"{hub_url}/hub/login")
+        page.fill("input[name=username]", user)
+        page.fill("input[name=password]", "any")
+        page.click("input[type=submit], button[type=submit]")
+        try:
+            page.wait_for_url("**/user/**", timeout=START_S * 1000)
+        except Exception as err:
+            _fail(page, f"{user}'s server did not start after logging in ({err})", log)
+        _click(page, link, log)
+        tab = page.locator(".jp-MainAreaWidget .lm-TabBar-tabLabel, .lm-TabBar-tabLabel")
+        assert any("00_setup.ipynb" in t for t in tab.all_inner_texts())
+        course = homes / user / "attention-workshop"
+        assert (course / ".course-edition").exists() and not (course / "solutions").exists()
+        _wait_for_file(course / "work" / "00_setup_exercises.ipynb")
+        pages[user] = page
+
+    # alice changes her work copy and the lecture; the instructor pushes an update
+    course = homes / "alice" / "attention-workshop"
+    copy = course / "work" / "00_setup_exercises.ipynb"
+    nb = json.loads(copy.read_text(encoding="utf-8"))
+    nb["cells"][-1]["source"] = "# alice's work\n"
+    copy.write_text(json.dumps(nb), encoding="utf-8")
+    lecture = course / "notebooks" / "00_setup.ipynb"
+    nb = json.loads(lecture.read_text(encoding="utf-8"))
+    nb["cells"].append(
+        {"cell_type": "markdown", "id": "alice-note", "metadata": {}, "source": "alice's note"}
+    )
+    lecture.write_text(json.dumps(nb, indent=1), encoding="utf-8")
+    (edition / "UPDATE.md").write_text("Day two: chapters 04-06.\n", encoding="utf-8")
+    _git(edition, "add", "UPDATE.md")
+    _git(edition, "commit", "-q", "-m", "day two")
+
+    _click(pages["alice"], link, log)
+    assert (course / "UPDATE.md").read_text(encoding="utf-8").startswith("Day two")
+    assert "# alice's work" in copy.read_text(encoding="utf-8")
+    assert "alice's note" in lecture.read_text(encoding="utf-8")
+    for page in pages.values():
+        page.context.close()
