@@ -229,11 +229,12 @@ class CausalSelfAttention(nn.Module):
         q = split_heads(self.W_Q(x), cfg.num_heads)  # (B, H, N, d_h)
         k = split_heads(self.W_K(x), cfg.kv_heads)  # (B, Hkv, N, d_h)
         v = split_heads(self.W_V(x), cfg.kv_heads)  # (B, Hkv, N, d_h)
-        if cfg.positions == "rope":
+        if cfg.positions == "rope":  # queries and keys rotated in one call (half the overhead
+            # of two when decoding one token, where each call's fixed cost dominates)
             pos = torch.arange(past, past + n, device=x.device)  # (N,)
             rope = {"base": cfg.rope_base, "interleaved": cfg.rope_interleaved}
-            q = apply_rope(q, pos, **rope)  # (B, H, N, d_h)
-            k = apply_rope(k, pos, **rope)  # (B, Hkv, N, d_h)
+            qk = apply_rope(torch.cat((q, k), dim=1), pos, **rope)  # (B, H + Hkv, N, d_h)
+            q, k = qk.split((cfg.num_heads, cfg.kv_heads), dim=1)  # (B, H | Hkv, N, d_h)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, Hkv, Nk, d_h) with Nk = past + N
         k = repeat_kv(k, cfg.num_groups)  # (B, H, Nk, d_h)
