@@ -389,6 +389,12 @@ def build(
                 rel = path.relative_to(out)
                 if path.is_file() and rel.parts[0] != ".git":
                     zf.write(path, str(Path(out.name) / rel))
+    _say(out, links, git, make_zip, stream)
+    return out
+
+
+def _say(out: Path, links, git: bool, make_zip: bool, stream) -> None:
+    """What was built, and what in it can answer an exercise."""
     n = sum(1 for p in out.rglob("*") if p.is_file() and ".git" not in p.relative_to(out).parts)
     print(
         f"The learner's edition: {out} ({n} files; no solutions/, no hidden-test cells, no grader)",
@@ -403,7 +409,6 @@ def build(
             f"{links.clone_url} && git -C {out} push -u origin {links.branch}",
             file=stream,
         )
-    return out
 
 
 def answers_inside(out: Path) -> str:

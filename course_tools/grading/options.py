@@ -65,9 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="output folder for grades.csv, feedback/ and review.csv",
     )
     _add_limit_options(p)
+    _add_grader_options(p)
     _add_grading_options(p)
     _add_safety_options(p)
     return p
+
+
+def _add_grader_options(p: argparse.ArgumentParser) -> None:
+    """The grading process's own limits (beside its kernels')."""
+    p.add_argument(
+        "--grader-memory",
+        type=float,
+        default=GRADER_MEMORY_GB,
+        metavar="GB",
+        help="what the grading process of one submission may allocate itself (reading and "
+        f"scoring its recorded outputs; default {GRADER_MEMORY_GB:g}); past it, that "
+        "submission gets an error",
+    )
 
 
 def _add_limit_options(p: argparse.ArgumentParser) -> None:
@@ -119,15 +133,6 @@ def _add_limit_options(p: argparse.ArgumentParser) -> None:
         metavar="GB",
         help="what a kernel may write into its working folders (default 2); a kernel that "
         "writes more is stopped and its exercise gets an error saying so",
-    )
-    p.add_argument(
-        "--grader-memory",
-        type=float,
-        default=GRADER_MEMORY_GB,
-        metavar="GB",
-        help="what the grading process of one submission may allocate itself (reading and "
-        f"scoring its recorded outputs; default {GRADER_MEMORY_GB:g}); past it, that "
-        "submission gets an error",
     )
     p.add_argument(
         "--no-cgroups",

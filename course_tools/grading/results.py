@@ -290,6 +290,34 @@ def zip_problem(
     return None
 
 
+def _judge(ex, cases: list[Case], recorded: list[dict], arrays, fixed: set[int] | None):
+    """Each recorded case against the reference: (feedback, passed, passed of the cases
+    drawn from the seed, not implemented, the checks' diagnoses)."""
+    feedback, passed, not_impl, diagnoses = [], 0, 0, []
+    fixed = set(fixed or ()) if len(set(fixed or ())) < len(cases) else set()
+    drawn_passed = 0
+    for i, (case, entry) in enumerate(zip(cases, recorded)):
+        if "error" in entry:
+            not_impl += bool(entry.get("not_implemented"))
+            feedback.append(f"✗ {case.name}: {str(entry['error'])[:MAX_MESSAGE]}")
+            continue
+        try:
+            got = _unflatten(entry["output"], arrays)
+            result = evaluate_case(ex, case, got)
+        except MemoryError:
+            raise
+        except Exception as err:
+            result = CaseResult(case.name, False, f"could not compare: {err}")
+        if result.passed:
+            passed += 1
+            drawn_passed += i not in fixed
+            feedback.append(f"✓ {case.name}")
+        else:
+            feedback.append(f"✗ {case.name}: {result.message}")
+            diagnoses += [m.group(1).strip() for m in _CAUSE.finditer(result.message)][-1:]
+    return feedback, passed, drawn_passed, not_impl, diagnoses
+
+
 def score(
     exercise_id: str,
     cases: list[Case],
@@ -343,29 +371,9 @@ def score(
             "error",
             [f"expected results for {len(cases)} cases, found {len(recorded)}"],
         )
-    feedback, passed, not_impl, diagnoses = [], 0, 0, []
+    feedback, passed, drawn_passed, not_impl, diagnoses = _judge(ex, cases, recorded, arrays, fixed)
     fixed = set(fixed or ()) if len(set(fixed or ())) < len(cases) else set()
-    drawn_passed = 0
     ran = sum(1 for entry in recorded if "error" not in entry)  # cases that returned
-    for i, (case, entry) in enumerate(zip(cases, recorded)):
-        if "error" in entry:
-            not_impl += bool(entry.get("not_implemented"))
-            feedback.append(f"✗ {case.name}: {str(entry['error'])[:MAX_MESSAGE]}")
-            continue
-        try:
-            got = _unflatten(entry["output"], arrays)
-            result = evaluate_case(ex, case, got)
-        except MemoryError:
-            raise
-        except Exception as err:
-            result = CaseResult(case.name, False, f"could not compare: {err}")
-        if result.passed:
-            passed += 1
-            drawn_passed += i not in fixed
-            feedback.append(f"✓ {case.name}")
-        else:
-            feedback.append(f"✗ {case.name}: {result.message}")
-            diagnoses += [m.group(1).strip() for m in _CAUSE.finditer(result.message)][-1:]
     if passed == len(cases):
         return Verdict(ex.id, ex.points, ex.points, "passed", feedback)
     if not_impl and not ran:  # missing only when no case ran the learner's code to a result
