@@ -51,13 +51,8 @@ LEARNER_MODULE_MAX_LINES = 600
 TOOL_FUNCTION_MAX_LINES = 80
 # a function of the learner's library, the same: a forward pass reads as its maths
 LIBRARY_FUNCTION_MAX_LINES = 80
-# Long functions another change of issue 39 is splitting (the flash restructure owns
-# course_lib/flash/; course_lib/gpt/pretrained.py, the GGUF loader's, has none over the limit
-# today). Each entry is a path and a function's name; the entries go when that work lands.
-LONG_FUNCTIONS_BEING_SPLIT = {
-    ("course_lib/flash/aot.py", "compile_kernel"),  # 114 lines at bf378e4
-    ("course_lib/flash/bench.py", "bench_one"),  # 106 lines at bf378e4
-}
+# Long functions being split, each a (path, function name); none left.
+LONG_FUNCTIONS_BEING_SPLIT: set[tuple[str, str]] = set()
 
 
 def _doc_paths() -> set[str]:

@@ -168,9 +168,6 @@ def test_chapter_counts_in_the_docs_are_the_courses():
 # Tabs stay where the format needs them: a Makefile's recipes.
 TABS_ALLOWED = {
     "Makefile",
-    # PTX pasted as ptxas prints it (tab-indented); the flash engineer's file, to become "\t"
-    # escapes in issue 39's flash restructure (then this entry goes).
-    "tests/library/flash/test_flash_aot.py",
 }
 
 

@@ -61,14 +61,14 @@ _TTGIR = """\
       %dv_193 = ttng.warp_group_dot %dv_192, %x_177, %arg37 {isAsync = true} : tensor<64x32xbf16, #ttg.dot_op<{opIdx = 0, parent = #mma1, kWidth = 2}>> * !ttg.memdesc<32x128xbf16, #shared, #smem, mutable> -> tensor<64x128xf32, #mma1> loc(#loc292)
 """
 _PTX = """\
-	wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;
-	wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;
-	wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;
-	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1}, {%r1}, {%r2}, {%f2};
-	cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {%r5, %r6}], [%r7];
-	cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {%r5, %r6}], [%r7];
-	cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd8, {%r9, %r10}], [%r11];
-	cp.async.bulk.commit_group;
+\twgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;
+\twgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;
+\twgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;
+\tmma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1}, {%r1}, {%r2}, {%f2};
+\tcp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {%r5, %r6}], [%r7];
+\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {%r5, %r6}], [%r7];
+\tcp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd8, {%r9, %r10}], [%r11];
+\tcp.async.bulk.commit_group;
 """
 
 
