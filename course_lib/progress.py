@@ -342,7 +342,7 @@ def probe(copy: Path, base: Path, assignment: str, out: Path, limit: float) -> N
             return "timeout"
         return _error_line(result)
 
-    broken = ""  # the first course cell that failed, which later verdicts mention
+    broken = setup = ""  # the first course cell that failed; a package it could not import
     solution_error: dict[str, str] = {}
     for i, cell in enumerate(base_nb.get("cells", [])):
         if cell.get("cell_type") != "code":
@@ -375,7 +375,9 @@ def probe(copy: Path, base: Path, assignment: str, out: Path, limit: float) -> N
                 )
             except _Alarm:
                 status, reason = FAILING, f"your function ran past {limit:g} s (infinite loop?)"
-            if status != PASSED and err:
+            if status == FAILING and setup:  # the course's packages, not the learner's work
+                status, reason = NOT_CHECKED, setup
+            elif status != PASSED and err:
                 reason = f"your solution cell raised {err}"
             elif status != PASSED and broken and not reason:
                 reason = broken
@@ -384,50 +386,50 @@ def probe(copy: Path, base: Path, assignment: str, out: Path, limit: float) -> N
             err = run(_source(cell), learner=False)
             if err and not broken:
                 broken = one_line(f"cell {i} of the notebook failed: {err}")
+            if err.startswith("ModuleNotFoundError") and not setup:
+                setup = f"set-up problem, not your work ({err}): fix it with `{_install()}`"
     out_file.close()
+
+
+def _install() -> str:
+    """The one command that installs the course's packages into this Python."""
+    return f'"{sys.executable}" -m pip install -e "{course_root() or "."}"'
+
+
+def untouched(copy: Path, base: Path, assignment: str) -> bool:
+    """Every exercise's solution cell (the one that counts) is the blank's placeholder, as
+    copied: each verdict is "not started", known from the file without running it."""
+    from .checks.core import PLACEHOLDER_MARK
+
+    cells = [_read(p).get("cells", []) for p in (copy, base)]
+    for ex in exercises_of(assignment):
+        mine, blank = (find_solution_cells(c, assignment, ex.id, ex.target).chosen for c in cells)
+        text = _source(blank) if blank is not None else ""
+        if mine is None or PLACEHOLDER_MARK not in text or _source(mine) != text:
+            return False
+    return True
 
 
 def check_copy(
     copy: Path, base: Path, assignment: str, timeout: float = NOTEBOOK_TIMEOUT_S
 ) -> list[Row]:
-    """Check one learner copy in a child process; never writes to the copy."""
+    """Check one learner copy in a child process (none for an untouched copy); never writes
+    to the copy."""
     exercises = exercises_of(assignment)
     copy, base = Path(copy).expanduser().resolve(), Path(base).expanduser().resolve()
+    if untouched(copy, base, assignment):
+        return not_started(assignment, "", str(copy))
     with tempfile.TemporaryDirectory(prefix="course-progress-") as tmp:
         out = Path(tmp) / "verdicts.jsonl"
         out.touch()
-        env = dict(os.environ)
-        env.update(
-            {
-                "MPLBACKEND": "Agg",
-                "COURSE_PROGRESS": "1",
-                "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
-                "IPYTHONDIR": str(Path(tmp) / "ipython"),
-                "PYTHONDONTWRITEBYTECODE": "1",
-            }
-        )
-        cmd = [
-            sys.executable,
-            "-m",
-            "course_lib.progress",
-            "--probe",
-            str(copy),
-            str(base),
-            assignment,
-            str(out),
-            str(min(EXERCISE_TIMEOUT_S, timeout / 2)),  # start-up needs the rest
-        ]
+        env = {"OMP_NUM_THREADS": "1", **os.environ, "MPLBACKEND": "Agg", "COURSE_PROGRESS": "1"}
+        env.update(IPYTHONDIR=str(Path(tmp) / "ipython"), PYTHONDONTWRITEBYTECODE="1")
+        cmd = [sys.executable, "-m", "course_lib.progress", "--probe", str(copy), str(base)]
+        cmd += [assignment, str(out), str(min(EXERCISE_TIMEOUT_S, timeout / 2))]  # + start-up
+        quiet = {k: subprocess.DEVNULL for k in ("stdin", "stdout", "stderr")}
         timed_out = False
         try:
-            subprocess.run(
-                cmd,
-                cwd=copy.parent,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=timeout,
-            )
+            subprocess.run(cmd, cwd=copy.parent, env=env, timeout=timeout, **quiet)
         except subprocess.TimeoutExpired:
             timed_out = True
         verdicts = {}
@@ -441,13 +443,9 @@ def check_copy(
     for ex in exercises:
         v = verdicts.get(ex.id)
         if v is None:
-            why = (
-                f"the copy did not finish within {timeout:g} s"
-                if timed_out and first_missing
-                else "an earlier cell stopped the run"
-                if first_missing
-                else ""
-            )
+            why = "an earlier cell stopped the run" if first_missing else ""
+            if timed_out and first_missing:
+                why = f"the copy did not finish within {timeout:g} s"
             status = FAILING if timed_out and first_missing else NOT_CHECKED
             first_missing = False
             rows.append(Row(assignment, ex.id, ex.title, status, 0, ex.points, why, str(copy)))
@@ -459,9 +457,9 @@ def check_copy(
     return rows
 
 
-def not_started(assignment: str, why: str) -> list[Row]:
+def not_started(assignment: str, why: str, source: str = "") -> list[Row]:
     return [
-        Row(assignment, ex.id, ex.title, NOT_STARTED, 0, ex.points, why)
+        Row(assignment, ex.id, ex.title, NOT_STARTED, 0, ex.points, why, source)
         for ex in exercises_of(assignment)
     ]
 

@@ -227,3 +227,60 @@ def test_the_command_line_takes_any_path_form(tmp_path, form, monkeypatch):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [(r["exercise"], r["status"]) for r in rows] == [("00.1", P.PASSED)], rows
+
+
+def test_an_untouched_copy_is_not_started_without_a_process(tmp_path, monkeypatch):
+    """Every chapter's blank copy: "not started" is read from the file (issue 37, item 4)."""
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("make progress started a process for an untouched copy")
+
+    monkeypatch.setattr(P.subprocess, "run", no_process)
+    known = P.assignments(ROOT)
+    for assignment in known:
+        copy = copy_exercises(tmp_path / "work", assignment)
+        base = ROOT / "exercises" / f"{assignment}.ipynb"
+        assert P.untouched(copy, base, assignment), assignment
+    rows = P.course_progress(tmp_path / "work", ROOT, jobs=1)
+    assert {r.status for r in rows} == {P.NOT_STARTED} and len(rows) == len(core.all_exercises())
+
+
+def test_a_touched_copy_is_checked(tmp_path):
+    base = ROOT / "exercises" / "02_qkv_attention.ipynb"
+    copy = copy_exercises(tmp_path / "work", "02_qkv_attention")
+    set_solution(copy, "02.3", "def padding_mask(lengths, n_k):\n    return None\n")
+    assert not P.untouched(copy, base, "02_qkv_attention")
+    nb = nbformat.read(copy, as_version=4)  # a deleted solution cell is no blank either
+    nb.cells = [c for c in nb.cells if (c.metadata.get("course") or {}).get("role") != "solution"]
+    nbformat.write(nb, copy)
+    assert not P.untouched(copy, base, "02_qkv_attention")
+
+
+@pytest.mark.slow
+def test_the_shortcut_gives_the_verdicts_the_run_gives(tmp_path, monkeypatch):
+    copy = copy_exercises(tmp_path / "work", "00_setup")
+    base = ROOT / "exercises" / "00_setup.ipynb"
+    quick = P.check_copy(copy, base, "00_setup")
+    monkeypatch.setattr(P, "untouched", lambda *a: False)
+    ran = P.check_copy(copy, base, "00_setup")
+    assert [(r.exercise, r.status, r.points) for r in quick] == [
+        (r.exercise, r.status, r.points) for r in ran
+    ]
+
+
+@pytest.mark.slow
+def test_a_missing_package_is_a_set_up_problem(tmp_path):
+    """A course cell that cannot import its package: the learner's failing answer is
+    "not checked", with the one command that installs the course's packages."""
+    work = tmp_path / "work"
+    copy = copy_exercises(work, "00_setup")
+    base = tmp_path / "00_setup.ipynb"
+    nb = nbformat.read(ROOT / "exercises" / "00_setup.ipynb", as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_code_cell("import course_package_not_installed"))
+    nbformat.write(nb, base)
+    set_solution(copy, "00.1", "def softmax(x):\n    return x\n")
+    rows = P.check_copy(copy, base, "00_setup")
+    row = by_id(rows)["00.1"]
+    assert row.status == P.NOT_CHECKED, row
+    assert "set-up problem" in row.reason and "course_package_not_installed" in row.reason
+    assert "-m pip install -e" in row.reason
