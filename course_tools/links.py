@@ -129,10 +129,21 @@ PLACEHOLDER_HELP = (
 )
 
 
+PLACEHOLDER_OWNERS = (PLACEHOLDER_OWNER, "YOU", "ME", "USER", "ORG")  # and YOUR-anything
+EXAMPLE_HOST = re.compile(r"(.+\.)?example(\.(com|org|net|edu))?", re.I)  # RFC 2606
+
+
 def is_placeholder(links: Links) -> bool:
-    """Whether the address is still the ``https://github.com/OWNER/...`` placeholder."""
-    owner = links.repository.removeprefix("https://github.com/").split("/")[0]
-    return owner == PLACEHOLDER_OWNER
+    """Whether the address is still a placeholder: ``https://github.com/OWNER/...`` (the
+    course's own until it is published), the docs' ``YOUR-ORG``, ``YOU`` or ``ME``, or a
+    host reserved for examples (``example.org``, ``hub.example.com``)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(links.repository)
+    owner = parts.path.strip("/").split("/")[0]
+    if owner in PLACEHOLDER_OWNERS or owner.upper().startswith("YOUR-"):
+        return True
+    return bool(parts.hostname and EXAMPLE_HOST.fullmatch(parts.hostname))
 
 
 def release_build() -> bool:

@@ -330,8 +330,10 @@ def build(
     git: bool = True,
     make_zip: bool = True,
     stream=sys.stdout,
+    dry_run: bool = False,
 ) -> Path:
-    """Build the learner's edition of the course at ``root`` into the folder ``out``."""
+    """Build the learner's edition of the course at ``root`` into the folder ``out``
+    (``dry_run``: a placeholder address is only warned about)."""
     root = Path(root).resolve()
     out = Path(out).expanduser().resolve()
     inside = out == root or root in out.parents
@@ -345,17 +347,7 @@ def build(
             "(RELEASE_DIR=...)"
         )
     course = Links.load(root)
-    links = Links(
-        (repository or course.repository).rstrip("/").removesuffix(".git"),
-        branch or (course.branch if repository is None else "main"),
-    )
-    links.github  # noqa: B018  (a GitHub address, or a clear error)
-    if is_placeholder(links):
-        raise ReleaseError(
-            f"the edition's address is still the placeholder {links.repository}: name where "
-            "it will live, `make release RELEASE_REPOSITORY=https://github.com/YOU/NAME` "
-            "(or set the course's own address: python -m course_tools.links --set URL)"
-        )
+    links = _address(course, repository, branch, dry_run, stream)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -391,6 +383,25 @@ def build(
                     zf.write(path, str(Path(out.name) / rel))
     _say(out, links, git, make_zip, stream)
     return out
+
+
+def _address(course: Links, repository, branch, dry_run: bool, stream) -> Links:
+    """The edition's address: a GitHub one, never a placeholder unless ``dry_run``."""
+    links = Links(
+        (repository or course.repository).rstrip("/").removesuffix(".git"),
+        branch or (course.branch if repository is None else "main"),
+    )
+    links.github  # noqa: B018  (a GitHub address, or a clear error)
+    if is_placeholder(links):
+        msg = (
+            f"the edition's address is still the placeholder {links.repository}: name where "
+            "it will live, `make release RELEASE_REPOSITORY=https://github.com/NAME/REPO` "
+            "(or set the course's own address: python -m course_tools.links --set URL)"
+        )
+        if not dry_run:
+            raise ReleaseError(msg + "; --dry-run builds it anyway, for a look")
+        print(f"dry run, not for learners: {msg}", file=stream)
+    return links
 
 
 def _say(out: Path, links, git: bool, make_zip: bool, stream) -> None:
@@ -446,11 +457,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--branch", default=os.environ.get("RELEASE_BRANCH") or None)
     parser.add_argument("--no-git", action="store_true", help="no git repository in OUT")
     parser.add_argument("--no-zip", action="store_true", help="no OUT.zip")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="build even with a placeholder address (OWNER, YOUR-ORG, an example host)",
+    )
     args = parser.parse_args(argv)
     try:
         root = course_root(args.course)
         out = args.out if args.out.is_absolute() else Path.cwd() / args.out
-        build(root, out, args.repository, args.branch, not args.no_git, not args.no_zip)
+        build(
+            root,
+            out,
+            args.repository,
+            args.branch,
+            not args.no_git,
+            not args.no_zip,
+            stream=sys.stdout,
+            dry_run=args.dry_run,
+        )
     except (CourseRootError, ReleaseError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -187,6 +187,11 @@ def test_the_guide_runs_on_a_simulated_hub(tmp_path: Path):
     edition = instructor / "release" / "attention-workshop"
     assert (edition / ".course-edition").exists() and not (edition / "solutions").exists()
     assert (instructor / "release" / "attention-workshop.zip").exists()
+    stated = re.search(r"`make release` writes one,\s+([\d.]+) MB", GUIDE.read_text("utf-8"))
+    size = (instructor / "release" / "attention-workshop.zip").stat().st_size / 1e6
+    assert stated and abs(float(stated.group(1)) - size) <= 0.1 * size, (
+        f"the guide says the zip is {stated and stated.group(1)} MB; it is {size:.2f} MB"
+    )
     link = next(line for line in out.splitlines() if "/hub/user-redirect/git-pull?" in line)
     assert link.startswith("https://hub.example.org/hub/user-redirect/git-pull?repo=https%3A")
     assert "attention-workshop" in link and "00_setup.ipynb" in link

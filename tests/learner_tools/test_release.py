@@ -244,3 +244,39 @@ def test_the_placeholder_address_and_a_foreign_folder_are_refused(tmp_path: Path
     (out / "stale.txt").write_text("old")
     R.build(ROOT, out, repository=EDITION_URL, git=False, make_zip=False, stream=io.StringIO())
     assert not (out / "stale.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "https://github.com/OWNER/attention-course",
+        "https://github.com/YOUR-ORG/attention-workshop",
+        "https://github.com/your-school/attention-workshop",
+        "https://github.com/YOU/NAME",
+    ],
+)
+def test_a_placeholder_address_is_refused_unless_a_dry_run(tmp_path: Path, address, capsys):
+    """The guide's own default (YOUR-ORG) was accepted without a word (issue 37, item 5)."""
+    with pytest.raises(R.ReleaseError, match="placeholder.*--dry-run"):
+        R.build(ROOT, tmp_path / "e", repository=address, git=False, make_zip=False)
+    assert not (tmp_path / "e").exists()
+    args = [str(tmp_path / "e"), "--repository", address, "--no-git", "--no-zip"]
+    assert R.main([*args, "--course", str(ROOT)]) == 2
+    assert "placeholder" in capsys.readouterr().err
+    assert R.main([*args, "--course", str(ROOT), "--dry-run"]) == 0
+    assert "dry run, not for learners" in capsys.readouterr().out
+    assert (tmp_path / "e" / R.MARKER).exists()
+
+
+def test_placeholders_and_example_hosts_are_recognised():
+    from course_tools.links import is_placeholder
+
+    for address in (
+        "https://github.com/OWNER/x",
+        "https://github.com/YOUR-ORG/x",
+        "https://hub.example.org/org/x",
+        "https://example.com/org/x",
+    ):
+        assert is_placeholder(Links(address)), address
+    for address in (EDITION_URL, "https://github.com/example-school/x", "/srv/git/x"):
+        assert not is_placeholder(Links(address)), address
