@@ -33,8 +33,10 @@ CUTS = (
         "00 01 02 03 04 05 06",
         "00 02 03 04 06",
     ),
-    ("one week", "the whole course, exercises included", "00 01 02 03 04 05 06 07 08 09", "all"),
+    ("one week", "the whole course, exercises included", "all", "all"),
 )
+# Breaks in a cut's time: BREAK_MIN after every WORK_BLOCK_MIN of lectures and exercises.
+WORK_BLOCK_MIN, BREAK_MIN = 90, 15
 PLAN_START, PLAN_END = "<!-- plan:start -->", "<!-- plan:end -->"
 _ROW = re.compile(r"^\| (\d\d) \| \[([^\]]*)\]\((notebooks/\d\d_[a-z0-9_]+\.ipynb)\) \|")
 
@@ -110,6 +112,30 @@ def _hm(mins: int) -> str:
     return f"{h} h {m:02d} min" if h else f"{m} min"
 
 
+def exercises_where(root: Path, chapter: Chapter) -> str:
+    """The exercises column of a chapter whose course map gives them no time of their own."""
+    name = Path(chapter.lecture).stem
+    if (Path(root) / "exercises" / f"{name}.ipynb").exists():
+        return f"with the lecture (work/{name}_exercises.ipynb)"
+    return "(in the lecture)"
+
+
+def cut_chapters(chapters: list[Chapter], lectures: str, exercises: str, name: str = "") -> tuple:
+    """A cut's lectures and exercise chapters; every exercise chapter's lecture is in it."""
+    by_number = {c.number: c for c in chapters}
+    lect = chapters if lectures == "all" else [by_number[n] for n in lectures.split()]
+    exs = chapters if exercises == "all" else [by_number[n] for n in exercises.split()]
+    missing = [c.number for c in exs if c not in lect]
+    if missing:
+        raise ValueError(f"the cut {name!r} has exercises {missing} without their lectures")
+    return lect, exs
+
+
+def with_breaks(work_min: int) -> int:
+    """Lectures and exercises plus a break after every full work block."""
+    return work_min + BREAK_MIN * (work_min // WORK_BLOCK_MIN)
+
+
 def plan_markdown(root: Path) -> str:
     """The plan: time per chapter, the totals and the suggested cuts (markdown)."""
     _, chapters = course_map(root)
@@ -121,21 +147,24 @@ def plan_markdown(root: Path) -> str:
         runs = f"{c.runs_in_s:.0f} s" if c.runs_in_s is not None else "not measured"
         rows.append(
             f"| {c.number} {c.title} | {_hm(c.lecture_min)} | "
-            f"{_hm(c.exercise_min) if c.exercise_min else '(in the lecture)'} | {runs} |"
+            f"{_hm(c.exercise_min) if c.exercise_min else exercises_where(root, c)} | {runs} |"
         )
     lec = sum(c.lecture_min for c in chapters)
     ex = sum(c.exercise_min for c in chapters)
     rows.append(f"| **all {len(chapters)} chapters** | **{_hm(lec)}** | **{_hm(ex)}** | |")
-    by_number = {c.number: c for c in chapters}
-    cuts = ["", "| cut | for | lectures | exercises | time |", "|---|---|---|---|---|"]
+    cuts = ["", "| cut | for | lectures | exercises | work | with breaks |"]
+    cuts.append("|---|---|---|---|---|---|")
     for name, purpose, lectures, exercises in CUTS:
-        lect = [by_number[n] for n in lectures.split() if n in by_number]
-        exs = chapters if exercises == "all" else [by_number[n] for n in exercises.split()]
-        total = sum(c.lecture_min for c in lect) + sum(c.exercise_min for c in exs)
+        lect, exs = cut_chapters(chapters, lectures, exercises, name)
+        work = sum(c.lecture_min for c in lect) + sum(c.exercise_min for c in exs)
         cuts.append(
             f"| {name} | {purpose} | {', '.join(c.number for c in lect)} | "
-            f"{', '.join(c.number for c in exs)} | {_hm(total)} |"
+            f"{', '.join(c.number for c in exs)} | {_hm(work)} | {_hm(with_breaks(work))} |"
         )
+    cuts.append(
+        f"\n*With breaks*: {BREAK_MIN} min after every {WORK_BLOCK_MIN} min of lectures and "
+        "exercises; lunch and the days' start and end are yours to add."
+    )
     return "\n".join(rows + cuts)
 
 
