@@ -1,0 +1,10 @@
+# The Littlest JupyterHub: /opt/tljh/config/jupyterhub_config.d/course.py (hub/tljh.sh copies it).
+c = get_config()  # noqa: F821
+c.Spawner.environment.update(
+    {
+        "COURSE_BUDGET": "ci",  # the short training runs; every claim still holds
+        "COURSE_MODELS": "/opt/course-models",  # chapter 10's model, fetched once
+        "NBGITPULLER_APP": "lab",
+        "OMP_NUM_THREADS": "1",
+    }
+)
