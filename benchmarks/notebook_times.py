@@ -8,7 +8,7 @@
 longer). ``--only`` keeps the notebooks whose path matches one of the globs
 (``'notebooks/0[78]_*'``). Writes JSON (default
 ``benchmarks/results/notebook_times.json``, or ``notebook_times_full.json`` for the full
-budget) with the machine, versions and date. The CI budgets (60 s; chapters 06-09: 120 s, on
+budget) with the machine, versions and date. The CI budgets (60 s; chapters 06-10: 120 s; 11: 180 s, on
 a 2-core machine, ``course_tools.course.notebook_budget_s``) are reported, never asserted;
 they apply to ``--budget ci`` only. ``make test`` prints a similar table for its parallel run
 (``test-output/notebook_times.json``).

@@ -190,7 +190,9 @@ def attend(q, k, v, *, backend="course", is_causal=False, mask=None, scale=None)
         from ..flash import flash_attention
 
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # (B, H, N, d_h) each
-        return flash_attention(q, k, v, is_causal=is_causal, scale=scale)  # (B, H, Nq, d_h)
+        return flash_attention(
+            q, k, v, is_causal=is_causal, scale=scale, layout="bhnd"
+        )  # (B, H, Nq, d_h): the layout named, so that fewer tokens than heads is no ambiguity
     raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 

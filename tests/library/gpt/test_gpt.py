@@ -173,6 +173,23 @@ def test_backends_give_the_same_logits_and_gradients(backend, num_kv_heads):
         torch.testing.assert_close(grads[name], g, atol=1e-5, rtol=1e-3, msg=name)
 
 
+def test_flash_backend_takes_fewer_tokens_than_heads_and_decodes_with_a_cache():
+    """A prompt shorter than the number of heads, and each cached decode step (one query),
+    run through the Triton kernel as through the course's attention: the layout is named,
+    so (B, H, N, d_h) with N < H is never read as (B, N, H, d_h)."""
+    pytest.importorskip("triton")
+    cfg = GPTConfig(vocab_size=23, seq_len=16, d_model=64, num_layers=1, num_heads=4)
+    tokens = _tokens(1, 3, v=23)  # (1, 3): 3 tokens, 4 heads
+    course = _model(cfg).eval()
+    flash = _model(replace(cfg, attention="flash")).eval()
+    flash.load_state_dict(course.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(flash(tokens), course(tokens), atol=1e-5, rtol=1e-4)
+        ref = course.generate(tokens, 4, temperature=0.0)  # (1, 7)
+        got = flash.generate(tokens, 4, temperature=0.0)  # (1, 7)
+    assert torch.equal(got, ref)
+
+
 def test_flash_backend_refuses_an_explicit_mask():
     q = torch.randn(1, 2, 3, 16)
     with pytest.raises(ValueError, match="is_causal only"):
