@@ -138,7 +138,9 @@ def _kept_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             ),
             Case("N = 10, W = 3, 2 sinks", (10, 3, 2)),
         ]
+    n, w, s = int(rng.integers(64, 512)), int(rng.integers(2, 64)), int(rng.integers(1, 9))
     return [
+        Case(f"N = {n}, W = {w}, {s} sinks (drawn from the seed)", (n, w, s)),
         Case("N = 4096, W = 256, 4 sinks", (4096, 256, 4)),
         Case("N = 5, W = 1, 1 sink", (5, 1, 1)),
         Case("N = 64, W = 100, 4 sinks: the window is wider than the text", (64, 100, 4)),
