@@ -81,10 +81,13 @@ from .pretrained import (
     state_dict_from_hf,
 )
 from .probes import (
+    duplicate_token_scores,
     induction_scores,
     previous_token_scores,
     random_period_tokens,
     repeated_random_tokens,
+    top_heads,
+    uniform_induction_score,
 )
 from .training import (
     History,
@@ -124,6 +127,7 @@ __all__ = [
     "checkpoint_folder",
     "config_from_hf",
     "corpus_words",
+    "duplicate_token_scores",
     "equal_params_config",
     "evaluate",
     "get_batch",
@@ -151,10 +155,12 @@ __all__ = [
     "smollm2_path",
     "save_induction_checkpoint",
     "state_dict_from_hf",
+    "top_heads",
     "top_k_probs",
     "train",
     "train_induction_model",
     "unigram_cross_entropy",
+    "uniform_induction_score",
     "BPETokenizer",
     "Block",
     "ByteTokenizer",
