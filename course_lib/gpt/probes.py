@@ -54,14 +54,19 @@ def induction_scores(weights: torch.Tensor, period: int) -> torch.Tensor:
 
     Returns ``[H]``: 1 for a perfect induction head, about :math:`1/n` for uniform attention.
     """
+    return _mean_weight_back(weights, period, period - 1)  # (H,): key n - T + 1
+
+
+def _mean_weight_back(weights: torch.Tensor, period: int, back: int) -> torch.Tensor:
+    r"""Per-head mean weight from query :math:`n` on key :math:`n - back`, over :math:`n \ge T`,
+    of weights ``[B, H, N, N]`` on tokens repeating with period :math:`T`. Returns ``[H]``."""
     if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
         raise ValueError(f"expected weights [B, H, N, N], got {tuple(weights.shape)}")
     n = weights.shape[-1]
     if not 1 <= period < n:
         raise ValueError(f"period must be in [1, N={n}), got {period}")
     queries = torch.arange(period, n)  # (N-T,)
-    keys = queries - period + 1  # (N-T,)
-    return weights[:, :, queries, keys].mean(dim=(0, 2))  # (H,)
+    return weights[:, :, queries, queries - back].mean(dim=(0, 2))  # (H,)
 
 
 def previous_token_scores(weights: torch.Tensor) -> torch.Tensor:
@@ -81,13 +86,7 @@ def duplicate_token_scores(weights: torch.Tensor, period: int) -> torch.Tensor:
     small); an induction head looks one further, at :math:`n - T + 1`. The score is the mean
     weight on key :math:`n - T` over the queries :math:`n \ge T`. Returns ``[H]``.
     """
-    if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
-        raise ValueError(f"expected weights [B, H, N, N], got {tuple(weights.shape)}")
-    n = weights.shape[-1]
-    if not 1 <= period < n:
-        raise ValueError(f"period must be in [1, N={n}), got {period}")
-    queries = torch.arange(period, n)  # (N-T,)
-    return weights[:, :, queries, queries - period].mean(dim=(0, 2))  # (H,)
+    return _mean_weight_back(weights, period, period)  # (H,): key n - T
 
 
 def uniform_induction_score(period: int, copies: int = 2) -> float:

@@ -16,179 +16,73 @@ import torch
 
 __all__ = ["PAIRS", "Item", "candidate_spans", "items", "noun_attention", "split_halves"]
 
-# (sentence with {} for the cue, cue for the first noun, cue for the second, first, second noun)
-PAIRS = (
-    (
-        "The trophy did not fit in the suitcase because it was too {}.",
-        "big",
-        "small",
-        "trophy",
-        "suitcase",
-    ),
-    ("The ball broke the window because it was {}.", "heavy", "thin", "ball", "window"),
-    ("The dog chased the cat because it was {}.", "hungry", "fast", "dog", "cat"),
-    (
-        "The table would not go through the door because it was too {}.",
-        "wide",
-        "narrow",
-        "table",
-        "door",
-    ),
-    ("The bottle did not fit in the box because it was too {}.", "tall", "short", "bottle", "box"),
-    ("The car passed the truck because it was {}.", "faster", "slower", "car", "truck"),
-    ("The ice melted on the stove because it was {}.", "soft", "hot", "ice", "stove"),
-    ("The rope held the boat because it was {}.", "strong", "light", "rope", "boat"),
-    ("The hammer cracked the tile because it was {}.", "heavy", "brittle", "hammer", "tile"),
-    ("The sofa did not fit in the room because it was too {}.", "long", "small", "sofa", "room"),
-    ("The cup fell off the shelf because it was {}.", "unbalanced", "tilted", "cup", "shelf"),
-    ("The horse pulled the cart easily because it was {}.", "strong", "empty", "horse", "cart"),
-    ("The knife could not cut the bread because it was {}.", "blunt", "frozen", "knife", "bread"),
-    (
-        "The phone would not charge from the cable because it was {}.",
-        "dead",
-        "broken",
-        "phone",
-        "cable",
-    ),
-    ("The kite got stuck in the tree because it was {}.", "light", "tall", "kite", "tree"),
-    ("The book did not fit on the shelf because it was too {}.", "thick", "full", "book", "shelf"),
-    ("The cat hid from the storm because it was {}.", "scared", "loud", "cat", "storm"),
-    ("The boat sank in the lake because it was {}.", "leaking", "deep", "boat", "lake"),
-    ("The pen would not write on the paper because it was {}.", "empty", "wet", "pen", "paper"),
-    ("The shoe did not fit the foot because it was too {}.", "narrow", "swollen", "shoe", "foot"),
-    ("The plant grew toward the window because it was {}.", "alive", "bright", "plant", "window"),
-    (
-        "The bridge could not carry the lorry because it was too {}.",
-        "weak",
-        "heavy",
-        "bridge",
-        "lorry",
-    ),
-    (
-        "The fish could not swim in the pond because it was too {}.",
-        "big",
-        "shallow",
-        "fish",
-        "pond",
-    ),
-    ("The lamp could not light the hall because it was too {}.", "dim", "large", "lamp", "hall"),
-    ("The key would not turn in the lock because it was {}.", "bent", "rusty", "key", "lock"),
-    ("The wolf caught the rabbit because it was {}.", "quick", "slow", "wolf", "rabbit"),
-    (
-        "The parcel did not fit through the slot because it was too {}.",
-        "bulky",
-        "tiny",
-        "parcel",
-        "slot",
-    ),
-    (
-        "The chair broke under the statue because it was {}.",
-        "fragile",
-        "massive",
-        "chair",
-        "statue",
-    ),
-    (
-        "The bag would not close over the coat because it was too {}.",
-        "small",
-        "bulky",
-        "bag",
-        "coat",
-    ),
-    (
-        "The drone could not lift the crate because it was too {}.",
-        "weak",
-        "heavy",
-        "drone",
-        "crate",
-    ),
-    ("The stone sank in the river because it was {}.", "dense", "calm", "stone", "river"),
-    ("The blanket did not cover the bed because it was too {}.", "short", "wide", "blanket", "bed"),
-    ("The owl watched the mouse because it was {}.", "hungry", "moving", "owl", "mouse"),
-    (
-        "The bucket could not hold the water because it was {}.",
-        "cracked",
-        "boiling",
-        "bucket",
-        "water",
-    ),
-    (
-        "The truck could not enter the tunnel because it was too {}.",
-        "high",
-        "low",
-        "truck",
-        "tunnel",
-    ),
-    ("The ladder did not reach the roof because it was too {}.", "short", "high", "ladder", "roof"),
-    (
-        "The envelope would not hold the letter because it was too {}.",
-        "small",
-        "thick",
-        "envelope",
-        "letter",
-    ),
-    ("The candle lit the cave because it was {}.", "burning", "dark", "candle", "cave"),
-    ("The glass cracked in the oven because it was {}.", "thin", "hot", "glass", "oven"),
-    ("The tent blew off the hill because it was {}.", "loose", "windy", "tent", "hill"),
-    ("The train stopped at the station because it was {}.", "late", "open", "train", "station"),
-    ("The apple rolled off the plate because it was {}.", "round", "tilted", "apple", "plate"),
-    ("The mug would not fit under the tap because it was too {}.", "tall", "low", "mug", "tap"),
-    ("The bird left the nest because it was {}.", "grown", "damaged", "bird", "nest"),
-    ("The screw would not go into the wall because it was {}.", "blunt", "solid", "screw", "wall"),
-    ("The balloon burst on the fence because it was {}.", "inflated", "sharp", "balloon", "fence"),
-    ("The boot left a mark on the floor because it was {}.", "muddy", "polished", "boot", "floor"),
-    ("The clock fell from the wall because it was {}.", "heavy", "damp", "clock", "wall"),
-    ("The pot would not sit on the burner because it was too {}.", "big", "small", "pot", "burner"),
-    ("The coin slipped through the grate because it was {}.", "small", "wide", "coin", "grate"),
-    (
-        "The puppy could not climb the step because it was too {}.",
-        "little",
-        "steep",
-        "puppy",
-        "step",
-    ),
-    ("The bus could not cross the bridge because it was too {}.", "heavy", "weak", "bus", "bridge"),
-    (
-        "The sheet would not fit in the printer because it was too {}.",
-        "large",
-        "narrow",
-        "sheet",
-        "printer",
-    ),
-    ("The tree shaded the house because it was {}.", "leafy", "low", "tree", "house"),
-    (
-        "The ship could not enter the harbour because it was too {}.",
-        "large",
-        "shallow",
-        "ship",
-        "harbour",
-    ),
-    (
-        "The magnet did not hold the spoon because it was too {}.",
-        "weak",
-        "heavy",
-        "magnet",
-        "spoon",
-    ),
-    ("The jar would not fit in the fridge because it was too {}.", "tall", "full", "jar", "fridge"),
-    (
-        "The snake could not get into the hole because it was too {}.",
-        "fat",
-        "narrow",
-        "snake",
-        "hole",
-    ),
-    (
-        "The plane could not land on the field because it was too {}.",
-        "fast",
-        "short",
-        "plane",
-        "field",
-    ),
-    ("The sock would not go over the shoe because it was too {}.", "tight", "big", "sock", "shoe"),
-    ("The brush could not paint the fence because it was {}.", "dry", "wet", "brush", "fence"),
-    ("The vase broke on the tiles because it was {}.", "delicate", "hard", "vase", "tiles"),
-)
+# One pair a line: the sentence with {} for the cue | the cue for the first noun | the cue for
+# the second | the first noun | the second noun.
+_TABLE = """\
+The trophy did not fit in the suitcase because it was too {}. | big | small | trophy | suitcase
+The ball broke the window because it was {}. | heavy | thin | ball | window
+The dog chased the cat because it was {}. | hungry | fast | dog | cat
+The table would not go through the door because it was too {}. | wide | narrow | table | door
+The bottle did not fit in the box because it was too {}. | tall | short | bottle | box
+The car passed the truck because it was {}. | faster | slower | car | truck
+The ice melted on the stove because it was {}. | soft | hot | ice | stove
+The rope held the boat because it was {}. | strong | light | rope | boat
+The hammer cracked the tile because it was {}. | heavy | brittle | hammer | tile
+The sofa did not fit in the room because it was too {}. | long | small | sofa | room
+The cup fell off the shelf because it was {}. | unbalanced | tilted | cup | shelf
+The horse pulled the cart easily because it was {}. | strong | empty | horse | cart
+The knife could not cut the bread because it was {}. | blunt | frozen | knife | bread
+The phone would not charge from the cable because it was {}. | dead | broken | phone | cable
+The kite got stuck in the tree because it was {}. | light | tall | kite | tree
+The book did not fit on the shelf because it was too {}. | thick | full | book | shelf
+The cat hid from the storm because it was {}. | scared | loud | cat | storm
+The boat sank in the lake because it was {}. | leaking | deep | boat | lake
+The pen would not write on the paper because it was {}. | empty | wet | pen | paper
+The shoe did not fit the foot because it was too {}. | narrow | swollen | shoe | foot
+The plant grew toward the window because it was {}. | alive | bright | plant | window
+The bridge could not carry the lorry because it was too {}. | weak | heavy | bridge | lorry
+The fish could not swim in the pond because it was too {}. | big | shallow | fish | pond
+The lamp could not light the hall because it was too {}. | dim | large | lamp | hall
+The key would not turn in the lock because it was {}. | bent | rusty | key | lock
+The wolf caught the rabbit because it was {}. | quick | slow | wolf | rabbit
+The parcel did not fit through the slot because it was too {}. | bulky | tiny | parcel | slot
+The chair broke under the statue because it was {}. | fragile | massive | chair | statue
+The bag would not close over the coat because it was too {}. | small | bulky | bag | coat
+The drone could not lift the crate because it was too {}. | weak | heavy | drone | crate
+The stone sank in the river because it was {}. | dense | calm | stone | river
+The blanket did not cover the bed because it was too {}. | short | wide | blanket | bed
+The owl watched the mouse because it was {}. | hungry | moving | owl | mouse
+The bucket could not hold the water because it was {}. | cracked | boiling | bucket | water
+The truck could not enter the tunnel because it was too {}. | high | low | truck | tunnel
+The ladder did not reach the roof because it was too {}. | short | high | ladder | roof
+The envelope would not hold the letter because it was too {}. | small | thick | envelope | letter
+The candle lit the cave because it was {}. | burning | dark | candle | cave
+The glass cracked in the oven because it was {}. | thin | hot | glass | oven
+The tent blew off the hill because it was {}. | loose | windy | tent | hill
+The train stopped at the station because it was {}. | late | open | train | station
+The apple rolled off the plate because it was {}. | round | tilted | apple | plate
+The mug would not fit under the tap because it was too {}. | tall | low | mug | tap
+The bird left the nest because it was {}. | grown | damaged | bird | nest
+The screw would not go into the wall because it was {}. | blunt | solid | screw | wall
+The balloon burst on the fence because it was {}. | inflated | sharp | balloon | fence
+The boot left a mark on the floor because it was {}. | muddy | polished | boot | floor
+The clock fell from the wall because it was {}. | heavy | damp | clock | wall
+The pot would not sit on the burner because it was too {}. | big | small | pot | burner
+The coin slipped through the grate because it was {}. | small | wide | coin | grate
+The puppy could not climb the step because it was too {}. | little | steep | puppy | step
+The bus could not cross the bridge because it was too {}. | heavy | weak | bus | bridge
+The sheet would not fit in the printer because it was too {}. | large | narrow | sheet | printer
+The tree shaded the house because it was {}. | leafy | low | tree | house
+The ship could not enter the harbour because it was too {}. | large | shallow | ship | harbour
+The magnet did not hold the spoon because it was too {}. | weak | heavy | magnet | spoon
+The jar would not fit in the fridge because it was too {}. | tall | full | jar | fridge
+The snake could not get into the hole because it was too {}. | fat | narrow | snake | hole
+The plane could not land on the field because it was too {}. | fast | short | plane | field
+The sock would not go over the shoe because it was too {}. | tight | big | sock | shoe
+The brush could not paint the fence because it was {}. | dry | wet | brush | fence
+The vase broke on the tiles because it was {}. | delicate | hard | vase | tiles
+"""
+PAIRS = tuple(tuple(part.strip() for part in line.split("|")) for line in _TABLE.splitlines())
 
 
 @dataclass(frozen=True)
