@@ -330,9 +330,9 @@ def score(
 
     ``partial``: an exercise that fails some cases earns its points times the share of
     cases passed (rounded to 0.01); otherwise all or nothing. ``fixed``: the cases whose
-    inputs the seed does not change (:func:`fixed_cases`): they must pass for full marks,
-    but partial credit is the share of the *other* cases passed, so a table of answers to
-    the written-out cases earns nothing."""
+    inputs the seed does not change (:func:`fixed_cases`): partial credit is the share of
+    the *other* cases passed times the share of these passed, so a table of answers to the
+    written-out cases earns nothing and a failed exercise never earns full marks."""
     ex = get_exercise(exercise_id)
     out = Path(out_dir)
     jpath, npath = out / f"{ex.id}.json", out / f"{ex.id}.npz"
@@ -379,11 +379,18 @@ def score(
     if not_impl and not ran:  # missing only when no case ran the learner's code to a result
         return Verdict(ex.id, 0, ex.points, "missing", ["not implemented"] + feedback)
     drawn = len(cases) - len(fixed)
-    points = round(ex.points * drawn_passed / drawn, 2) if partial and drawn else 0
+    # the drawn cases' share, times the written-out cases' share: a table of the written-out
+    # answers earns nothing, and a failed exercise never earns its full points
+    fixed_share = (passed - drawn_passed) / len(fixed) if fixed else 1.0
+    points = round(ex.points * drawn_passed / drawn * fixed_share, 2) if partial and drawn else 0
+    points = min(points, round(ex.points - 0.01, 2))  # rounding never makes a failure full marks
     if points:
-        of_drawn = f" (of the {drawn} cases drawn from the grader's seed)" if fixed else ""
+        written = (
+            f" and {passed - drawn_passed} of the {len(fixed)} written-out cases" if fixed else ""
+        )
+        of_drawn = " drawn from the grader's seed" if fixed else ""
         feedback.append(
-            f"partial credit: {drawn_passed} of {drawn} cases passed{of_drawn}; "
+            f"partial credit: {drawn_passed} of {drawn} cases{of_drawn} passed{written}; "
             f"{passed} of {len(cases)} in all"
         )
     return Verdict(ex.id, points, ex.points, "failed", feedback, diagnoses)

@@ -282,7 +282,8 @@ def test_partial_credit_counts_every_passed_case_whatever_the_others_raised(roun
         # 00.1's grader cases: two written out (not counted for partial credit), two
         # drawn from the seed, of which the 3-D one raised: 1 of 2
         assert (r["status"], r["points"]) == ("failed", "0.5"), feedback(round3, sub)
-        assert "1 of 2 cases passed" in feedback(round3, sub)
+        assert "1 of 2 cases drawn from the grader's seed passed" in feedback(round3, sub)
+        assert "2 of the 2 written-out cases" in feedback(round3, sub)
         assert "3 of 4 in all" in feedback(round3, sub)
         _blames_submission(round3, sub)
 
