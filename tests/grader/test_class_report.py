@@ -157,14 +157,7 @@ def test_a_folder_that_is_no_grading_run_is_refused(tmp_path, capsys):
 
 @pytest.mark.browser
 def test_the_report_renders_offline_in_chromium(graded):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "site_browser", ROOT / "tests" / "site" / "test_browser.py"
-    )  # the browser tests' Chromium, from their folder (tests/site)
-    browser_tests = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(browser_tests)
-    launched_chromium = browser_tests.launched_chromium
+    from browser_lab import launched_chromium  # the browser tests' Chromium (tests/support)
 
     out, _ = graded
     page_path = C.write_report(out)

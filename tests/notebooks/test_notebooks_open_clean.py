@@ -46,7 +46,7 @@ def test_every_notebook_carries_jupyterlabs_metadata():
 @pytest.mark.browser
 @pytest.mark.slow
 def test_opening_and_saving_in_jupyterlab_changes_nothing():
-    from test_browser import NotebookPage, launched_chromium
+    from browser_lab import NotebookPage, launched_chromium
 
     scratch = ROOT / SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)

@@ -169,7 +169,7 @@ c.Spawner.environment = {{
 
 @pytest.fixture(scope="module")
 def browser():
-    from test_browser import launched_chromium
+    from browser_lab import launched_chromium
 
     with launched_chromium(headless=True) as b:
         yield b

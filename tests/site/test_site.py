@@ -25,7 +25,7 @@ SITE_CHAPTERS = ["00", "02"]
 
 
 def _need(what: str) -> None:
-    from test_browser import _missing
+    from browser_lab import _missing
 
     _missing(what)
 
@@ -95,7 +95,7 @@ class Reader:
 
 @pytest.fixture(scope="module")
 def reader(served):
-    from test_browser import launched_chromium
+    from browser_lab import launched_chromium
 
     with launched_chromium(_need) as browser:
         r = Reader(browser, served)

@@ -3,7 +3,8 @@
 (Named course_lab, not jupyter_server: tests/ is on sys.path under pytest, and a
 tests/jupyter_server.py would shadow the real `jupyter_server` package.)
 
-Used by tests/learner_tools/test_lab_server.py (REST API only) and tests/site/test_browser.py (Chromium).
+Used by tests/learner_tools/test_lab_server.py (REST API only) and, with browser_lab.py, by
+the browser tests (Chromium).
 The server is the one `make lab` opens: the course's .venv, the repository as its root,
 and the course's own settings (`.jupyter/lab/user-settings`, as tools/bootstrap.py's
 `lab_env()` sets them). Everything else that JupyterLab would write (workspace state,
