@@ -161,22 +161,25 @@ def check_head_split(x, num_heads: int) -> None:
         )
 
 
+def _check_divides(name: str, divisor, dividend_name: str, dividend, why: str) -> None:
+    """``divisor`` a positive integer that divides ``dividend``, or a ValueError saying why."""
+    if int(divisor) != divisor or divisor < 1:
+        raise ValueError(f"{name} must be a positive integer, got {divisor!r}")
+    if dividend % divisor != 0:
+        raise ValueError(f"{dividend_name}={dividend} is not divisible by {name}={divisor}: {why}")
+
+
 def check_mha_config(d_model, num_heads, num_kv_heads, dropout) -> None:
-    if int(num_heads) != num_heads or num_heads < 1:
-        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
-    if d_model % num_heads != 0:
-        raise ValueError(
-            f"d_model={d_model} is not divisible by num_heads={num_heads}: "
-            f"each head gets d_model / num_heads features"
-        )
-    if int(num_kv_heads) != num_kv_heads or num_kv_heads < 1:
-        raise ValueError(f"num_kv_heads must be a positive integer, got {num_kv_heads!r}")
-    if num_heads % num_kv_heads != 0:
-        raise ValueError(
-            f"num_heads={num_heads} is not divisible by "
-            f"num_kv_heads={num_kv_heads}: each key/value head must serve "
-            "the same number of query heads"
-        )
+    _check_divides(
+        "num_heads", num_heads, "d_model", d_model, "each head gets d_model / num_heads features"
+    )
+    _check_divides(
+        "num_kv_heads",
+        num_kv_heads,
+        "num_heads",
+        num_heads,
+        "each key/value head must serve the same number of query heads",
+    )
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 

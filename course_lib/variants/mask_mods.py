@@ -32,6 +32,7 @@ The masks of this module:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 import torch
@@ -184,30 +185,25 @@ def document_ids(lengths: list[int] | tuple[int, ...], seq_len: int | None = Non
 
 def and_masks(*mask_mods: MaskMod) -> MaskMod:
     r"""A ``mask_mod`` that allows :math:`(i, j)` only when every one of ``mask_mods`` does."""
-    if not mask_mods:
-        raise ValueError("and_masks needs at least one mask_mod")
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        out = mask_mods[0](b, h, q_idx, kv_idx)
-        for m in mask_mods[1:]:
-            out = out & m(b, h, q_idx, kv_idx)
-        return out
-
-    return _named(mask_mod, " & ".join(m.__name__ for m in mask_mods))
+    return _combined(mask_mods, operator.and_, "&", "and_masks")
 
 
 def or_masks(*mask_mods: MaskMod) -> MaskMod:
     r"""A ``mask_mod`` that allows :math:`(i, j)` when any one of ``mask_mods`` does."""
+    return _combined(mask_mods, operator.or_, "|", "or_masks")
+
+
+def _combined(mask_mods, op, symbol: str, caller: str) -> MaskMod:
     if not mask_mods:
-        raise ValueError("or_masks needs at least one mask_mod")
+        raise ValueError(f"{caller} needs at least one mask_mod")
 
     def mask_mod(b, h, q_idx, kv_idx):
         out = mask_mods[0](b, h, q_idx, kv_idx)
         for m in mask_mods[1:]:
-            out = out | m(b, h, q_idx, kv_idx)
+            out = op(out, m(b, h, q_idx, kv_idx))
         return out
 
-    return _named(mask_mod, " | ".join(m.__name__ for m in mask_mods))
+    return _named(mask_mod, f" {symbol} ".join(m.__name__ for m in mask_mods))
 
 
 # --------------------------------------------------------------------------- to a tensor
