@@ -56,6 +56,7 @@ __all__ = [
     "half_to_interleaved",
     "interleaved_to_half",
     "llama3_scaled_frequencies",
+    "per_head_rows",
     "rope_angles",
     "rope_frequencies",
     "rope_permutation",
@@ -526,3 +527,14 @@ def half_to_interleaved(x: torch.Tensor) -> torch.Tensor:
     check_even(d, f" (x of shape {tuple(x.shape)})")
     inverse = torch.argsort(rope_permutation(d))  # (d,)
     return x[..., inverse.to(x.device)]  # (..., d)
+
+
+def per_head_rows(w: torch.Tensor, num_heads: int, reorder) -> torch.Tensor:
+    """The rows of a projection weight ``w [H d_h, d]`` reordered within each head by
+    ``reorder`` (:func:`interleaved_to_half` or :func:`half_to_interleaved`): a checkpoint's
+    :math:`W_Q, W_K` moved from one RoPE pairing to the other."""
+    out_features, d = w.shape
+    if out_features % num_heads:
+        raise ValueError(f"{out_features} rows do not split into {num_heads} heads")
+    heads = w.reshape(num_heads, out_features // num_heads, d)  # (H, d_h, d)
+    return reorder(heads.transpose(1, 2)).transpose(1, 2).reshape(out_features, d)  # (H d_h, d)

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..positional import rope_permutation
+from ..positional import interleaved_to_half, per_head_rows
 from .bpe import BPETokenizer
 from .model import GPT, GPTConfig
 
@@ -245,10 +245,7 @@ def interleaved_to_half_rows(w: torch.Tensor, num_heads: int) -> torch.Tensor:
     (the pair Hugging Face rotates). The inverse of
     :func:`~course_lib.gpt.pretrained.half_to_interleaved_rows`.
     """
-    out_features, d = w.shape
-    head_dim = out_features // num_heads
-    heads = w.reshape(num_heads, head_dim, d)  # (H, d_h, d)
-    return heads[:, rope_permutation(head_dim)].reshape(out_features, d)  # (H d_h, d)
+    return per_head_rows(w, num_heads, interleaved_to_half)  # (H d_h, d)
 
 
 def _dequantize(tensor, source: str) -> torch.Tensor:

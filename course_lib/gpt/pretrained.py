@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from ..positional import rope_permutation
+from ..positional import half_to_interleaved, per_head_rows
 from .gguf_checkpoint import load_gguf, load_gguf_tokenizer
 from .model import GPT, GPTConfig
 from .smollm2 import SMOLLM2_LABEL, smollm2_path
@@ -244,13 +244,7 @@ def half_to_interleaved_rows(w: torch.Tensor, num_heads: int) -> torch.Tensor:
     become rows :math:`2i` and :math:`2i + 1` (the pair the course rotates): within each head,
     new row :math:`j` is old row ``argsort(perm)[j]`` with ``perm`` = :func:`rope_permutation`.
     """
-    out_features, d = w.shape
-    if out_features % num_heads:
-        raise ValueError(f"{out_features} rows do not split into {num_heads} heads")
-    head_dim = out_features // num_heads
-    inverse = torch.argsort(rope_permutation(head_dim))  # (d_h,) 2i <- i, 2i+1 <- i + d_h/2
-    heads = w.reshape(num_heads, head_dim, d)  # (H, d_h, d)
-    return heads[:, inverse].reshape(out_features, d)  # (H d_h, d)
+    return per_head_rows(w, num_heads, half_to_interleaved)  # 2i <- i, 2i+1 <- i + d_h/2
 
 
 def _convert(how: str, tensor: torch.Tensor, config: GPTConfig, course: str) -> list:
