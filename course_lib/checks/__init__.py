@@ -16,6 +16,7 @@ from .core import (
     compare_values,
     get_exercise,
     register,
+    reveal,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "compare_values",
     "get_exercise",
     "register",
+    "reveal",
 ]

@@ -11,11 +11,13 @@ small arrays made here (no model), the notebook then runs the same function on S
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from .core import Case, Exercise, Hint, register
-from .kit import twin, unless_different, within
+from .kit import randn, twin, unless_different, within
 
 # --------------------------------------------------------------------------- 11.1 predict, measure
 
@@ -79,6 +81,18 @@ register(
         rtol=1e-6,
         compare=within(1e-6),
         measures="the first token's share of attention",
+        gaps={
+            "low": "uniform attention spreads a query's weight over all its keys, but a trained "
+            "head must put its weight somewhere even when no key is relevant, and most of "
+            "SmolLM2's heads park it on the first token, which every query can see (an "
+            "'attention sink', Xiao et al., 2023). In most layers from layer 3 on, many times "
+            "the uniform share lands there, in some more than half of all attention; layers 0 "
+            "and 1 stay below the uniform share.",
+            "high": "the first token is a sink in most layers, but not all weight goes there: "
+            "layers 0 and 1 barely look at it, and even sink heads keep part of their weight "
+            "for the keys that matter.",
+            "right": "you expected a sink, and SmolLM2 has one.",
+        },
         mistakes={
             Hint(
                 "you counted query 0, whose only key is key 0.",
@@ -179,6 +193,546 @@ register(
             "build the [N, N] boolean mask and count its True entries.",
             "i = arange(n); keep = (i[None] <= i[:, None]) & ((i[:, None] - i[None] < window) "
             "| (i[None] < sinks)); return int(keep.sum())",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 11.3 predict, measure
+
+
+def _held_out(right, select, test, *, choose="select", score="test", best=True):
+    r = torch.as_tensor(right).double()  # (S, K)
+    rows = {"select": list(select), "test": list(test), "all": list(select) + list(test)}
+    acc = r[rows[choose]].mean(0)  # (K,)
+    head = int(acc.argmax()) if best else int(acc.argmin())
+    return float(r[rows[score], head].mean())
+
+
+def held_out_accuracy_reference(right, select, test) -> float:
+    r"""Choose the head with the highest accuracy on the ``select`` rows of ``right [S, K]``
+    (1 where head :math:`k` is right on sentence :math:`s`), then return *its* accuracy on the
+    ``test`` rows: :math:`\hat k = \arg\max_k \overline{r}_{\text{select}, k}`,
+    :math:`\overline{r}_{\text{test}, \hat k}`."""
+    return _held_out(right, select, test)
+
+
+def _coin_heads(rng: np.random.Generator, sentences: int, heads: int, planted=None):
+    """``right [S, K]`` of coin-flip heads, head 0 right with probability ``planted`` (if
+    given), drawn until the best head on the first half is unique (no tie to break)."""
+    half = sentences // 2
+    while True:
+        right = rng.random((sentences, heads)) < 0.5  # (S, K)
+        if planted is not None:
+            right[:, 0] = rng.random(sentences) < planted
+        acc = right[:half].mean(0)  # (K,)
+        if (acc == acc.max()).sum() == 1:
+            return torch.as_tensor(right), list(range(half)), list(range(half, sentences))
+
+
+_LUCK = {
+    "high": "the best of many coin-flip heads on half of the sentences is the luckiest, not "
+    "the best: its luck does not carry over to sentences it was not chosen on, so on those it "
+    "falls back to chance. Choosing and scoring on the same sentences would have shown the "
+    "luck as skill.",
+    "low": "below 0.5 on fresh sentences is the noise of a small test half around chance (a "
+    "95 % interval on 31 sentences is about ±0.17 wide).",
+}
+_SKILL = {
+    "low": "a head that is really right most of the time wins the selection half by skill, and "
+    "skill, unlike luck, carries over: on fresh sentences it keeps its rate.",
+    "high": "the chosen head keeps its true rate on fresh sentences, less than perfect; above "
+    "it was the luck of the selection half.",
+}
+
+
+# 4 heads on 12 sentences (one row per head), written so that each way of choosing gives a
+# different answer: the best on the first 6 (head 2) scores 2/6 on the last 6
+_TELLING = [
+    [1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0],
+    [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0],
+    [1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0],
+    [1, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1],
+]
+
+
+def _held_out_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case(
+                "270 coin-flip heads on 62 sentences: the luckiest of the first half, scored "
+                "on the second",
+                _coin_heads(rng, 62, 270),
+                why=_LUCK,
+            ),
+            Case(
+                "one head right 90 % of the time among 49 coin flips, 100 sentences",
+                _coin_heads(rng, 100, 50, planted=0.9),
+                why=_SKILL,
+            ),
+            Case(
+                "4 heads, 12 sentences: the best of the first 6 is not the best of the last 6",
+                (torch.tensor(_TELLING).T.bool(), list(range(6)), list(range(6, 12))),
+                why=_LUCK,
+            ),
+            Case(
+                "a perfect head among 19 coin flips, 40 sentences",
+                _coin_heads(rng, 40, 20, planted=1.0),
+                why=_SKILL,
+            ),
+        ]
+    s = int(rng.integers(20, 200))
+    return [
+        Case(f"{s} sentences, 270 coin-flip heads (drawn from the seed)", _coin_heads(rng, s, 270)),
+        Case("one head right 70 % of the time among 99 coin flips", _coin_heads(rng, 80, 100, 0.7)),
+        Case("2 heads, 4 sentences", _coin_heads(rng, 4, 2)),
+    ]
+
+
+register(
+    Exercise(
+        id="11.3",
+        title="predict, then measure: the best head on sentences it was not chosen on",
+        points=1,
+        target="held_out_accuracy",
+        cases=_held_out_cases,
+        reference=held_out_accuracy_reference,
+        atol=1e-9,
+        rtol=0.0,
+        compare=within(1e-9, relative=False),
+        measures="the chosen head's held-out accuracy",
+        gaps={
+            "high": "you expected a head that resolves 'it'. SmolLM2 has none at this token: "
+            "even on the selection half the best of 270 heads is barely above chance, because "
+            "almost every head favours the same noun in both versions of a pair, whatever the "
+            "cue says. On the other half it stays near chance; its 95 % interval contains 0.5.",
+            "low": "the chosen head scores a little above 0.5 on the held-out sentences, but its "
+            "95 % interval (printed below) contains 0.5: on 62 sentences that is chance. Even "
+            "on the selection half it was barely above chance, because almost every head "
+            "favours the same noun in both versions of a pair, whatever the cue says.",
+            "right": "you expected no head of a 135 M model to resolve 'it', and none does.",
+        },
+        mistakes={
+            Hint(
+                "you scored the head on the sentences you chose it on.",
+                "That is the selection's own accuracy, flattered by luck: choose on `select`, "
+                "then score that head on `test`.",
+            ): unless_different(
+                twin(_held_out, choose="select", score="select"), held_out_accuracy_reference
+            ),
+            Hint(
+                "you chose the head on the test sentences.",
+                "The test half may only score: choose with right[select].mean(0).argmax().",
+            ): unless_different(
+                twin(_held_out, choose="test", score="test"), held_out_accuracy_reference
+            ),
+            Hint(
+                "you chose the head on every sentence, the test ones included.",
+                "Then the test half helped choose and is no longer held out: choose on `select` "
+                "only.",
+            ): unless_different(twin(_held_out, choose="all"), held_out_accuracy_reference),
+            Hint(
+                "you chose the *worst* head (argmin).",
+                "The best head has the highest accuracy on `select`: argmax.",
+            ): unless_different(twin(_held_out, best=False), held_out_accuracy_reference),
+            Hint(
+                "you averaged every head on the test half instead of choosing one.",
+                "First choose the best head on `select`, then return its mean on `test`.",
+            ): unless_different(
+                lambda r, s, t: float(torch.as_tensor(r).double()[list(t)].mean()),
+                held_out_accuracy_reference,
+            ),
+        },
+        hint=Hint(
+            "accuracy per head on the selection rows, argmax, then that head's mean on the "
+            "test rows.",
+            "r = torch.as_tensor(right).double(); k = int(r[select].mean(0).argmax()); "
+            "return float(r[test, k].mean())",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 11.4 ablation
+
+
+def _ablate(out, heads, *, over=(0, 2), zero=False, others=False):
+    o = torch.as_tensor(out).clone()  # (B, H, N, d)
+    chosen = [h for h in range(o.shape[1]) if (h in set(heads)) != others]
+    for h in chosen:
+        if zero:
+            o[:, h] = 0.0
+        else:
+            o[:, h] = torch.as_tensor(out)[:, h : h + 1].mean(dim=over, keepdim=True)[:, 0]
+    return o  # (B, H, N, d)
+
+
+def mean_ablate_reference(out: torch.Tensor, heads) -> torch.Tensor:
+    r"""A copy of one layer's per-head outputs ``out [B, H, N, d]`` in which each head of
+    ``heads`` is replaced by its mean over the batch and the positions:
+    :math:`o_{b,h,n} \leftarrow \frac{1}{BN}\sum_{b',n'} o_{b',h,n'}` (mean ablation: the head
+    still adds its average, but no longer anything that depends on the input)."""
+    return _ablate(out, heads)
+
+
+def _ablate_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case("B = 2, H = 4, N = 5, d = 3, head 1", (randn(rng, 2, 4, 5, 3), [1])),
+            Case("B = 3, H = 6, N = 4, d = 2, heads 0 and 5", (randn(rng, 3, 6, 4, 2), [0, 5])),
+            Case("no heads: nothing changes", (randn(rng, 2, 3, 4, 2), [])),
+        ]
+    h = int(rng.integers(3, 10))
+    heads = sorted({int(i) for i in rng.integers(0, h, size=2)})
+    return [
+        Case(
+            f"B = 2, H = {h}, heads {heads} (drawn from the seed)", (randn(rng, 2, h, 7, 4), heads)
+        ),
+        Case("B = 1, N = 1: the mean is the value", (randn(rng, 1, 2, 1, 3), [0])),
+        Case("every head of 3", (randn(rng, 4, 3, 6, 2), [0, 1, 2])),
+    ]
+
+
+register(
+    Exercise(
+        id="11.4",
+        title="mean-ablate heads, then predict what removing induction heads costs",
+        points=1,
+        target="mean_ablate",
+        cases=_ablate_cases,
+        reference=mean_ablate_reference,
+        atol=1e-6,
+        rtol=1e-6,
+        measures="the rise in loss on repeated text (nats per token)",
+        gaps={
+            "low": "on the second copy of random tokens, copying from the first copy is the "
+            "only way to predict, and induction heads do the copying. With the strongest ones "
+            "replaced by a constant the model loses most of that skill: its loss climbs most of "
+            "the way to the first copy's, where there is nothing to copy.",
+            "high": "the loss does not climb all the way to the first copy's: other heads copy "
+            "too, and take over part of the work (backup heads, Wang et al., 2022), so the "
+            "rise stops short of the first copy's loss.",
+            "right": "you expected the copying to break, and it did.",
+        },
+        mistakes={
+            Hint(
+                "you set the heads to zero (zero ablation).",
+                "Mean ablation keeps each head's average output and removes only what depends "
+                "on the input: out[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True).",
+            ): unless_different(twin(_ablate, zero=True), mean_ablate_reference),
+            Hint(
+                "you averaged over the positions only: each batch row keeps its own mean.",
+                "Average over the batch too, dims (0, 2) of out, (0, 1) of out[:, h].",
+            ): unless_different(twin(_ablate, over=(2,)), mean_ablate_reference),
+            Hint(
+                "you averaged over the batch only: each position keeps its own mean.",
+                "Average over the positions too, dims (0, 2) of out.",
+            ): unless_different(twin(_ablate, over=(0,)), mean_ablate_reference),
+            Hint(
+                "you ablated every head *except* the ones listed.",
+                "Replace the heads in `heads`; leave the others as they are.",
+            ): unless_different(twin(_ablate, others=True), mean_ablate_reference),
+        },
+        hint=Hint(
+            "copy out, then for each listed head put its mean over batch and positions.",
+            "o = out.clone(); for h in heads: o[:, h] = out[:, h].mean(dim=(0, 1), "
+            "keepdim=True); return o",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 11.5 predict, measure
+
+
+def _score_var(q, k, *, power=0.5, std=False, ddof=0):
+    q, k = torch.as_tensor(q).double(), torch.as_tensor(k).double()
+    s = (q @ k.transpose(-2, -1)) / q.shape[-1] ** power  # (..., N, M)
+    v = float(s.flatten().var(correction=ddof))
+    return math.sqrt(v) if std else v
+
+
+def scaled_score_variance_reference(q, k) -> float:
+    r"""The variance of the scaled scores :math:`q_n \cdot k_m / \sqrt{d_k}` over every pair
+    :math:`(n, m)` (and every leading index) of ``q [..., N, d]``, ``k [..., M, d]``, the
+    population (1/count) variance. Chapter 03: 1 when the components are independent with mean 0
+    and variance 1."""
+    return _score_var(q, k)
+
+
+def _score_var_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def pair(*shape, std=1.0, mean=0.0):
+        return (randn(rng, *shape, std=std) + mean, randn(rng, *shape, std=std) + mean)
+
+    if not hidden:
+        return [
+            Case("q, k with independent N(0, 1) components, N = 256, d = 64", pair(256, 64)),
+            Case(
+                "components with standard deviation 2, d = 64",
+                pair(256, 64, std=2.0),
+                why="each product q_i k_i has variance sd(q)^2 sd(k)^2 = 16; dividing by "
+                "sqrt(d) removes the d terms of the sum, not the size of each term.",
+            ),
+            Case(
+                "components with mean 1 and variance 1, d = 16",
+                pair(256, 16, mean=1.0),
+                why="with a shared mean the terms of q . k are no longer mean-0 products: "
+                "q_i k_i has variance 3 here (1 + 1 + 1 from the two means and the noise), so "
+                "the scaled scores have variance about 3.",
+            ),
+        ]
+    d = int(rng.integers(4, 129))
+    return [
+        Case(f"N(0, 1) components, batch 2, heads 3, d = {d} (drawn)", pair(2, 3, 40, d)),
+        Case("d = 1", pair(50, 1)),
+        Case("standard deviation 0.5, d = 32", pair(80, 32, std=0.5)),
+    ]
+
+
+register(
+    Exercise(
+        id="11.5",
+        title="predict, then measure: the variance of the scaled scores",
+        points=1,
+        target="scaled_score_variance",
+        cases=_score_var_cases,
+        reference=scaled_score_variance_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        compare=within(1e-7),
+        measures="the variance of q . k / sqrt(d_k)",
+        gaps={
+            "low": "chapter 03's argument is about independent unit-variance components, which "
+            "is what a model starts from. Training is free to grow W_Q and W_K, and SmolLM2's "
+            "queries and keys are larger and share directions: the scaled scores have a "
+            "variance of several units in every layer (the lecture plots all 30), and the "
+            "softmax is sharper than 1/sqrt(d_k) alone would make it. The scale sets where "
+            "training starts, not where it ends.",
+            "high": "the variance is large, but not that large: the scale still divides the "
+            "d_k-fold growth of the sum, and what remains is the trained size and alignment of "
+            "q and k.",
+            "right": "you expected trained scores far from unit variance, and they are.",
+        },
+        mistakes={
+            Hint(
+                "you forgot the scale: this is the variance of q . k, about d_k times too big.",
+                "Divide the scores by sqrt(d_k) = sqrt(q.shape[-1]) before the variance.",
+            ): twin(_score_var, power=0.0),
+            Hint(
+                "you divided the scores by d_k, not sqrt(d_k).",
+                "The scaled score is q . k / sqrt(d_k): q.shape[-1] ** 0.5.",
+            ): twin(_score_var, power=1.0),
+            Hint(
+                "you returned the standard deviation, not the variance.",
+                "Var = std^2: use .var(), or square the std.",
+            ): unless_different(twin(_score_var, std=True), scaled_score_variance_reference),
+            Hint(
+                "you used the unbiased variance (divide by count - 1, torch.var's default).",
+                "Use the population variance: .var(correction=0), or numpy's np.var.",
+            ): twin(_score_var, ddof=1),
+        },
+        hint=Hint(
+            "every score q_n . k_m divided by sqrt(d), then the variance of them all.",
+            "s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5; return float(s.var(correction=0))",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 11.6 predict, measure
+
+
+def _slow_share(x, base, context, *, half=False, fast=False, exponent=2.0, count=False):
+    x = torch.as_tensor(x).double()
+    d = x.shape[-1]
+    x = x.reshape(-1, d)  # (M, d)
+    a, b = (x[:, : d // 2], x[:, d // 2 :]) if half else (x[:, 0::2], x[:, 1::2])  # (M, d/2)
+    theta = base ** (-exponent * torch.arange(d // 2, dtype=torch.float64) / d)  # (d/2,)
+    slow = (context - 1) * theta < 2 * math.pi  # (d/2,) turns less than once in the context
+    if fast:
+        slow = ~slow
+    if count:
+        return float(slow.double().mean())
+    e = (a**2 + b**2).sum(0)  # (d/2,)
+    return float(e[slow].sum() / e.sum())
+
+
+def slow_pair_share_reference(x, base: float, context: int) -> float:
+    r"""The share of :math:`\sum \lVert x \rVert^2` over the vectors ``x [..., d]`` that lies
+    in the RoPE pairs :math:`(2i, 2i+1)` turning less than once within the context, those with
+    :math:`(C - 1)\,\theta_i < 2\pi`, :math:`\theta_i = b^{-2i/d}`: a pair that never completes
+    a turn cannot tell positions apart by its angle's phase over the whole context."""
+    return _slow_share(x, base, context)
+
+
+def _slow_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        iso = randn(rng, 500, 64)  # (M, d)
+        loud_end = randn(rng, 500, 64) * torch.cat([torch.ones(48), torch.full((16,), 4.0)])
+        return [
+            Case(
+                "isotropic vectors, d = 64, base 100000, context 8192 (SmolLM2's numbers)",
+                (iso, 100000.0, 8192),
+                why="isotropic vectors spread their energy evenly over the 32 pairs, so the "
+                "share is the share of slow pairs: 12 of 32 (05.6 counted the others).",
+            ),
+            Case(
+                "the last 16 coordinates 4 times larger, d = 64, base 100000, context 8192",
+                (loud_end, 100000.0, 8192),
+                why="the slowest pairs are the last ones, so vectors whose last coordinates are "
+                "large put most of their energy where the angle barely moves.",
+            ),
+            Case("d = 8, base 10000, context 8", (randn(rng, 3, 10, 8), 10000.0, 8)),
+        ]
+    d = 2 * int(rng.integers(4, 65))
+    return [
+        Case(f"d = {d}, base 10000, context 4096 (drawn)", (randn(rng, 200, d), 10000.0, 4096)),
+        Case("d = 128, base 500000, context 131072", (randn(rng, 2, 50, 128), 5e5, 131072)),
+        Case("d = 4, base 10000, context 2", (randn(rng, 20, 4), 10000.0, 2)),
+    ]
+
+
+register(
+    Exercise(
+        id="11.6",
+        title="predict, then measure: the energy in RoPE's slow pairs",
+        points=1,
+        target="slow_pair_share",
+        cases=_slow_cases,
+        reference=slow_pair_share_reference,
+        atol=1e-9,
+        rtol=1e-7,
+        compare=within(1e-7),
+        measures="the share of energy in the pairs that turn less than once",
+        gaps={
+            "low": "training moved the energy of queries and keys into the slow pairs, the ones "
+            "whose angle barely turns over the context: there a dot product depends on what the "
+            "vectors say more than on where they are. The fast pairs, which tell neighbours "
+            "apart, keep a smaller share. Position is carried by a few fast pairs, content by "
+            "the slow ones (the lecture's figure, per layer).",
+            "high": "the slow pairs carry most of the energy, but not all: the fast pairs still "
+            "hold a share, and they are what lets a head find the previous token.",
+            "right": "you expected trained vectors to favour the slow pairs, and they do.",
+        },
+        mistakes={
+            Hint(
+                "you paired coordinates i and i + d/2 (the half-split layout).",
+                "The course's model uses interleaved pairs (2i, 2i+1): x[..., 0::2] and "
+                "x[..., 1::2].",
+            ): unless_different(twin(_slow_share, half=True), slow_pair_share_reference),
+            Hint(
+                "you took the pairs that *do* turn at least once.",
+                "Slow pairs turn less than once: (context - 1) * theta_i < 2 pi.",
+            ): unless_different(twin(_slow_share, fast=True), slow_pair_share_reference),
+            Hint(
+                "your frequencies use the exponent i/d: they fall off twice as slowly.",
+                "theta_i = base ** (-2 i / d) for pair i = 0 .. d/2 - 1.",
+            ): unless_different(twin(_slow_share, exponent=1.0), slow_pair_share_reference),
+            Hint(
+                "you returned the share of slow *pairs*, not of the energy.",
+                "Weigh each pair by its energy, sum over vectors of x[2i]^2 + x[2i+1]^2, then "
+                "divide the slow pairs' sum by the total.",
+            ): unless_different(twin(_slow_share, count=True), slow_pair_share_reference),
+        },
+        hint=Hint(
+            "energy per pair summed over the vectors, a boolean mask of slow pairs, then the "
+            "ratio.",
+            "e = (x[..., 0::2] ** 2 + x[..., 1::2] ** 2).reshape(-1, d // 2).sum(0); theta = "
+            "base ** (-2 * arange(d // 2) / d); slow = (context - 1) * theta < 2 * pi; "
+            "return float(e[slow].sum() / e.sum())",
+        ),
+    )
+)
+
+
+# --------------------------------------------------------------------------- 11.7 the kernel's LSE
+
+
+def _lse(q, k, scale, *, causal=True, use_scale=True, log_base=math.e, max_only=False):
+    q, k = torch.as_tensor(q).double(), torch.as_tensor(k).double()
+    s = (q @ k.transpose(-2, -1)) * (scale if use_scale else 1.0)  # (..., N, N)
+    if causal:
+        keep = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).tril()  # (N, N)
+        s = s.masked_fill(~keep, -math.inf)
+    if max_only:
+        return s.amax(-1)  # (..., N)
+    return torch.logsumexp(s, -1) / math.log(log_base)  # (..., N)
+
+
+def causal_lse_reference(q, k, scale: float) -> torch.Tensor:
+    r"""The log-sum-exp of each causal row of scaled scores, ``[..., N]`` for ``q, k [..., N,
+    d]``: :math:`\mathrm{LSE}_n = \log \sum_{m \le n} e^{\text{scale}\, q_n \cdot k_m}`, natural
+    log (what chapter 06's kernel returns beside its output, for the backward pass)."""
+    return _lse(q, k, scale)
+
+
+def _lse_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            Case(
+                "B = 1, H = 2, N = 6, d = 4, scale 1/2",
+                (randn(rng, 1, 2, 6, 4), randn(rng, 1, 2, 6, 4), 0.5),
+            ),
+            Case("N = 8, d = 16, scale 1/4", (randn(rng, 8, 16), randn(rng, 8, 16), 0.25)),
+            Case(
+                "large scores (q, k of size 30): exp overflows without care",
+                (randn(rng, 2, 5, 8, std=30.0), randn(rng, 2, 5, 8, std=30.0), 0.35),
+            ),
+        ]
+    n = int(rng.integers(2, 40))
+    return [
+        Case(f"N = {n}, d = 8 (drawn)", (randn(rng, 3, n, 8), randn(rng, 3, n, 8), 8**-0.5)),
+        Case(
+            "N = 1: the LSE is the one score", (randn(rng, 1, 1, 1, 4), randn(rng, 1, 1, 1, 4), 0.5)
+        ),
+        Case("scale 1, d = 64", (randn(rng, 2, 16, 64), randn(rng, 2, 16, 64), 1.0)),
+    ]
+
+
+register(
+    Exercise(
+        id="11.7",
+        title="the kernel's log-sum-exp, then predict it on real queries and keys",
+        points=1,
+        target="causal_lse",
+        cases=_lse_cases,
+        reference=causal_lse_reference,
+        atol=1e-6,
+        rtol=1e-6,
+        measures="the mean log-sum-exp over the rows",
+        gaps={
+            "low": "log(n + 1) is the LSE of all-equal scores. SmolLM2's rows are far from "
+            "equal: a few keys (the first token above all) score much higher than the rest, and "
+            "the LSE is close to the largest score plus a little, so it sits well above the "
+            "uniform value.",
+            "high": "the LSE of a row is at least its largest score and at most that plus "
+            "log(n + 1): real rows with one dominant key sit near the bottom of that range.",
+            "right": "you expected dominant keys to lift the LSE above log(n + 1), and they do.",
+        },
+        mistakes={
+            Hint(
+                "you summed over every key, the future ones included.",
+                "Row n of the kernel's LSE runs over the keys m <= n it may see: mask the upper "
+                "triangle with -inf first.",
+            ): unless_different(twin(_lse, causal=False), causal_lse_reference),
+            Hint(
+                "you forgot the scale.",
+                "The scores the kernel exponentiates are scale * q . k.",
+            ): unless_different(twin(_lse, use_scale=False), causal_lse_reference),
+            Hint(
+                "your LSE is in base 2.",
+                "The kernel computes with exp2 inside but returns the natural log's LSE: "
+                "torch.logsumexp, or m + log(l).",
+            ): twin(_lse, log_base=2.0),
+            Hint(
+                "you returned the row maximum m alone.",
+                "LSE = m + log(sum of exp(s - m)): the max is only its first term.",
+            ): unless_different(twin(_lse, max_only=True), causal_lse_reference),
+        },
+        hint=Hint(
+            "scaled scores, the causal mask as -inf, then logsumexp over the keys.",
+            "s = scale * q @ k.transpose(-2, -1); keep = ones(N, N, dtype=bool).tril(); "
+            "return torch.logsumexp(s.masked_fill(~keep, -inf), dim=-1)",
         ),
     )
 )

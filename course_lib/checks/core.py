@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import math
 import sys
+import textwrap
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -86,6 +87,9 @@ class Case:
     name: str
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    # Why the measurement of this case is what it is, shown under a prediction that misses
+    # it: one text, or {"high": ..., "low": ...} for a prediction above or below it.
+    why: str | dict[str, str] = ""
 
 
 @dataclass
@@ -113,7 +117,10 @@ class Exercise:
     ``measures``: set for a "predict, then measure" exercise, it names the measured quantity
     ("the mean largest weight"); the learner's function runs an experiment and returns that
     number, graded within a tolerance (``compare=kit.within(...)``), and
-    ``check(..., prediction=...)`` shows the learner's prediction beside each measurement.
+    ``check(..., prediction=...)`` shows the learner's prediction beside each measurement,
+    and a case's ``why`` under a prediction that misses it. ``gaps``: for a measurement the
+    notebook then makes on a real model (:func:`reveal`), why it differs from a prediction
+    that is too ``"high"`` or too ``"low"`` (and ``"right"``: what a close one got right).
     """
 
     id: str
@@ -132,6 +139,7 @@ class Exercise:
     errors: dict[str, str] = field(default_factory=dict)
     no_warnings: bool | str = False
     measures: str = ""
+    gaps: dict[str, str] = field(default_factory=dict)
 
     @property
     def chapter(self) -> str:
@@ -640,29 +648,79 @@ def predicted_value(prediction: Any, case: Case) -> float | str:
     return float(value)
 
 
+def _verdict(guess: float, got: Any) -> tuple[str, str]:
+    """(``"right on"``/``"your prediction is 6% high"``..., ``"right"``/``"high"``/``"low"``/``""``)."""
+    if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+        return "", ""
+    if got == 0:
+        return "", "right" if guess == 0 else ("high" if guess > 0 else "low")
+    off, ratio = (guess - got) / abs(got), guess / got
+    way = "high" if guess > got else "low"
+    if abs(off) < 0.05:
+        return "right on", "right"
+    if ratio <= 0:
+        return ("your prediction has the wrong sign" if ratio < 0 else "you predicted 0"), way
+    if 0.1 <= ratio <= 10:
+        return f"your prediction is {abs(off):.0%} {'high' if off > 0 else 'low'}", way
+    factor, size = (ratio, "high") if ratio > 1 else (1 / ratio, "low")
+    return f"your prediction is a factor {factor:.4g} too {size}", way
+
+
+def _one_number(x: Any) -> bool:
+    """Whether ``x`` is one number (a float, an int, a size-1 array or tensor)."""
+    x = to_numpy(x)
+    return not isinstance(x, bool) and (
+        isinstance(x, (int, float)) or (isinstance(x, np.ndarray) and x.size == 1)
+    )
+
+
+def _why(why: str | dict[str, str], way: str) -> str:
+    """The explanation for a prediction that is ``way`` (``"high"``, ``"low"``, ``"right"``)."""
+    if isinstance(why, str):
+        return why if way in ("high", "low") else ""
+    return why.get(way, "")
+
+
 def prediction_line(prediction: Any, case: Case, measured: Any) -> str:
-    """``you predicted 8 (measured 7.52: your prediction is 6% high)``, or why there is none."""
+    """``you predicted 8, measured 7.52: your prediction is 6% high``, or why there is none;
+    when the prediction misses, the case's ``why`` on a second line."""
     guess = predicted_value(prediction, case)
     if isinstance(guess, str):
         return guess
     got = to_numpy(measured)
     if isinstance(got, np.ndarray) and got.size == 1:
         got = got.item()
-    if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+    verdict, way = _verdict(guess, got)
+    if not verdict and not way:
         return f"you predicted {guess:.4g}"
-    if got == 0:
-        return f"you predicted {guess:.4g}, measured {got:.4g}"
-    off, ratio = (guess - got) / abs(got), guess / got
-    if abs(off) < 0.05:
-        verdict = "right on"
-    elif ratio <= 0:
-        verdict = "your prediction has the wrong sign" if ratio < 0 else "you predicted 0"
-    elif 0.1 <= ratio <= 10:
-        verdict = f"your prediction is {abs(off):.0%} {'high' if off > 0 else 'low'}"
-    else:
-        factor, way = (ratio, "high") if ratio > 1 else (1 / ratio, "low")
-        verdict = f"your prediction is a factor {factor:.4g} too {way}"
-    return f"you predicted {guess:.4g}, measured {got:.4g}: {verdict}"
+    line = f"you predicted {guess:.4g}, measured {got:.4g}" + (f": {verdict}" if verdict else "")
+    why = _why(case.why, way)
+    return line + (f"\n      Why: {why}" if why else "")
+
+
+def reveal(exercise_id: str, prediction: Any, measured: Any, *args: Any, on: str = "SmolLM2"):
+    """Print the learner's prediction beside a measurement made on a real model ``on``, and
+    the exercise's explanation (``gaps``) of the gap between them; returns the measurement.
+
+    ``prediction`` is a number, or a function of ``args`` (as for :func:`check`). Never graded:
+    a prediction that is far off is where the lesson is."""
+    ex = get_exercise(exercise_id)
+    value = to_numpy(measured)
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"reveal needs one measured number, got {_describe(value)}")
+    head = f"{on}, {ex.measures or ex.title}: measured {value:.4g}"
+    guess = predicted_value(prediction, Case("the real model", tuple(args)))
+    if isinstance(guess, str):
+        print(f"{head}; {guess}.")
+        return measured
+    verdict, way = _verdict(guess, float(value))
+    print(f"{head}; you predicted {guess:.4g}" + (f": {verdict}." if verdict else "."))
+    why = _why(ex.gaps, way)
+    if why:
+        print(textwrap.fill(f"Why: {why}", width=96, initial_indent="  ", subsequent_indent="  "))
+    return measured
 
 
 # --------------------------------------------------------------------------- in the notebook
@@ -749,7 +807,7 @@ def check(
         got, failure = run_case(ex, fn, case, full)
         if failure is None:
             failure = evaluate_case(ex, case, got, full)
-            if ex.measures or prediction is not None:
+            if prediction is not None or (ex.measures and ex.compare and _one_number(got)):
                 predicted[len(results)] = prediction_line(prediction, case, got)
         results.append(failure)
         if failure.not_implemented:
@@ -780,8 +838,8 @@ def check(
         for i, r in enumerate(results):
             if not r.passed:
                 lines.append(f"  ✗ {r.name}: {r.message}")
-                if i in predicted:
-                    lines.append(f"    ({predicted[i]})")
+                if i in predicted:  # without the why: it explains the right measurement
+                    lines.append(f"    ({predicted[i].splitlines()[0]})")
         raise CheckFailed("\n".join(lines))
     print(f"✓ {head}: all {len(results)} {'hidden ' if hidden else ''}cases passed.")
     return report

@@ -176,10 +176,13 @@ def within(tolerance: float, relative: bool = True, unit: str = "") -> Compare:
         allowed = tolerance * abs(expected) if relative else tolerance
         if abs(got - expected) <= allowed:
             return None
-        how = f"{tolerance:.0%} of it" if relative else f"{tolerance:g}{unit}"
+        how = f"a relative {tolerance:.2g}" if relative else f"{tolerance:g}{unit}"
+        if relative and tolerance >= 0.01:
+            how = f"{tolerance:.0%} of it"
+        digits = 4 if abs(got - expected) > 1e-3 * abs(expected) else 8
         return (
-            f"your measurement {got:.4g}{unit} is off: the same experiment gives "
-            f"{expected:.4g}{unit} (allowed: within {how})."
+            f"your measurement {got:.{digits}g}{unit} is off: the same experiment gives "
+            f"{expected:.{digits}g}{unit} (allowed: within {how})."
         )
 
     return compare

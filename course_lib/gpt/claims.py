@@ -30,6 +30,7 @@ __all__ = [
     "Run",
     "attention_entropy",
     "first_token_share",
+    "mean_ablate",
     "qk_variance",
     "rope_pair_energy",
     "run_model",
@@ -82,6 +83,7 @@ def run_model(
     need_weights: bool = False,
     capture: bool = False,
     ablate=(),
+    ablate_with=None,
     layers=None,
 ) -> Run:
     """Run ``model`` on ``tokens [B, N]`` (no gradients), opening what ``model(tokens)`` hides.
@@ -90,7 +92,10 @@ def run_model(
     may attend, for every layer (default: causal). ``need_weights``: keep every layer's
     attention weights; ``capture``: its q, k, v (``layers``: only these layers). ``ablate``:
     ``(layer, head)`` pairs whose output is replaced by its mean over the batch and positions
-    (mean ablation, as :func:`course_lib.gpt.circuits.ablated_heads`).
+    (mean ablation, as :func:`course_lib.gpt.circuits.ablated_heads`); ``ablate_with(out,
+    heads)``: another function that returns a layer's per-head outputs ``out [B, H, N, d_h]``
+    with ``heads`` ablated (default :func:`mean_ablate`; chapter 11's exercise passes the
+    learner's).
     """
     cfg = model.config
     if cfg.positions != "rope":
@@ -129,12 +134,21 @@ def run_model(
             if capture and i in wanted:
                 for name, t in (("q", q), ("k", k), ("v", v), ("q_raw", q_raw), ("k_raw", k_raw)):
                     getattr(run, name).append(t)
-            for head in ablated.get(i, ()):
-                out[:, head] = out[:, head].mean(dim=(0, 1), keepdim=True)  # (B, N, d_h)
+            if i in ablated:
+                out = (ablate_with or mean_ablate)(out, ablated[i])  # (B, H, N, d_h)
             x = x + a.W_O(merge_heads(out))  # (B, N, d_model)
             x = x + block.mlp(block.ln_2(x))  # (B, N, d_model)
         run.logits = model.ln_f(x) @ model.embed.weight.T  # (B, N, V)
     return run
+
+
+def mean_ablate(out: torch.Tensor, heads) -> torch.Tensor:
+    r"""``out [B, H, N, d_h]`` with each head of ``heads`` replaced by its mean over the batch
+    and positions, :math:`o_{b,h,n} \leftarrow \frac{1}{BN}\sum_{b',n'} o_{b',h,n'}` (a copy)."""
+    out = out.clone()  # (B, H, N, d_h)
+    for head in heads:
+        out[:, head] = out[:, head].mean(dim=(0, 1), keepdim=True)  # (B, N, d_h)
+    return out
 
 
 def token_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,20 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PAIRS", "Item", "candidate_spans", "items", "noun_attention", "split_halves"]
+__all__ = [
+    "PAIRS",
+    "SUFFIX",
+    "Coreference",
+    "Item",
+    "candidate_spans",
+    "items",
+    "noun_attention",
+    "resolve",
+    "split_halves",
+]
+
+# Appended to each sentence so that the model must name the noun at its last token.
+SUFFIX = ' In that sentence, "it" means the'
 
 # One pair a line: the sentence with {} for the cue | the cue for the first noun | the cue for
 # the second | the first noun | the second noun.
@@ -133,3 +146,49 @@ def split_halves(n_pairs: int, seed: int = 0) -> tuple[list[int], list[int]]:
     order = torch.randperm(n_pairs, generator=torch.Generator().manual_seed(seed)).tolist()
     half = n_pairs // 2
     return sorted(order[:half]), sorted(order[half:])
+
+
+@dataclass
+class Coreference:
+    """What :func:`resolve` measures on ``2P`` sentences (:func:`items` order): per sentence,
+    layer and head, the attention to each candidate noun from "it" (``at_it [2P, L, H, 2]``) and
+    from the last token of the suffix (``at_end``); the model's own choice (``choice [2P]``:
+    1 when it gives the second noun the higher probability next); ``answers [2P]``."""
+
+    at_it: torch.Tensor
+    at_end: torch.Tensor
+    choice: torch.Tensor
+    answers: torch.Tensor
+
+    def right(self, where: str = "end") -> torch.Tensor:
+        """``[2P, L, H]``: 1 where the head puts more attention on the right noun."""
+        att = self.at_end if where == "end" else self.at_it  # (2P, L, H, 2)
+        return ((att[..., 1] > att[..., 0]).long() == self.answers[:, None, None]).float()
+
+
+def resolve(model, tok, sentences: list[Item] | None = None, suffix: str = SUFFIX) -> Coreference:
+    """Run ``model`` once on every sentence + ``suffix`` (right-padded: causal, so harmless)
+    and read, per head, where "it" and the last token look, and which noun the model names."""
+    from .claims import run_model
+
+    sentences = items() if sentences is None else sentences
+    encoded = [tok.encode(it.text + suffix) for it in sentences]
+    width = max(len(e) for e in encoded)
+    batch = torch.stack([torch.cat([e, e.new_zeros(width - len(e))]) for e in encoded])  # (2P, N)
+    run = run_model(model, batch, need_weights=True)
+    at_it, at_end, choice = [], [], []
+    for b, (it, e) in enumerate(zip(sentences, encoded)):
+        pieces = tok.show(e)
+        spans = [candidate_spans(pieces, noun) for noun in it.nouns]
+        weights = [w[b : b + 1] for w in run.weights]  # L x (1, H, N, N)
+        at_it.append(noun_attention(weights, candidate_spans(pieces, "it")[0], spans))
+        at_end.append(noun_attention(weights, len(e) - 1, spans))  # (L, H, 2)
+        logp = torch.log_softmax(run.logits[b, len(e) - 1].double(), -1)  # (V,)
+        first, second = (tok.encode(" " + noun)[0] for noun in it.nouns)
+        choice.append(int(logp[second] > logp[first]))
+    return Coreference(
+        torch.stack(at_it),  # (2P, L, H, 2)
+        torch.stack(at_end),  # (2P, L, H, 2)
+        torch.tensor(choice),  # (2P,)
+        torch.tensor([it.answer for it in sentences]),  # (2P,)
+    )

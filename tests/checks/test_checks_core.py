@@ -304,3 +304,31 @@ def test_prediction_line_says_high_low_or_a_factor():
     assert prediction_line(0.01, case, 1.0).endswith("a factor 100 too low")
     assert prediction_line(-1.0, case, 1.0).endswith("the wrong sign")
     assert prediction_line(None, case, 1.0).startswith("no prediction written yet")
+
+
+def test_a_missed_prediction_shows_the_cases_why_for_its_direction():
+    from course_lib.checks.core import prediction_line
+
+    case = Case("c", why={"high": "it is lower because A.", "low": "it is higher because B."})
+    assert prediction_line(2.0, case, 1.0).endswith("Why: it is lower because A.")
+    assert prediction_line(0.5, case, 1.0).endswith("Why: it is higher because B.")
+    assert "Why" not in prediction_line(1.01, case, 1.0)  # right on: nothing to explain
+    plain = Case("c", why="one reason.")
+    assert prediction_line(3.0, plain, 1.0).endswith("Why: one reason.")
+    assert "Why" not in prediction_line(1.0, plain, 1.0)
+
+
+def test_reveal_prints_the_gap_on_the_real_model_and_its_explanation(capsys):
+    from course_lib.checks import reveal
+
+    ex = get_exercise("11.5")
+    assert reveal("11.5", 1.0, 6.7) == 6.7
+    out = capsys.readouterr().out
+    assert "measured 6.7; you predicted 1: your prediction is 85% low." in out
+    assert " ".join(ex.gaps["low"].split()[:6]) in " ".join(out.split())
+    reveal("11.5", lambda q: q * 2, 6.7, 3.3)  # a function of the arguments
+    assert "you predicted 6.6: right on." in capsys.readouterr().out
+    reveal("11.5", None, 6.7)
+    assert "no prediction written yet" in capsys.readouterr().out
+    with pytest.raises(TypeError, match="one measured number"):
+        reveal("11.5", 1.0, torch.ones(3))

@@ -81,6 +81,18 @@ def test_mean_ablation_matches_the_circuits_hook(model, tokens):
     )
 
 
+def test_ablate_with_runs_a_given_ablation_and_the_exercise_reference_is_the_default(model, tokens):
+    from course_lib.checks.ch11 import mean_ablate_reference
+
+    heads = [(0, 1), (1, 3)]
+    default = run_model(model, tokens, ablate=heads).logits
+    theirs = run_model(model, tokens, ablate=heads, ablate_with=mean_ablate_reference).logits
+    torch.testing.assert_close(theirs, default)
+    untouched = run_model(model, tokens, ablate=heads, ablate_with=lambda out, h: out).logits
+    torch.testing.assert_close(untouched, run_model(model, tokens).logits)
+    assert (untouched - default).abs().max() > 1e-4
+
+
 def test_sliding_window_mask():
     m = sliding_window_mask(6, 2, sinks=1)
     assert m.tolist()[5] == [True, False, False, False, True, True]
