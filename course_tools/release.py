@@ -435,8 +435,9 @@ def answers_inside(out: Path) -> str:
         f"it does hold answers: course_lib/checks has a reference implementation of each of "
         f"its {exercises} exercises (what the check cells compare with, in {len(checks)} "
         "files) and the generators of the cases; course_lib implements much of what the "
-        "exercises ask. The grader draws its hidden inputs from a secret seed the edition "
-        "lacks, and review.csv flags code that calls the course's implementations"
+        "exercises ask. None of the checks reaches the grader's kernel (its course_lib has no "
+        "course_lib/checks/chNN.py), the grader draws its hidden inputs from a secret seed the "
+        "edition lacks, and review.csv flags code that calls the course's implementations"
     )
 
 

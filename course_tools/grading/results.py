@@ -23,6 +23,7 @@ import os
 import pickle
 import re
 import stat
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +32,14 @@ from typing import Any
 import numpy as np
 
 from course_lib.checks.core import (
+    Call,
     Case,
     CaseResult,
+    call_learner,
     cases_for,
     evaluate_case,
     get_exercise,
-    run_case,
+    judge_call,
     to_numpy,
 )
 
@@ -97,9 +100,16 @@ def code_fingerprint(sources: list[str]) -> str:
     return h.hexdigest()
 
 
-def write_inputs(cases: list[Case], path: str | Path) -> None:
-    """The cases' inputs (names, arguments) for the kernel: no seed, no expected output."""
-    data = [(c.name, c.args, c.kwargs) for c in cases]
+def write_inputs(cases: list[Case], path: str | Path, exercise_id: str | None = None) -> None:
+    """The cases' inputs (names, arguments) for the kernel, and what the kernel needs to call
+    the learner's function (its name, whether warnings fail a case): no seed, no expected
+    output, nothing the kernel would have to import the exercise's checks for."""
+    ex = get_exercise(exercise_id) if exercise_id else None
+    data = {
+        "target": ex.target if ex else "",
+        "no_warnings": bool(ex.no_warnings) if ex else False,
+        "cases": [(c.name, c.args, c.kwargs) for c in cases],
+    }
     Path(path).write_bytes(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
 
 
@@ -107,7 +117,10 @@ def write_inputs(cases: list[Case], path: str | Path) -> None:
 
 
 def _flatten(x: Any, prefix: str, arrays: dict) -> Any:
-    """Turn an output into JSON-able structure with arrays stored separately."""
+    """Turn an output into JSON-able structure with arrays stored separately (a torch
+    tensor marked as one, so that the grader judges what the notebook's check would)."""
+    torch = sys.modules.get("torch")
+    was_tensor = torch is not None and isinstance(x, torch.Tensor)
     x = to_numpy(x)
     if isinstance(x, (tuple, list)):
         return {
@@ -120,7 +133,7 @@ def _flatten(x: Any, prefix: str, arrays: dict) -> Any:
         # a copy, made now: a function that reuses its output buffer (or returns a view
         # of its state) must be recorded as it returned, not as the next call leaves it
         arrays[prefix] = np.array(x, copy=True)
-        return {"array": prefix}
+        return {"array": prefix, "torch": True} if was_tensor else {"array": prefix}
     if x is None or isinstance(x, (bool, int, float, str)):
         if isinstance(x, float) and not math.isfinite(x):
             return {"float": repr(x)}
@@ -133,6 +146,10 @@ def _unflatten(node: dict, arrays: Any) -> Any:
         items = [_unflatten(e, arrays) for e in node["items"]]
         return tuple(items) if node["seq"] == "tuple" else items
     if "array" in node:
+        if node.get("torch") is True:
+            import torch
+
+            return torch.as_tensor(np.array(arrays[node["array"]]))
         return arrays[node["array"]]
     if "float" in node:
         return float(node["float"])
@@ -166,32 +183,60 @@ def harvest(exercise_id: str, fn: Any, inputs: str | Path, out_dir: str | Path) 
     """Run inside the student's kernel: record the learner's outputs, decide nothing.
 
     Reads the cases' inputs from ``inputs`` (written by :func:`write_inputs`) and writes
-    ``<out_dir>/<id>.json`` (per-case status) and ``<out_dir>/<id>.npz`` (arrays).
+    ``<out_dir>/<id>.json`` (per case, what the call did: :class:`~course_lib.checks.core.Call`)
+    and ``<out_dir>/<id>.npz`` (arrays). It needs no exercise: the kernel in the grader's
+    sandbox has no chapter checks, so no reference and no hidden-case generator to reach.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ex = get_exercise(exercise_id)
-    record: dict[str, Any] = {"exercise": ex.id, "cases": []}
+    with open(inputs, "rb") as f:
+        spec = pickle.load(f)
+    record: dict[str, Any] = {"exercise": str(exercise_id), "cases": []}
     arrays: dict[str, np.ndarray] = {}
     if fn is None or not callable(fn):
-        record["missing"] = f"no function named `{ex.target}` was defined"
+        record["missing"] = f"no function named `{spec['target']}` was defined"
     else:
-        with open(inputs, "rb") as f:
-            cases = [Case(n, a, k) for n, a, k in pickle.load(f)]
-        for i, case in enumerate(cases):
-            got, failure = run_case(ex, fn, case)
-            entry: dict[str, Any] = {"name": case.name}
-            if failure is not None:
-                entry["error"] = failure.message[:MAX_MESSAGE]
-                entry["not_implemented"] = failure.not_implemented
+        for i, (name, args, kwargs) in enumerate(spec["cases"]):
+            call = call_learner(fn, Case(name, args, kwargs), spec["no_warnings"])
+            entry: dict[str, Any] = {"name": name}
+            if call.raised or call.exit is not None:
+                entry["raised"] = {
+                    "type": call.raised[:200],
+                    "message": call.message[:MAX_MESSAGE],
+                    "frames": call.frames[:MAX_MESSAGE],
+                    "not_implemented": call.not_implemented,
+                    "exit": None if call.exit is None else call.exit[:200],
+                }
             else:
+                if call.warning:
+                    entry["warning"] = call.warning[:MAX_MESSAGE]
                 try:
-                    entry["output"] = _flatten(got, f"c{i}", arrays)
+                    entry["output"] = _flatten(call.output, f"c{i}", arrays)
                 except Exception as err:  # pragma: no cover - defensive
-                    entry["error"] = f"could not record the output: {err}"
+                    entry["raised"] = {"type": "", "message": f"could not record: {err}"}
             record["cases"].append(entry)
-    np.savez(out / f"{ex.id}.npz", **arrays)
-    (out / f"{ex.id}.json").write_text(json.dumps(record))
+    np.savez(out / f"{exercise_id}.npz", **arrays)
+    (out / f"{exercise_id}.json").write_text(json.dumps(record))
+
+
+def _recorded_call(entry: dict, arrays) -> Call:
+    """The :class:`Call` a harvest recorded (every field checked: the kernel wrote it)."""
+
+    def text(x: Any) -> str:
+        return x[:MAX_MESSAGE] if isinstance(x, str) else ""
+
+    raised = entry.get("raised")
+    if isinstance(raised, dict):
+        if not raised.get("type") and raised.get("exit") is None:
+            raise ValueError(text(raised.get("message")) or "a case recorded nothing")
+        return Call(
+            raised=text(raised.get("type")),
+            message=text(raised.get("message")),
+            frames=text(raised.get("frames")),
+            not_implemented=raised.get("not_implemented") is True,
+            exit=text(raised["exit"]) if isinstance(raised.get("exit"), str) else None,
+        )
+    return Call(output=_unflatten(entry["output"], arrays), warning=text(entry.get("warning")))
 
 
 # --------------------------------------------------------------------------- judging
@@ -292,30 +337,41 @@ def zip_problem(
 
 def _judge(ex, cases: list[Case], recorded: list[dict], arrays, fixed: set[int] | None):
     """Each recorded case against the reference: (feedback, passed, passed of the cases
-    drawn from the seed, not implemented, the checks' diagnoses)."""
+    drawn from the seed, not implemented, the checks' diagnoses). The feedback on a call that
+    raised or warned is composed here, in the grader's process, from what the kernel recorded;
+    a diagnosis is taken only from what the checks add after the learner's own text."""
     feedback, passed, not_impl, diagnoses = [], 0, 0, []
     fixed = set(fixed or ()) if len(set(fixed or ())) < len(cases) else set()
     drawn_passed = 0
     for i, (case, entry) in enumerate(zip(cases, recorded)):
-        if "error" in entry:
-            not_impl += bool(entry.get("not_implemented"))
-            feedback.append(f"✗ {case.name}: {str(entry['error'])[:MAX_MESSAGE]}")
-            continue
         try:
-            got = _unflatten(entry["output"], arrays)
-            result = evaluate_case(ex, case, got)
+            call = _recorded_call(entry, arrays)
+            got, result = judge_call(ex, case, call)
+            learner_text = _learner_text(call)
+            if result is None:
+                result = evaluate_case(ex, case, got)
+                learner_text = ""
         except MemoryError:
             raise
         except Exception as err:
-            result = CaseResult(case.name, False, f"could not compare: {err}")
+            result, learner_text = CaseResult(case.name, False, f"could not compare: {err}"), ""
         if result.passed:
             passed += 1
             drawn_passed += i not in fixed
             feedback.append(f"✓ {case.name}")
-        else:
-            feedback.append(f"✗ {case.name}: {result.message}")
-            diagnoses += [m.group(1).strip() for m in _CAUSE.finditer(result.message)][-1:]
+            continue
+        not_impl += result.not_implemented
+        feedback.append(f"✗ {case.name}: {result.message[: 2 * MAX_MESSAGE]}")
+        ours = result.message.split(learner_text, 1)[-1] if learner_text else result.message
+        diagnoses += [m.group(1).strip() for m in _CAUSE.finditer(ours)][-1:]
     return feedback, passed, drawn_passed, not_impl, diagnoses
+
+
+def _learner_text(call: Call) -> str:
+    """The part of a failure's message the learner's code wrote (its exception or warning)."""
+    if call.raised:
+        return f"{call.raised}: {call.message}{call.frames}"
+    return call.warning
 
 
 def score(
@@ -373,7 +429,7 @@ def score(
         )
     feedback, passed, drawn_passed, not_impl, diagnoses = _judge(ex, cases, recorded, arrays, fixed)
     fixed = set(fixed or ()) if len(set(fixed or ())) < len(cases) else set()
-    ran = sum(1 for entry in recorded if "error" not in entry)  # cases that returned
+    ran = sum(1 for entry in recorded if "raised" not in entry)  # cases that returned
     if passed == len(cases):
         return Verdict(ex.id, ex.points, ex.points, "passed", feedback)
     if not_impl and not ran:  # missing only when no case ran the learner's code to a result

@@ -4,7 +4,10 @@ A kernel (and every process it starts) sees a file system made of read-only bind
 it needs and nothing else:
 
 * read-only: the system (``/usr``, ``/etc`` without its secrets), the Python environment
-  (``sys.prefix``, ``sys.base_prefix``), the packages ``course_lib`` and ``course_tools``;
+  (``sys.prefix``, ``sys.base_prefix``), the packages ``course_lib`` and ``course_tools``,
+  ``course_lib`` without its chapter checks (``course_lib/checks/chNN.py``: the exercises'
+  references and hidden-case generators) and without compiled files, wherever the kernel
+  could find it (:func:`learner_course_lib`);
 * read-write: this kernel's own working folder (its cwd, where it writes the recorded
   outputs) and its own channel folder (the Jupyter connection file and the ZMQ sockets,
   ``ipc`` transport: Unix sockets, never TCP);
@@ -90,6 +93,66 @@ def course_packages() -> dict[str, str]:
     import course_tools
 
     return {m.__name__: _real(Path(m.__file__).parent) for m in (course_lib, course_tools)}
+
+
+_WITHHELD = "checks/ch[0-9]*.py"  # the chapter checks: references, hidden-case generators
+
+
+def learner_course_lib() -> str:
+    """A copy of the ``course_lib`` this process imported, for the kernels to see: without
+    the chapter checks (:data:`_WITHHELD`) and without ``__pycache__`` (a compiled check is a
+    check). Made once per grading process, in a private temporary folder removed at exit.
+    The kernel still has :mod:`course_lib.checks.core` (``check``, the comparison); the
+    grader computes every expected value in its own process."""
+    global _LEARNER_COPY
+    if _LEARNER_COPY is None or not os.path.isdir(_LEARNER_COPY):
+        import atexit
+        import tempfile
+
+        root = tempfile.mkdtemp(prefix="course-grade-lib-")
+        atexit.register(_remove_if_mine, root, os.getpid())  # a forked worker inherits the
+        # handler: only the process that made the copy removes it
+        dest = os.path.join(root, "course_lib")
+        src = course_packages()["course_lib"]
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for path in glob.glob(os.path.join(dest, _WITHHELD)):
+            os.remove(path)
+        _LEARNER_COPY = dest
+    return _LEARNER_COPY
+
+
+_LEARNER_COPY: str | None = None
+
+
+def _remove_if_mine(root: str, pid: int) -> None:
+    if os.getpid() == pid:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def course_lib_views(hide: list[str | Path] = ()) -> list[str]:
+    """Every path under which a kernel could find ``course_lib``'s files: the grader's own
+    (:data:`PACKAGES`), where it really lives, and a ``course_lib`` inside any folder the
+    kernel sees (site-packages, ``PYTHONPATH``). The sandbox binds the learner's copy over each."""
+    import site
+
+    import course_lib
+
+    views = [f"{PACKAGES}/course_lib", _real(Path(course_lib.__file__).parent)]
+    views.append(os.path.abspath(Path(course_lib.__file__).parent))
+    try:
+        folders = [*python_paths(hide), *site.getsitepackages()]
+    except AttributeError:  # pragma: no cover - very old virtualenv
+        folders = python_paths(hide)
+    for p in folders:
+        if os.path.isdir(os.path.join(p, "course_lib", "checks")):
+            views += [os.path.join(p, "course_lib"), _real(os.path.join(p, "course_lib"))]
+    # a link is not a mount point (bubblewrap follows it): its target is in the list
+    return [v for v in dict.fromkeys(views) if not os.path.islink(v)]
+
+
+def _under(path: str, folders: list[str]) -> bool:
+    """Whether ``path`` is one of ``folders`` or inside one (as the sandbox shows them)."""
+    return any(path == f or path.startswith(str(f).rstrip("/") + "/") for f in folders)
 
 
 def python_paths(hide: list[str | Path] = ()) -> list[str]:
@@ -438,6 +501,10 @@ class Sandbox:
             b += ["--ro-bind", _real(p), p]
         for name, folder in course_packages().items():  # the grader's own, whatever the
             b += ["--ro-bind", folder, f"{PACKAGES}/{name}"]  # kernel's Python would find
+        shown = [*python_paths(self.hide), *self.ro, *map(str, ro)]
+        for view in course_lib_views(self.hide):  # then, over each place the kernel sees
+            if view.startswith(PACKAGES + "/") or _under(view, shown):  # course_lib, the
+                b += ["--ro-bind", learner_course_lib(), view]  # copy without the checks
         for p in rw:
             b += ["--bind", str(p), str(p)]
         # last: the root (bubblewrap's own tmpfs, unsized) becomes read-only once every

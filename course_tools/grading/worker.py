@@ -534,7 +534,7 @@ def _run(job: dict, plan, where: _Where, verdicts: dict, send, notes: list[str])
     partial = bool(job.get("partial"))
     for ex_id in harvested:
         cases[ex_id] = grader_cases(ex_id, int(job["seed"]), plan.fingerprint)
-        write_inputs(cases[ex_id], where.inputs[ex_id])
+        write_inputs(cases[ex_id], where.inputs[ex_id], ex_id)
         if partial:  # the written-out cases earn no partial credit on their own
             fixed[ex_id] = fixed_cases(ex_id, cases[ex_id], int(job["seed"]), plan.fingerprint)
 

@@ -91,7 +91,7 @@ def test_a_blank_exercise_says_not_implemented(ex_id, capsys):
 def test_grader_protocol_round_trip(ex_id, tmp_path):
     ex = get_exercise(ex_id)
     cases = grader_cases(ex_id, 7)  # the grader's cases; only their inputs reach the kernel
-    write_inputs(cases, tmp_path / "inputs.pkl")
+    write_inputs(cases, tmp_path / "inputs.pkl", ex_id)
     harvest(ex_id, ex.reference, tmp_path / "inputs.pkl", tmp_path / "ok")
     verdict = score(ex_id, cases, tmp_path / "ok")
     assert verdict.status == "passed" and verdict.points == ex.points

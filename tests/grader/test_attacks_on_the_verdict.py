@@ -302,7 +302,10 @@ def test_missing_only_when_no_case_ran_to_a_result(tmp_path):
 
 
 def _not_impl() -> dict:
-    return {"name": "b", "error": "NotImplementedError: ", "not_implemented": True}
+    return {
+        "name": "b",
+        "raised": {"type": "NotImplementedError", "message": "", "not_implemented": True},
+    }
 
 
 # --------------------------------------------------------------------------- 3. analysis

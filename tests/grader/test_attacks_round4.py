@@ -133,7 +133,52 @@ def softmax(x):
     return x
 """
 
+# Every route to the reference seen so far, tried in the kernel: a name resolved from a string
+# built at run time, a protocol-0 pickle whose GLOBAL names it, the check module's file read
+# or its compiled copy loaded, found by a search of every folder Python looks in and of
+# /opt, /work, /home, /root and /srv. A route that works
+# makes the answer right; with none, the function is wrong (and the grade says so).
+REACH_THE_REFERENCE = r"""
+import glob as _glob, importlib.machinery as _mach, importlib.util as _util, os as _os, pickle as _pk, pkgutil as _pu
+_found, _tried = None, []
+def _try(route, get):
+    global _found
+    try:
+        fn = get()
+        if callable(fn) and _found is None:
+            _found = fn
+            _tried.append(route + ": FOUND")
+    except BaseException as err:
+        _tried.append(f"{route}: {type(err).__name__}")
+_name = "course_lib.checks.ch" + "00"
+_try("resolve_name", lambda: _pu.resolve_name(_name + ":softmax_" + "reference"))
+_try("pickle GLOBAL", lambda: _pk.loads(("c" + _name + "\nsoftmax_" + "reference\np0\n.").encode()))
+def _from_file(path):
+    spec = _util.spec_from_file_location("_x", path)
+    module = _util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.softmax_reference
+def _compiled(path):
+    module = _mach.SourcelessFileLoader("_y", path).load_module()
+    return module.softmax_reference
+import sys as _sys
+_roots = [p for p in [*_sys.path, "/opt", "/work", "/home", "/root", "/srv"] if p and _os.path.isdir(p)]
+for _root in _roots:
+    for _path in _glob.glob(_os.path.join(_root, "**", "ch00.py"), recursive=True)[:20]:
+        _try("file " + _path, lambda p=_path: _from_file(p))
+    for _path in _glob.glob(_os.path.join(_root, "**", "ch00.*.pyc"), recursive=True)[:20]:
+        _try("compiled " + _path, lambda p=_path: _compiled(p))
+print(_tried)
+def softmax(x):
+    return _found(x) if _found is not None else x * 0.0
+"""
+
+# An honest learner who also runs the check inside the solution cell.
+CHECK_INSIDE = CORRECT + '\ncheck("00.1", softmax)\n'
+
 SUBMISSIONS = {
+    "reach_the_reference.ipynb": lambda: with_solutions({"00.1": REACH_THE_REFERENCE}),
+    "check_inside.ipynb": lambda: with_solutions({"00.1": CHECK_INSIDE}),
     "fill_disk.ipynb": lambda: with_solutions({"00.1": FILL_DISK}),
     "many_references.ipynb": lambda: with_solutions({"00.1": MANY_REFERENCES}),
     **{name: (lambda a=a, n=n: _duplicated(a, n)) for name, (a, n, _) in DUPLICATES.items()},
@@ -325,3 +370,33 @@ def test_a_table_of_the_written_out_answers_earns_nothing(tmp_path):
     assert (r["status"], float(r["points"])) == ("failed", 0.0), feedback(
         run, "05_positional_encodings/table.ipynb"
     )
+
+
+def test_the_kernel_has_no_reference_to_reach(round4):
+    """The kernel's course_lib has no chapter checks: every route to a reference finds
+    nothing (the function stays wrong and fails), and an honest learner's own check() call
+    inside a solution cell says the grader runs it, and costs nothing."""
+    sub = "subs/reach_the_reference.ipynb"
+    r = row(round4, sub)
+    assert (r["status"], r["points"]) == ("failed", "0"), feedback(round4, sub)
+    _blames_submission(round4, sub)
+    sub = "subs/check_inside.ipynb"
+    r = row(round4, sub)
+    assert (r["status"], r["points"]) == ("passed", "1"), feedback(round4, sub)
+    _honest_are_unharmed(round4)
+
+
+def test_the_learners_course_lib_is_withheld_everywhere_the_kernel_looks():
+    """Without a kernel: the copy the sandbox binds has core.py and no chNN.py or compiled
+    file, and it is bound over every place the kernel could find course_lib."""
+    from pathlib import Path
+
+    from course_tools.grading.sandbox import PACKAGES, course_lib_views, learner_course_lib
+
+    copy = Path(learner_course_lib())
+    assert (copy / "checks" / "core.py").is_file() and (copy / "checks" / "kit.py").is_file()
+    assert not list(copy.rglob("ch[0-9]*.py")) and not list(copy.rglob("*.pyc"))
+    assert (copy / "attention.py").is_file()  # the library itself stays
+    views = course_lib_views()
+    assert f"{PACKAGES}/course_lib" in views
+    assert str((ROOT / "course_lib").resolve()) in views

@@ -301,7 +301,12 @@ def _variants() -> dict[str, tuple[bytes, str]]:
     if sys.platform.startswith("linux"):
         v["tamper_forge.ipynb"] = (_with_solution(TAMPER_FORGE), "failed")
         v["daemon.ipynb"] = (_with_solution(DAEMON), "failed")
-    v["copy_reference.ipynb"] = (_with_solution(COPY_REFERENCE), "passed")
+    # in the sandbox the kernel has no chapter checks (KeyError: error); without it, the
+    # reference is there to take (passed, and flagged for review)
+    v["copy_reference.ipynb"] = (
+        _with_solution(COPY_REFERENCE),
+        "error" if not sandbox_flags() else "passed",
+    )
     # --- the notebook and the grader agree: code in cells the learner added counts
     nb = _nb("exercises")  # the placeholder left in the tagged cell, the answer below it
     sol = _cell(nb, "solution")

@@ -21,7 +21,7 @@ def _harvest(ex_id, fn, seed, out_dir, fingerprint=""):
     cases = grader_cases(ex_id, seed, fingerprint)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_inputs(cases, out / "inputs.pkl")
+    write_inputs(cases, out / "inputs.pkl", ex_id)
     harvest(ex_id, fn, out / "inputs.pkl", out)
     return cases
 
@@ -38,7 +38,9 @@ def test_harvest_then_score_passes_a_correct_function(tmp_path):
 
 def test_only_inputs_reach_the_kernel(tmp_path):
     cases = _harvest("00.1", softmax_ok, 99, tmp_path)
-    data = pickle.loads((tmp_path / "inputs.pkl").read_bytes())
+    spec = pickle.loads((tmp_path / "inputs.pkl").read_bytes())
+    assert spec["target"] == "softmax" and spec["no_warnings"] in (True, False)
+    data = spec["cases"]
     assert [name for name, _, _ in data] == [c.name for c in cases]
     for _, args, kwargs in data:  # arrays and numbers: no seed, no reference, no function
         assert all(isinstance(a, np.ndarray) for a in args) and kwargs == {}
