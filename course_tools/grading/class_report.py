@@ -4,10 +4,11 @@
     course-grade report grades/02 --html FILE     # somewhere else
 
 Where the class got stuck, in figures: the distribution of totals, each exercise's pass rate
-and median points, the mistakes the checks diagnosed most often ("Likely cause: ..." in the
+and median points, a grid of every submission's status on every exercise, the mistakes the
+checks diagnosed most often (and the failures no named mistake explains, counted beside them) ("Likely cause: ..." in the
 feedback, counted only when it is one of the exercise's own diagnoses: its declared
 mistakes and hints, never a learner's text), the time-outs and errors, and the
-submissions that need a human look (``review.csv``). It reads what a grading run wrote
+submissions that need a human look (``review.csv``, grouped by submission). It reads what a grading run wrote
 (``results.jsonl``, else ``grades.csv``, and ``review.csv``) and changes nothing there.
 
 The page needs no network and no other file: the figures are inline SVG drawn by
@@ -39,6 +40,10 @@ COLOURS = {
     "missing": "#9e9e9e",
 }
 TOP_MISTAKES = 15
+# A failure the checks did not name (a shape, an exception, a wrong value of no declared kind):
+# counted beside the named mistakes, so that the chart shows every failure
+UNNAMED = "failed, and no named mistake explains it"
+SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⏱", "missing": "–"}
 CAUSE = re.compile(r"Likely cause:\s*(.+)")
 
 
@@ -108,11 +113,42 @@ class ClassData:
         for r in self.rows:
             if r.get("status") != "failed" or not r.get("exercise"):
                 continue
-            names = {mistake_name(r["exercise"], c) for c in _diagnoses(r)}
-            for name in names - {None}:
+            names = {mistake_name(r["exercise"], c) for c in _diagnoses(r)} - {None}
+            for name in names or {UNNAMED}:
                 seen[(r["exercise"], name)] += 1
-        ranked = sorted(seen.items(), key=lambda kv: (-kv[1], _exercise_key(kv[0][0]), kv[0][1]))
+        ranked = sorted(
+            seen.items(),
+            key=lambda kv: (-kv[1], _exercise_key(kv[0][0]), kv[0][1] == UNNAMED, kv[0][1]),
+        )
         return [(ex, name, n) for (ex, name), n in ranked]
+
+    def grid(self) -> tuple[list[str], list[tuple[str, dict[str, dict]]]]:
+        """(exercises in course order, [(submission, {exercise: its row})] by submission)."""
+        exercises = sorted(
+            {r["exercise"] for r in self.rows if r.get("exercise")}, key=_exercise_key
+        )
+        subs = []
+        for res in sorted(self.results, key=lambda res: str(res.get("submission", ""))):
+            by_ex = {r["exercise"]: r for r in res.get("rows", []) if r.get("exercise")}
+            subs.append((str(res.get("submission", "?")), by_ex))
+        return exercises, subs
+
+    def review_by_submission(self) -> list[tuple[str, int, list[str]]]:
+        """(submission, flags, each reason once with its exercises), most flags first."""
+        grouped: dict[str, list[dict]] = defaultdict(list)
+        for r in self.review:
+            grouped[str(r.get("submission", ""))].append(r)
+        out = []
+        for sub, flags in grouped.items():
+            reasons: dict[str, list[str]] = {}
+            for f in flags:
+                reasons.setdefault(str(f.get("reason", "")), []).append(str(f.get("exercise", "")))
+            lines = [
+                f"{reason} ({', '.join(e for e in dict.fromkeys(exs) if e) or 'notebook'})"
+                for reason, exs in reasons.items()
+            ]
+            out.append((sub, len(flags), lines))
+        return sorted(out, key=lambda t: (-t[1], t[0]))
 
     def trouble(self) -> list[dict]:
         """Rows that timed out or errored, with the first line of their reason."""
@@ -323,7 +359,7 @@ def figure_mistakes(data: ClassData) -> str | None:
     ax.barh(labels, [n for _, _, n in top][::-1], color=COLOURS["failed"], height=0.7)
     ax.set_xlabel("submissions")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_title("Mistakes the checks diagnosed most often")
+    ax.set_title("Failures by the mistake the checks named (or none)")
     return _svg(fig)
 
 
@@ -347,6 +383,8 @@ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: ta
 .passed { color: #2e7d32; } .failed { color: #ef6c00; } .error { color: #c62828; }
 .timeout { color: #6a1b9a; } .missing { color: #757575; }
 code { font-size: 0.9em; word-break: break-all; }
+table.grid td { text-align: center; font-weight: bold; padding: 0.15em 0.45em; }
+table.grid td:first-child { text-align: left; font-weight: normal; }
 """
 
 
@@ -437,6 +475,38 @@ def _exercises(data: ClassData) -> list[str]:
     ]
 
 
+def _grid(data: ClassData) -> list[str]:
+    """One row per submission, one column per exercise: its status as a symbol and colour,
+    its points in the cell's title."""
+    exercises, subs = data.grid()
+    if not exercises:
+        return []
+    head = "<tr><th>submission</th>" + "".join(f"<th>{_e(e)}</th>" for e in exercises)
+    rows = ['<table class="grid">', head + "<th>points</th></tr>"]
+    for sub, by_ex in subs:
+        cells = []
+        for e in exercises:
+            r = by_ex.get(e)
+            if r is None:
+                cells.append("<td></td>")
+                continue
+            status = str(r.get("status", "error"))
+            status = status if status in SYMBOLS else "error"
+            tip = (
+                f"{e}: {status}, {float(r.get('points', 0)):g} / {float(r.get('max_points', 0)):g}"
+            )
+            cells.append(f'<td class="{status}" title="{_e(tip)}">{SYMBOLS[status]}</td>')
+        got = sum(float(r.get("points", 0)) for r in by_ex.values())
+        top = sum(float(r.get("max_points", 0)) for r in by_ex.values())
+        rows.append(
+            f"<tr><td><code>{_e(sub)}</code></td>{''.join(cells)}"
+            f'<td class="num">{got:g} / {top:g}</td></tr>'
+        )
+    rows.append("</table>")
+    legend = " · ".join(f'<span class="{s}">{SYMBOLS[s]}</span> {s}' for s in STATUSES)
+    return ["<h2>Each submission, each exercise</h2>", f"<p>{legend}</p>", "\n".join(rows)]
+
+
 def _mistakes(data: ClassData) -> list[str]:
     parts = ["<h2>Where the class got stuck: the mistakes diagnosed</h2>"]
     fig = figure_mistakes(data)
@@ -470,17 +540,19 @@ def _trouble(data: ClassData) -> list[str]:
 
 
 def _review(data: ClassData) -> list[str]:
+    grouped = data.review_by_submission()
     rows = [
         [
-            f"<code>{_e(r.get('submission', ''))}</code>",
-            _e(r.get("exercise", "")),
-            _e(r.get("reason", "")),
+            f"<code>{_e(sub)}</code>",
+            str(n),
+            "<br>".join(_e(line) for line in lines),
         ]
-        for r in data.review
+        for sub, n, lines in grouped
     ]
     return [
-        f"<h2>Needs a human look ({len(data.review)} flags, from review.csv)</h2>",
-        _table(["submission", "exercise", "reason"], rows)
+        f"<h2>Needs a human look ({len(data.review)} flags on {len(grouped)} submissions, "
+        "from review.csv)</h2>",
+        _table(["submission", "flags", "reasons (exercises)"], rows, numeric={1})
         if data.review
         else "<p>Nothing was flagged.</p>",
     ]
@@ -505,7 +577,7 @@ def render(data: ClassData) -> str:
     totals = data.totals()
     statuses = Counter(r.get("status") for r in data.rows)
     parts = _head(data, totals, statuses) + [_per_assignment(totals)]
-    parts += _exercises(data) + _mistakes(data) + _trouble(data) + _review(data)
+    parts += _exercises(data) + _grid(data) + _mistakes(data) + _trouble(data) + _review(data)
     parts += _submissions(totals) + ["</body></html>"]
     return "\n".join(p for p in parts if p)
 

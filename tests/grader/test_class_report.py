@@ -241,8 +241,60 @@ def test_only_the_checks_own_diagnoses_are_listed_and_any_text_renders(tmp_path)
     ]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
     data = C.load(tmp_path)
-    assert [name for _, name, _ in data.mistakes()] == ["rows $ 0..$n$ unscaled"]
+    assert [name for _, name, _ in data.mistakes()] == ["rows $ 0..$n$ unscaled", C.UNNAMED]
     assert C.mistake_name("02.1", "$\\frac{1}{$ the teacher") is None
     assert cli.main(["report", str(tmp_path)]) == 0
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "the teacher" not in page and "unscaled" in page
+
+
+def test_the_grid_the_unnamed_failures_and_the_flags_by_learner(tmp_path):
+    """A learner x exercise grid (status symbol, points in the title), a failure no named
+    mistake explains counted in the mistakes' table and chart, and review flags grouped by
+    submission, most flags first."""
+
+    def r(sub, ex, status, points, feedback=()):
+        return {
+            "submission": sub,
+            "assignment": ASSIGNMENT,
+            "exercise": ex,
+            "title": "t",
+            "points": points,
+            "max_points": 2,
+            "status": status,
+            "feedback": list(feedback),
+        }
+
+    results = [
+        {
+            "submission": "ann.ipynb",
+            "assignment": ASSIGNMENT,
+            "rows": [r("ann.ipynb", "02.1", "passed", 2), r("ann.ipynb", "02.2", "timeout", 0)],
+        },
+        {
+            "submission": "bo.ipynb",
+            "assignment": ASSIGNMENT,
+            "rows": [
+                r("bo.ipynb", "02.1", "failed", 0, ["✗ c: shape (2, 3) expected (3, 2)"]),
+                r("bo.ipynb", "02.2", "passed", 2),
+            ],
+        },
+    ]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in results))
+    flags = [("bo.ipynb", "02.1", "copied"), ("bo.ipynb", "02.2", "copied"), ("ann.ipynb", "", "x")]
+    with open(tmp_path / "review.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["submission", "exercise", "reason"])
+        w.writerows(flags)
+    data = C.load(tmp_path)
+    exercises, subs = data.grid()
+    assert exercises == ["02.1", "02.2"] and [s for s, _ in subs] == ["ann.ipynb", "bo.ipynb"]
+    assert data.mistakes() == [("02.1", C.UNNAMED, 1)]
+    assert data.review_by_submission() == [
+        ("bo.ipynb", 2, ["copied (02.1, 02.2)"]),
+        ("ann.ipynb", 1, ["x (notebook)"]),
+    ]
+    page = C.render(data)
+    assert '<td class="timeout" title="02.2: timeout, 0 / 2">⏱</td>' in page
+    assert '<td class="failed" title="02.1: failed, 0 / 2">✗</td>' in page
+    assert "3 flags on 2 submissions" in page and C.UNNAMED in page
