@@ -3,7 +3,8 @@
 A kernel (and every process it starts) sees a file system made of read-only binds of what
 it needs and nothing else:
 
-* read-only: the system (``/usr``, ``/etc`` without its secrets), the Python environment
+* read-only: the system (``/usr``, ``/etc`` without its secrets), the folder of model files
+  (SmolLM2, which chapters 10 and 11 load; ``COURSE_MODELS`` points there), the Python environment
   (``sys.prefix``, ``sys.base_prefix``), the packages ``course_lib`` and ``course_tools``,
   ``course_lib`` without its chapter checks (``course_lib/checks/chNN.py``: the exercises'
   references and hidden-case generators) and without compiled files, wherever the kernel
@@ -55,6 +56,7 @@ ETC_SECRETS = (
     "machine-id",
 )
 PACKAGES = "/opt/course-packages"  # where a kernel finds course_lib and course_tools
+MODELS = "/opt/course-models"  # where a kernel finds the real model (chapters 10 and 11)
 TMP_BYTES = 1 << 30  # the kernel's private /tmp (a tmpfs: memory)
 SHM_BYTES = 512 << 20  # its /dev/shm (a tmpfs too: shared memory, torch's worker tensors)
 GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
@@ -501,6 +503,9 @@ class Sandbox:
             b += ["--ro-bind", _real(p), p]
         for name, folder in course_packages().items():  # the grader's own, whatever the
             b += ["--ro-bind", folder, f"{PACKAGES}/{name}"]  # kernel's Python would find
+        models = host_models()
+        if models:  # the real model of chapters 10 and 11, read-only, as the learner had it
+            b += ["--ro-bind", models, MODELS]
         shown = [*python_paths(self.hide), *self.ro, *map(str, ro)]
         for view in course_lib_views(self.hide):  # then, over each place the kernel sees
             if view.startswith(PACKAGES + "/") or _under(view, shown):  # course_lib, the
@@ -513,12 +518,23 @@ class Sandbox:
         return b + list(cmd)
 
 
+def host_models() -> str | None:
+    """The grader's folder of model files (``course_lib.gpt.smollm2.models_dir``: where
+    ``make model`` put SmolLM2), when it exists: the sandbox shows it at :data:`MODELS`."""
+    from course_lib.gpt.smollm2 import models_dir
+
+    folder = models_dir()
+    return _real(folder) if folder.is_dir() else None
+
+
 def kernel_env(threads: int, hide: list[str | Path] = ()) -> dict[str, str]:
     """The environment inside the sandbox: nothing of the grader's but what a kernel needs
     (no tokens or credentials), private folders under the sandbox's own /tmp, and the
     ``PYTHONPATH`` folders the sandbox shows (see :func:`pythonpath`)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(SAFE_ENV_PREFIXES) or k in SAFE_ENV}
     env["PYTHONPATH"] = os.pathsep.join([PACKAGES, *pythonpath(hide)])
+    if host_models():
+        env["COURSE_MODELS"] = MODELS
     bindir = os.path.dirname(sys.executable)
     env.update(
         {
