@@ -13,29 +13,19 @@ import shutil
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import nbformat
 import pytest
+from guide_blocks import GUIDE, Block, blocks
 
 from course_tools import plan as P
 from course_tools.grading import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-GUIDE = ROOT / "docs" / "instructors.md"
-MARKER = re.compile(r"^<!-- doc-test: (instructor|learner|skip: .+) -->$")
 EDITION = "https://github.com/example-school/attention-workshop"
 LANGS = ("bash", "sh", "python", "yaml")
-
-
-@dataclass
-class Block:
-    role: str  # instructor | learner | skip: why
-    lang: str
-    body: str
-    line: int
 
 
 def clone(repository: str, folder: Path, branch: str) -> None:
@@ -48,27 +38,6 @@ def clone(repository: str, folder: Path, branch: str) -> None:
         return
     for _line in GitPuller(repository, str(folder), branch=branch).pull():
         pass
-
-
-def blocks(text: str) -> list[Block]:
-    """The fenced blocks with an info string, each with the marker above it ('' if none)."""
-    out, lines, i = [], text.splitlines(), 0
-    while i < len(lines):
-        m = re.match(r"^```(\w+)\s*$", lines[i])
-        if not m:
-            i += 1
-            continue
-        start = i
-        j = i + 1
-        while j < len(lines) and lines[j] != "```":
-            j += 1
-        before = next((s.strip() for s in reversed(lines[:start]) if s.strip()), "")
-        mm = MARKER.match(before)
-        out.append(
-            Block(mm.group(1) if mm else "", m.group(1), "\n".join(lines[i + 1 : j]), start + 1)
-        )
-        i = j + 1
-    return out
 
 
 def test_every_command_block_says_whether_it_runs():

@@ -262,3 +262,46 @@ def test_learners_click_the_link_on_a_real_hub(hub, edition, browser):
     assert "alice's note" in lecture.read_text(encoding="utf-8")
     for page in pages.values():
         page.context.close()
+    _collect_and_grade_as_the_guide_says(homes, homes.parent / "admin")
+
+
+def _collect_and_grade_as_the_guide_says(homes: Path, admin: Path) -> None:
+    """The guide's collect block and grade block, as written, on the homes the hub made: one
+    folder per learner in ~/collected, and one gradebook row per learner (their copies are
+    untouched exercises, so "missing"; alice's edit is in a cell no exercise owns)."""
+    from grading_lab import require_sandbox
+    from guide_blocks import GUIDE, blocks
+
+    require_sandbox()  # the guide grades in the sandbox
+    found = [b for b in blocks(GUIDE.read_text(encoding="utf-8")) if b.role == "instructor"]
+    collect = next(b for b in found if "mkdir -p ~/collected" in b.body)
+    grade = next(b for b in found if "course-grade ~/collected" in b.body)
+    admin.mkdir(exist_ok=True)
+    bin_dir = admin / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "course-grade"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m course_tools.grading "$@"\n')
+    shim.chmod(0o755)
+    env = {
+        **os.environ,
+        "HOME": str(admin),
+        "HOMES": str(homes),
+        "COURSE": str(ROOT),
+        "CHAPTER": "00_setup",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    for block in (collect, grade):
+        proc = subprocess.run(
+            ["bash", "-c", "set -euo pipefail\n" + block.body],
+            env=env,
+            cwd=admin,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    collected = admin / "collected" / "00_setup"
+    assert sorted(p.name for p in collected.iterdir()) == sorted(LEARNERS)
+    rows = (admin / "grades" / "00_setup" / "grades.csv").read_text(encoding="utf-8")
+    for user in LEARNERS:
+        assert f"{user}/00_setup_exercises.ipynb,00_setup,00.1,0,1,missing" in rows, rows
