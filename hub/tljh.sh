@@ -15,7 +15,7 @@ mkdir -p /opt/tljh/user/etc/jupyter/jupyter_server_config.d /opt/tljh/user/share
 cp hub/jupyter_server_config.d/work_copies.json /opt/tljh/user/etc/jupyter/jupyter_server_config.d/
 "$USER_PY" hub/lab_overrides.py /opt/tljh/user/share/jupyter/lab/settings
 cp hub/tljh_course.py /opt/tljh/config/jupyterhub_config.d/course.py
-tljh-config set limits.memory 2G
+tljh-config set limits.memory 4.5G  # chapter 10: two kernels with the real model (benchmarks/results/kernel_sizing.json)
 tljh-config set limits.cpu 1
 tljh-config set user_environment.default_app jupyterlab
 tljh-config reload
