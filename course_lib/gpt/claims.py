@@ -9,8 +9,8 @@ sinks: Xiao et al., 2023, "Efficient Streaming Language Models with Attention Si
 
 The statistics are the ones the chapters state: the variance of :math:`q \cdot k` against
 :math:`d_k` (03), softmax entropies with and without the scale (03), the energy of each RoPE
-frequency pair (05), the share of attention on the first token (08), and a 95 % interval for
-a measured fraction (Wilson, 1927).
+frequency pair (05), the share of attention on the first token (08), a 95 % interval for
+a measured fraction (Wilson, 1927) and a sign test for paired outcomes.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ __all__ = [
     "qk_variance",
     "rope_pair_energy",
     "run_model",
+    "sign_test",
     "sliding_window_mask",
     "token_losses",
     "wilson_interval",
@@ -193,6 +194,19 @@ def first_token_share(weights: torch.Tensor, start: int = 1) -> float:
     """The mean weight on key 0 over the queries ``n >= start`` (and every head and row) of
     ``weights [B, H, N, N]``: the "attention sink" of Xiao et al. (2023)."""
     return float(weights[:, :, start:, 0].mean())
+
+
+def sign_test(up: int, down: int) -> float:
+    r"""Two-sided exact sign test: the chance, if each of :math:`n = \text{up} + \text{down}`
+    decided pairs went either way with probability 1/2, of a split at least as uneven,
+    :math:`\min\big(1, 2 \sum_{i \ge \max(u, d)} \binom{n}{i} / 2^n\big)`; 1 when none is decided."""
+    if up < 0 or down < 0:
+        raise ValueError(f"need counts >= 0, got {up}, {down}")
+    n = up + down
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(max(up, down), n + 1))
+    return min(1.0, 2 * tail / 2**n)
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:

@@ -23,6 +23,7 @@ __all__ = [
     "items",
     "noun_attention",
     "resolve",
+    "sentence_rows",
     "split_halves",
 ]
 
@@ -139,6 +140,11 @@ def noun_attention(weights: torch.Tensor, query: int, spans) -> torch.Tensor:
     tokens (summed over the noun's tokens), from ``weights`` = per layer ``[1, H, N, N]``."""
     w = torch.stack([x[0, :, query] for x in weights])  # (L, H, N)
     return torch.stack([w[..., list(s)].sum(-1) for s in spans], dim=-1)  # (L, H, 2)
+
+
+def sentence_rows(pairs) -> list[int]:
+    """The rows of :func:`items` (both versions of each pair) for pair indices ``pairs``."""
+    return [2 * p + v for p in pairs for v in (0, 1)]
 
 
 def split_halves(n_pairs: int, seed: int = 0) -> tuple[list[int], list[int]]:

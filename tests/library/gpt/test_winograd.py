@@ -40,3 +40,10 @@ def test_noun_attention_sums_each_span():
 def test_split_halves_are_disjoint_and_cover():
     a, b = winograd.split_halves(62)
     assert len(a) == len(b) == 31 and sorted(a + b) == list(range(62))
+
+
+def test_sentence_rows_are_both_versions_of_each_pair():
+    rows = winograd.sentence_rows([0, 3])
+    assert rows == [0, 1, 6, 7]
+    its = winograd.items()
+    assert {its[r].pair for r in rows} == {0, 3} and [its[r].answer for r in rows] == [0, 1, 0, 1]
