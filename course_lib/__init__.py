@@ -17,9 +17,10 @@ chapter  module                           what it holds
 04       ``course_lib.multihead``          multi-head attention, GQA/MQA, the KV cache
 05       ``course_lib.positional``         sinusoidal encodings, RoPE and its scaling
 06       ``course_lib.flash``              FlashAttention in Triton, by pass
-07       ``course_lib.gpt``                a tiny GPT: model, data, training, probes
+07       ``course_lib.gpt``                a tiny GPT; real checkpoints (10, 11)
 08       ``course_lib.variants``           FlexAttention, masks, ALiBi, windows, MLA, linear
 09       ``course_lib.context_parallel``   ring attention and Ulysses over processes
+11       ``course_lib.stats``              exact tests, their power, intervals over units
 =======  ===============================  ==========================================
 
 Beside the chapters: ``course_lib.experiments`` (the small models the lectures train and

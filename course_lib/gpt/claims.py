@@ -9,8 +9,10 @@ sinks: Xiao et al., 2023, "Efficient Streaming Language Models with Attention Si
 
 The statistics are the ones the chapters state: the variance of :math:`q \cdot k` against
 :math:`d_k` (03), softmax entropies with and without the scale (03), the energy of each RoPE
-frequency pair (05), the share of attention on the first token (08), a 95 % interval for
-a measured fraction (Wilson, 1927) and a sign test for paired outcomes.
+frequency pair (05) and the share of attention on the first token (08). The tests and
+intervals that decide whether a measured effect is real (Wilson intervals, sign tests, their
+power) live in :mod:`course_lib.stats`; ``sign_test`` and ``wilson_interval`` are re-exported
+here so that older imports keep working.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, repeat_kv, split_heads
 from ..positional import apply_rope
+from ..stats import sign_test, wilson_interval
 from .model import GPT
 
 __all__ = [
@@ -194,27 +197,3 @@ def first_token_share(weights: torch.Tensor, start: int = 1) -> float:
     """The mean weight on key 0 over the queries ``n >= start`` (and every head and row) of
     ``weights [B, H, N, N]``: the "attention sink" of Xiao et al. (2023)."""
     return float(weights[:, :, start:, 0].mean())
-
-
-def sign_test(up: int, down: int) -> float:
-    r"""Two-sided exact sign test: the chance, if each of :math:`n = \text{up} + \text{down}`
-    decided pairs went either way with probability 1/2, of a split at least as uneven,
-    :math:`\min\big(1, 2 \sum_{i \ge \max(u, d)} \binom{n}{i} / 2^n\big)`; 1 when none is decided."""
-    if up < 0 or down < 0:
-        raise ValueError(f"need counts >= 0, got {up}, {down}")
-    n = up + down
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(max(up, down), n + 1))
-    return min(1.0, 2 * tail / 2**n)
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    r"""95 % interval (Wilson, 1927) for a fraction :math:`k/n`:
-    :math:`\frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}`."""
-    if n < 1 or not 0 <= successes <= n:
-        raise ValueError(f"need 0 <= successes <= n and n >= 1, got {successes}, {n}")
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half

@@ -16,7 +16,6 @@ from course_lib.gpt.claims import (
     run_model,
     sliding_window_mask,
     token_losses,
-    wilson_interval,
 )
 from course_lib.gpt.model import GPT, GPTConfig
 
@@ -133,23 +132,3 @@ def test_first_token_share_of_uniform_attention():
     keep = torch.ones(6, 6).tril()
     w = (keep / keep.sum(-1, keepdim=True))[None, None]  # (1, 1, 6, 6)
     assert first_token_share(w) == pytest.approx(sum(1 / (n + 1) for n in range(1, 6)) / 5)
-
-
-def test_wilson_interval():
-    lo, hi = wilson_interval(0, 10)
-    assert lo == pytest.approx(0.0, abs=1e-12) and hi == pytest.approx(0.2775, abs=1e-3)
-    lo, hi = wilson_interval(50, 100)
-    assert lo == pytest.approx(0.4038, abs=1e-3) and hi == pytest.approx(0.5962, abs=1e-3)
-    with pytest.raises(ValueError):
-        wilson_interval(3, 2)
-
-
-def test_sign_test_is_the_exact_two_sided_binomial_tail():
-    from course_lib.gpt.claims import sign_test
-
-    assert sign_test(3, 0) == sign_test(0, 3) == 0.25  # 2 * (1/2)^3
-    assert sign_test(0, 0) == 1.0 and sign_test(2, 2) == 1.0
-    assert abs(sign_test(10, 0) - 2 / 1024) < 1e-12
-    assert abs(sign_test(8, 2) - 2 * (1 + 10 + 45) / 1024) < 1e-12
-    with pytest.raises(ValueError, match="counts >= 0"):
-        sign_test(-1, 2)
