@@ -32,8 +32,13 @@ so each pair was checked, by reading, against this procedure:
 
 Of the 62 pairs, 26 passed as written (note ``ok``) and 36 were rewritten or replaced (note
 ``rewritten: <old cue or sentence> -- <why>``), a new cue, a new frame or new nouns, and the
-new version was put through the same four steps. The judgement is a careful reader's, not a
-language model's: a model judging the sentences would make the chapter's test circular.
+new version was put through the same four steps. Then a second, blind reading: every one of
+the 124 sentences, shuffled, with its two candidates in random order and without the key, was
+read by a reader who chose the antecedent and marked it clear, ambiguous or odd. It agreed with
+the key on all 124 and marked one version ambiguous (a screw "too soft" for a wall: a soft wall
+also lets a screw slip); that pair was replaced and is the only one with a note naming the blind
+reading. The model the chapter tests (SmolLM2) took no part in either reading: that would make
+the chapter's test circular.
 
 **The agreement groups.** The words after the pronoun are neutral: true of either noun and
 grammatical with either pronoun (past-tense verbs: "it stopped" / "they stopped"; no "was" /
@@ -94,7 +99,7 @@ The train could not enter the station because it was too {}. | long | small | tr
 The apple rolled off the plate because it was {}. | round | tilted | apple | plate | it | ok
 The mug would not fit under the tap because it was too {}. | tall | low | mug | tap | it | ok
 The bird could not fit in the nest because it was too {}. | big | small | bird | nest | it | rewritten: "left", grown/damaged -- "grown" names the bird
-The screw would not go into the wall because it was too {}. | soft | hard | screw | wall | it | rewritten: blunt/solid -- "blunt" does not describe a wall
+The pin would not hold the poster because it was too {}. | short | heavy | pin | poster | it | rewritten: screw/wall soft/hard -- blind reading: a soft wall fits too
 The balloon could not lift the basket because it was too {}. | small | big | balloon | basket | it | rewritten: "burst on the fence", inflated/sharp -- "sharp" names the fence
 The boot dented the floor because it was {}. | heavy | soft | boot | floor | it | rewritten: "left a mark", muddy/polished -- a muddy floor takes marks
 The clock fell from the wall because it was {}. | heavy | weak | clock | wall | it | rewritten: heavy/damp -- a damp wall is a weak reason for the fall
