@@ -62,15 +62,18 @@ register(
                 "Pass axis=-1, keepdims=True to the sum (and to the max).",
             ): lambda x: np.exp(x) / np.exp(x).sum(),
             Hint(
-                "the row sums lost their axis: e.sum(axis=-1) has shape (...,), and dividing "
-                "an (..., n) array by it broadcasts along the wrong axis (or fails).",
+                "the row sums lost their axis: summed over the last axis they have shape "
+                "(...,), and dividing an (..., n) array by them broadcasts along the wrong axis "
+                "(or fails).",
                 "Keep the axis: e.sum(axis=-1, keepdims=True) has shape (..., 1).",
             ): _no_keepdims,
         },
         hint=Hint(
-            "softmax(x) = exp(x) / (sum of exp(x) over the last axis).",
-            "z = x - x.max(axis=-1, keepdims=True); e = np.exp(z); "
-            "return e / e.sum(axis=-1, keepdims=True).",
+            "compare one row of your result with the statement's definition: which axis is "
+            "normalised, does each row sum to 1, and what happens to very large entries?",
+            "softmax(x) = exp(x) / (the sum of exp(x) over the last axis), with each row's max "
+            "subtracted first. z = x - x.max(axis=-1, keepdims=True); e = np.exp(z); return e / "
+            "e.sum(axis=-1, keepdims=True).",
         ),
     )
 )

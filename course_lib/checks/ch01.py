@@ -1,11 +1,13 @@
-"""Checks for chapter 01 (the RNN bottleneck): five graded exercises.
+"""Checks for chapter 01 (the RNN bottleneck): six graded exercises.
 
 * 01.1 ``rnn_forward``: the recurrence, step by step (3 points);
 * 01.2 ``scale_to_spectral_radius``: eigenvalues, not singular values (1 point);
 * 01.3 ``jacobian_norms_through_time``: how much ``h_N`` still feels ``x_t`` (3 points);
 * 01.4 ``critical_path``: sequential depth versus total work (2 points);
 * 01.5 ``clip_grad_norm``: gradient clipping by the global norm, which the lecture names
-  but does not show (2 points).
+  but does not show (2 points);
+* 01.6 ``measure_growth_rate``: predict, then measure how fast a recurrence grows or fades
+  (1 point).
 
 Every hint has two tiers (:class:`~course_lib.checks.core.Hint`): a nudge first, the fix
 when the same exercise fails again.
@@ -284,8 +286,10 @@ register(
             ): _rho_forgotten,
         },
         hint=Hint(
-            "the spectral radius is the largest modulus of an eigenvalue.",
-            "rho(W) = torch.linalg.eigvals(W).abs().max(); return W * (rho / rho(W)).",
+            "check the number you divide W by: the statement's spectral radius comes from the "
+            "eigenvalues, not from a norm or an entry of W.",
+            "The spectral radius is the largest modulus of an eigenvalue. rho(W) = "
+            "torch.linalg.eigvals(W).abs().max(); return W * (rho / rho(W)).",
         ),
     )
 )
@@ -522,9 +526,11 @@ register(
             ): _last_node,
         },
         hint=Hint(
-            "compute every node's depth in order (parents come first), then the largest.",
-            "depth[i] = 1 + max(depth[p] for p in parents[i]) (1 without parents); the answer "
-            "is max(depth), and 0 for an empty graph.",
+            "work a small graph through by hand: when can a node start, given when each of its "
+            "parents finishes, and which node finishes last?",
+            "Compute every node's depth in order (parents come first), then the largest. "
+            "depth[i] = 1 + max(depth[p] for p in parents[i]) (1 without parents); the answer is "
+            "max(depth), and 0 for an empty graph.",
         ),
     )
 )
@@ -690,9 +696,11 @@ register(
             ): _squared_total,
         },
         hint=Hint(
-            "one norm for all the tensors together, one factor for all of them.",
-            "norm = sqrt(sum(g.pow(2).sum() for g in grads)); factor = max_norm / norm if "
-            "norm > max_norm else 1; return [g * factor for g in grads], float(norm).",
+            "check which norm you compare with max_norm (one for each tensor, or one for all of "
+            "them?) and in which case the gradients change at all.",
+            "One norm for all the tensors together, one factor for all of them. norm = "
+            "sqrt(sum(g.pow(2).sum() for g in grads)); factor = max_norm / norm if norm > "
+            "max_norm else 1; return [g * factor for g in grads], float(norm).",
         ),
     )
 )
@@ -769,10 +777,12 @@ register(
             ): _growth_total,
         },
         hint=Hint(
-            "build W, rescale it to spectral radius rho, iterate h = W h, and compare the "
-            "norms at the end and at the start, per step.",
-            "W *= rho / np.abs(np.linalg.eigvals(W)).max(); after T steps return "
-            "(norm(h_T) / norm(h_0)) ** (1 / T).",
+            "check two things against the statement: how W is scaled before the loop, and "
+            "whether your number is the growth per step or over all the steps.",
+            "Build W, rescale it to spectral radius rho, iterate h = W h, and compare the norms "
+            "at the end and at the start, per step. W *= rho / "
+            "np.abs(np.linalg.eigvals(W)).max(); after T steps return (norm(h_T) / norm(h_0)) ** "
+            "(1 / T).",
         ),
     )
 )

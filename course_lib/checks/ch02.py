@@ -1,10 +1,11 @@
-"""Checks for chapter 02 (Q, K, V and scaled dot-product attention): six exercises.
+"""Checks for chapter 02 (Q, K, V and scaled dot-product attention): seven exercises.
 
 02.1 attention in numpy · 02.2 the causal mask · 02.3 a padding mask from lengths ·
 02.4 a NaN-safe masked softmax · 02.5 from embeddings to attention weights ·
 02.6 attention over a padded batch of token ids (causal or not), which the lecture does not
 show: the mask comes from the tokens, padding may sit on the left, and a (B, Nk) mask that
-broadcasts silently when B equals N is a trap the checks spring.
+broadcasts silently when B equals N is a trap the checks spring · 02.7 predict, then measure:
+attention without projections (a token's weight on itself).
 Each wrong twin in ``mistakes`` reproduces a common slip and becomes a precise hint; every
 hint has two tiers (a nudge, then the fix when the same check fails again).
 """
@@ -163,9 +164,11 @@ register(
             _OVERFLOW: _attention_no_max,
         },
         hint=Hint(
-            "scores, scale, softmax over the keys, weighted sum of the values.",
-            "scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d_k); subtract each row's max; "
-            "weights = exp / row sum (axis=-1); output = weights @ v; return (output, weights).",
+            "check each stage against the statement's formula: which width you scale by, which "
+            "axis the softmax normalises, and the order of the two results you return.",
+            "Scores, scale, softmax over the keys, weighted sum of the values. scores = q @ "
+            "np.swapaxes(k, -1, -2) / np.sqrt(d_k); subtract each row's max; weights = exp / row "
+            "sum (axis=-1); output = weights @ v; return (output, weights).",
         ),
     )
 )
@@ -224,8 +227,10 @@ register(
             ): lambda n_q, n_k: np.tri(n_q, n_k),
         },
         hint=Hint(
-            "lower triangle of an all-True (n_q, n_k) array.",
-            "np.tril(np.ones((n_q, n_k), dtype=bool)).",
+            "check one row of your mask: which keys may query i see, is True the value for 'may "
+            "attend', and is the dtype bool?",
+            "Lower triangle of an all-True (n_q, n_k) array. np.tril(np.ones((n_q, n_k), "
+            "dtype=bool)).",
         ),
     )
 )
@@ -313,7 +318,9 @@ register(
             ],
         },
         hint=Hint(
-            "compare the key positions 0..n_k-1 with each sequence's length, by broadcasting.",
+            "check your mask's shape (B, 1, Nk) and one sequence's row: which of its key "
+            "positions are real tokens?",
+            "Compare the key positions 0..n_k-1 with each sequence's length, by broadcasting. "
             "(np.arange(n_k)[None, :] < lengths[:, None])[:, None, :] has shape (B, 1, Nk).",
         ),
     )
@@ -413,8 +420,9 @@ register(
         rtol=1e-6,
         no_warnings=Hint(
             "numpy warned about an inf - inf or a 0 / 0, even if np.where later threw that "
-            "value away: np.where(cond, a, b) computes a and b for EVERY entry first.",
-            "Keep every intermediate finite: replace a row max of -inf by 0 before "
+            "value away: np.where computes both of its branches for EVERY entry first.",
+            "np.where(cond, a, b) computes a and b for EVERY entry, the discarded ones "
+            "included. Keep every intermediate finite: replace a row max of -inf by 0 before "
             "subtracting it, and divide by a safe denominator, e / np.where(total > 0, "
             "total, 1.0) (or np.maximum(total, np.finfo(e.dtype).tiny)), instead of "
             "np.where(total > 0, e / total, 0).",
@@ -460,9 +468,11 @@ register(
             ): _no_max_masked,
         },
         hint=Hint(
-            "mask with -inf, then a softmax that survives rows with nothing kept.",
-            "Fill masked scores with -inf, subtract the row max (0 where the max is -inf), "
-            "exponentiate, and divide by the row sum where it is > 0 (rows with sum 0 stay 0).",
+            "look at two cases of the statement: the weight a masked key must get, and a row in "
+            "which every key is masked.",
+            "Mask with -inf, then a softmax that survives rows with nothing kept. Fill masked "
+            "scores with -inf, subtract the row max (0 where the max is -inf), exponentiate, and "
+            "divide by the row sum where it is > 0 (rows with sum 0 stay 0).",
         ),
     )
 )
@@ -545,9 +555,11 @@ register(
             ),
         },
         hint=Hint(
-            "project, compare every query with every key, scale, softmax over the keys.",
-            "q = x @ W_Q; k = x @ W_K; s = q @ k.T / sqrt(d_k); subtract each row's max; "
-            "weights = exp / row sum over the last axis.",
+            "check which projection makes the queries and which the keys, the width you scale "
+            "by, and the axis the softmax normalises.",
+            "Project, compare every query with every key, scale, softmax over the keys. q = x @ "
+            "W_Q; k = x @ W_K; s = q @ k.T / sqrt(d_k); subtract each row's max; weights = exp / "
+            "row sum over the last axis.",
         ),
     )
 )
@@ -704,7 +716,9 @@ register(
             ): _padded_wrong(fill=-np.inf),
         },
         hint=Hint(
-            "one boolean mask, shape (B, Nq, Nk) or broadcastable to it, then a masked softmax.",
+            "check your mask on one sequence: which keys each query may see with is_causal True "
+            "and with it False, and what a query that sees no key gets.",
+            "One boolean mask, shape (B, Nq, Nk) or broadcastable to it, then a masked softmax. "
             "keep = (tokens != pad_id)[:, None, :]; if is_causal: keep = keep & "
             "np.tril(np.ones((N, N), dtype=bool)); then the NaN-safe softmax of 02.4 over "
             "np.where(keep, scores, -inf), and output = weights @ v.",
@@ -779,9 +793,11 @@ register(
             ): _self_weight_all,
         },
         hint=Hint(
-            "draw X, take softmax(X X^T / sqrt(d)) row by row, average the diagonal.",
-            "x = rng.normal(size=(trials, N, d)); w = softmax(x @ x.transpose(0, 2, 1) / "
-            "sqrt(d)) over the last axis; return the mean of np.diagonal(w, axis1=1, axis2=2).",
+            "check which weights you average (each token's weight on itself) and how the scores "
+            "are scaled before the softmax.",
+            "Draw X, take softmax(X X^T / sqrt(d)) row by row, average the diagonal. x = "
+            "rng.normal(size=(trials, N, d)); w = softmax(x @ x.transpose(0, 2, 1) / sqrt(d)) "
+            "over the last axis; return the mean of np.diagonal(w, axis1=1, axis2=2).",
         ),
     )
 )

@@ -1,11 +1,12 @@
-"""Checks for chapter 03 (why divide by √d_k): six exercises.
+"""Checks for chapter 03 (why divide by √d_k): seven exercises.
 
 03.1 ``dot_product_variance``: Var(c · q·k) from given samples (deterministic);
 03.2 ``stable_softmax``: softmax(s / τ) that survives huge scores and −inf;
 03.3 ``softmax_jacobian``: diag(p) − p pᵀ, batched;
 03.4 ``attention_entropy``: entropy of attention rows with 0 log 0 = 0;
 03.5 ``multihead_scores``: per-head scores scaled by 1/√d_h (not 1/√d_model);
-03.6 ``softmax_backward``: ∂L/∂s = p ⊙ (g − ⟨p, g⟩) per row, without building J.
+03.6 ``softmax_backward``: ∂L/∂s = p ⊙ (g − ⟨p, g⟩) per row, without building J;
+03.7 ``measure_max_weight``: predict, then measure the largest weight with and without 1/√d_k.
 """
 
 from __future__ import annotations
@@ -101,8 +102,10 @@ register(
             ): lambda q, k, scale=1.0: float(np.var(scale * (q @ k.T))),
         },
         hint=Hint(
-            "one score per pair (row n of q with row n of k), then their 1/N variance.",
-            "s = scale * (q * k).sum(axis=-1) gives the N scores; return float(np.var(s)).",
+            "check what one score is (which row of q meets which row of k), where `scale` "
+            "enters, and which variance the statement asks for.",
+            "One score per pair (row n of q with row n of k), then their 1/N variance. s = scale "
+            "* (q * k).sum(axis=-1) gives the N scores; return float(np.var(s)).",
         ),
     )
 )
@@ -206,9 +209,11 @@ register(
             ),
         },
         hint=Hint(
-            "divide by τ, subtract each row's maximum, exponentiate, normalise each row.",
-            "z = scores / temperature; z = z - z.amax(dim=-1, keepdim=True); e = z.exp(); "
-            "return e / e.sum(dim=-1, keepdim=True).",
+            "check where the temperature enters, which axis you normalise, and what your code "
+            "does with very large scores.",
+            "Divide by τ, subtract each row's maximum, exponentiate, normalise each row. z = "
+            "scores / temperature; z = z - z.amax(dim=-1, keepdim=True); e = z.exp(); return e / "
+            "e.sum(dim=-1, keepdim=True).",
         ),
     )
 )
@@ -281,9 +286,11 @@ register(
             ): lambda p: torch.diag_embed(p) - (p * p)[..., :, None],
         },
         hint=Hint(
-            "two pieces: diag(p) for every row, minus the outer product p pᵀ of every row.",
-            "torch.diag_embed(p) builds diag(p) for every row; the outer product is "
-            "p[..., :, None] * p[..., None, :]. The result has shape (..., n, n).",
+            "work out the Jacobian of a softmax over 3 entries by hand (its diagonal and "
+            "off-diagonal entries) and compare it with one (n, n) block of yours.",
+            "Two pieces: diag(p) for every row, minus the outer product p pᵀ of every row. "
+            "torch.diag_embed(p) builds diag(p) for every row; the outer product is p[..., :, "
+            "None] * p[..., None, :]. The result has shape (..., n, n).",
         ),
     )
 )
@@ -448,9 +455,11 @@ register(
             ): _interleaved_split,
         },
         hint=Hint(
-            "split q and k into heads, then one score matrix per head, scaled by 1/√d_h.",
-            "d_h = d_model // H; q.view(B, N, H, d_h).transpose(1, 2) gives "
-            "(B, H, N, d_h); then q_h @ k_h.transpose(-2, -1) / sqrt(d_h).",
+            "check which features belong to head h, and the width each head's scores are scaled "
+            "by.",
+            "Split q and k into heads, then one score matrix per head, scaled by 1/√d_h. d_h = "
+            "d_model // H; q.view(B, N, H, d_h).transpose(1, 2) gives (B, H, N, d_h); then q_h @ "
+            "k_h.transpose(-2, -1) / sqrt(d_h).",
         ),
     )
 )
@@ -538,7 +547,9 @@ register(
             ),
         },
         hint=Hint(
-            "∂L/∂s = Jᵀ g with J = diag(p) − p pᵀ: multiply it out instead of building J.",
+            "check a row of your result: adding the same amount to every score changes nothing, "
+            "so each row of the gradient must sum to 0.",
+            "∂L/∂s = Jᵀ g with J = diag(p) − p pᵀ: multiply it out instead of building J. "
             "diag(p) g = p * g and p pᵀ g = p (pᵀ g): ∂L/∂s = p * (g - (p * g).sum(-1, "
             "keepdim=True)).",
         ),
@@ -612,10 +623,12 @@ register(
             ): _max_weight_always_scaled,
         },
         hint=Hint(
-            "draw one query and num_keys keys per trial, softmax the scores, keep the largest "
-            "weight, average over the trials.",
-            "s = (q * k).sum(-1) (divided by sqrt(d_k) when scaled), shapes (trials, 1, d_k) "
-            "and (trials, num_keys, d_k); return softmax(s, -1).max(-1).mean().",
+            "check which weight you keep per trial (the largest), whether the scores are scaled "
+            "in both settings of `scaled`, and what you average over.",
+            "Draw one query and num_keys keys per trial, softmax the scores, keep the largest "
+            "weight, average over the trials. s = (q * k).sum(-1) (divided by sqrt(d_k) when "
+            "scaled), shapes (trials, 1, d_k) and (trials, num_keys, d_k); return softmax(s, "
+            "-1).max(-1).mean().",
         ),
     )
 )

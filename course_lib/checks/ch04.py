@@ -1,6 +1,6 @@
 """Checks for chapter 04 (multi-head attention, GQA/MQA and the KV cache).
 
-Eight exercises, each a function the learner writes, on torch tensors in float64:
+Nine exercises, each a function the learner writes, on torch tensors in float64:
 
 * 04.1 ``split_heads(x, num_heads)``: ``[B, N, H*d_h] -> [B, H, N, d_h]``
 * 04.2 ``merge_heads(x)``: ``[B, H, N, d_h] -> [B, N, H*d_h]``
@@ -12,6 +12,8 @@ Eight exercises, each a function the learner writes, on torch tensors in float64
   checkpoint's key/value heads into grouped-query heads (not shown in the lecture)
 * 04.8 ``sliding_window_decode_step(q_new, k_new, v_new, k_cache, v_cache, window)``: a
   rolling-buffer KV cache (not shown in the lecture)
+* 04.9 ``measure_cache_saving(num_tokens, num_heads, head_dim, seed)``: predict, then measure
+  the work a KV cache saves
 """
 
 from __future__ import annotations
@@ -82,7 +84,9 @@ register(
             ): _split_wrong_order,
         },
         hint=Hint(
-            "cut the last axis into (H, d_h), then move the head axis in front of the tokens.",
+            "check which features head h receives: each token's features, cut into H blocks of "
+            "d_h, one block per head.",
+            "Cut the last axis into (H, d_h), then move the head axis in front of the tokens. "
             "x.reshape(B, N, H, D // H) then .transpose(1, 2).",
         ),
     )
@@ -145,9 +149,11 @@ register(
             ): _merge_wrong_order,
         },
         hint=Hint(
-            "undo the split: heads back behind the tokens, then join (H, d_h) into one axis.",
-            "x.transpose(1, 2).reshape(B, N, H * d_h) (reshape, not view: the transpose is "
-            "not contiguous).",
+            "check that merging undoes 04.1's split: token n's features are head 0's d_h "
+            "features, then head 1's, and so on.",
+            "Undo the split: heads back behind the tokens, then join (H, d_h) into one axis. "
+            "x.transpose(1, 2).reshape(B, N, H * d_h) (reshape, not view: the transpose is not "
+            "contiguous).",
         ),
     )
 )
@@ -252,9 +258,11 @@ register(
             ): twin(_mha, merge=_merge_no_transpose),
         },
         hint=Hint(
-            "project, split into heads, attend per head, merge, project out.",
-            "Q = x @ W_Q, split into heads; the same for K and V; softmax(Q K^T / sqrt(d_h)) "
-            "V per head; merge the heads; @ W_O.",
+            "check each stage against the statement: how the heads are split and merged, the "
+            "width each head's scores are scaled by, and the output projection.",
+            "Project, split into heads, attend per head, merge, project out. Q = x @ W_Q, split "
+            "into heads; the same for K and V; softmax(Q K^T / sqrt(d_h)) V per head; merge the "
+            "heads; @ W_O.",
         ),
     )
 )
@@ -303,7 +311,9 @@ register(
             ): lambda x, n: x.repeat_interleave(n, dim=2),
         },
         hint=Hint(
-            "every KV head appears num_groups times in a row, along the head axis.",
+            "check the order of your output's heads (which KV head each query head reads) and "
+            "the axis you repeat along.",
+            "Every KV head appears num_groups times in a row, along the head axis. "
             "x.repeat_interleave(num_groups, dim=1), or x[:, :, None].expand(B, Hkv, G, N, d_h) "
             "reshaped to (B, Hkv * G, N, d_h).",
         ),
@@ -439,10 +449,12 @@ register(
             ),
         },
         hint=Hint(
-            "append, give every query head its KV head, attend over everything, return the "
-            "output and the grown caches.",
-            "k_all = cat([k_cache, k_new], dim=-2) (the same for v); repeat the KV heads for "
-            "the query heads; attention of q_new over all of them; return (out, k_all, v_all).",
+            "check which keys the new token sees (the cache, and itself?), which KV head each "
+            "query head reads, and the shapes of the caches you return.",
+            "Append, give every query head its KV head, attend over everything, return the "
+            "output and the grown caches. k_all = cat([k_cache, k_new], dim=-2) (the same for "
+            "v); repeat the KV heads for the query heads; attention of q_new over all of them; "
+            "return (out, k_all, v_all).",
         ),
     )
 )
@@ -553,10 +565,12 @@ register(
             ): twin(_bytes, bits=True),
         },
         hint=Hint(
-            "count what one layer caches for one token, then multiply by layers, tokens, "
-            "sequences and bytes per value.",
-            "bytes = 2 (K and V) x layers x KV heads x head_dim x tokens x batch x "
-            "bytes_per_value, with head_dim = hidden_size // num_attention_heads.",
+            "count what one layer caches for one token (which tensors, how many heads, how "
+            "wide), then check that every factor of the statement is in.",
+            "Count what one layer caches for one token, then multiply by layers, tokens, "
+            "sequences and bytes per value. bytes = 2 (K and V) x layers x KV heads x head_dim x "
+            "tokens x batch x bytes_per_value, with head_dim = hidden_size // "
+            "num_attention_heads.",
         ),
     )
 )
@@ -647,7 +661,9 @@ register(
             ): twin(_pool_wrong, how="feature_order"),
         },
         hint=Hint(
-            "every group of G = H / H_kv consecutive heads becomes one head, their average.",
+            "check which query heads form a group (and so share a KV head) and how the group's "
+            "heads are combined into one.",
+            "Every group of G = H / H_kv consecutive heads becomes one head, their average. "
             "W.reshape(D, H_kv, G, d_h).mean(dim=2).reshape(D, H_kv * d_h).",
         ),
     )
@@ -776,9 +792,11 @@ register(
             ),
         },
         hint=Hint(
-            "04.5's step, with the cache cut to its last `window` tokens after appending.",
-            "k = cat([k_cache, k_new], dim=-2)[..., -window:, :] (the same for v); repeat the "
-            "KV heads; attend; return (out, k, v).",
+            "check which keys the new token sees (how many, and which ones) and the length of "
+            "the caches you return.",
+            "04.5's step, with the cache cut to its last `window` tokens after appending. k = "
+            "cat([k_cache, k_new], dim=-2)[..., -window:, :] (the same for v); repeat the KV "
+            "heads; attend; return (out, k, v).",
         ),
     )
 )
@@ -861,9 +879,11 @@ register(
             ): _saving_causal_half,
         },
         hint=Hint(
-            "run both decoding loops and add up scores.numel() over the steps, then divide.",
-            "at step t (t = 1 .. T tokens) the cache-less loop computes q[:t] @ k[:t].T (t x t "
-            "per head), the cached one q[t-1:t] @ k[:t].T (1 x t); sum t^2 / sum t = (2T+1)/3.",
+            "check what you count at each step of each loop (every score computed, masked or "
+            "not) and that you add up every step before dividing.",
+            "Run both decoding loops and add up scores.numel() over the steps, then divide. At "
+            "step t (t = 1 .. T tokens) the cache-less loop computes q[:t] @ k[:t].T (t x t per "
+            "head), the cached one q[t-1:t] @ k[:t].T (1 x t); sum t^2 / sum t = (2T+1)/3.",
         ),
     )
 )

@@ -1,6 +1,6 @@
 r"""Checks for chapter 05 (positional information: sinusoids and RoPE).
 
-Five exercises, each a function the learner writes:
+Six exercises, each a function the learner writes:
 
 * 05.1 ``sinusoidal_table(seq_len, d_model)``: the sinusoidal encoding, ``[N, D]``
 * 05.2 ``rope_interleaved(x, positions)``: RoPE with pairs :math:`(2i, 2i+1)`, torch
@@ -10,6 +10,8 @@ Five exercises, each a function the learner writes:
 * 05.5 ``llama3_scaled_frequencies(theta, factor, low_freq_factor, high_freq_factor,
   original_context)``: Llama 3.1's frequency-dependent RoPE scaling (not shown in the
   lecture)
+* 05.6 ``count_full_turns(head_dim, base, context_len)``: predict, then count the RoPE pairs
+  that turn at least once within a context
 
 Inputs of the torch exercises are float64; the base is always 10 000.
 """
@@ -26,7 +28,7 @@ from ..positional import (
     rope_permutation,
     sinusoidal_encoding,
 )
-from .core import Case, Exercise, Hint, compare_values, register
+from .core import Case, Diagnosed, Exercise, Hint, compare_values, register
 from .kit import DT, randn, refuse_complex, twin, unless_different, with_note, within
 
 BASE = 10000.0
@@ -119,9 +121,11 @@ register(
             ): _sin_positive_exponent,
         },
         hint=Hint(
-            "one angle per (position, pair); sin in the even columns, cos in the odd ones.",
-            "build angles[p, i] = p / 10000**(2*i/d) with shape (n, d/2), then put "
-            "sin(angles) in the even columns and cos(angles) in the odd columns.",
+            "check one row of your table against the statement's formula: the frequency each "
+            "pair uses, and which columns hold sin and which cos.",
+            "One angle per (position, pair); sin in the even columns, cos in the odd ones. Build "
+            "angles[p, i] = p / 10000**(2*i/d) with shape (n, d/2), then put sin(angles) in the "
+            "even columns and cos(angles) in the odd columns.",
         ),
     )
 )
@@ -191,11 +195,15 @@ def _float32_angles(got, expected, case) -> str | None:
     """A clear word when the only problem is float32 angles (right to 1e-2)."""
     if compare_values(got, expected, 1e-2, 0.0) is not None:
         return None
-    return (
-        "Your rotation is right but not precise enough: an angle p * theta "
-        "computed in float32 (about 7 significant digits) is off by about p * 1e-7 "
-        "radian, i.e. 5e-4 at position 5000. Compute theta and the angles in float64 "
-        "(positions.to(torch.float64)), as long-context code must."
+    return Diagnosed(
+        "",
+        cause=Hint(
+            "your rotation is right but not precise enough: an angle p * theta computed in "
+            "float32 (about 7 significant digits) is off by about p * 1e-7 radian, i.e. 5e-4 at "
+            "position 5000.",
+            "Compute theta and the angles in float64 (positions.to(torch.float64)), as "
+            "long-context code must.",
+        ),
     )
 
 
@@ -243,10 +251,12 @@ register(
             ): lambda x, pos: _rope_with(x, pos, lambda i, d: 2 * i / d, inplace=True),
         },
         hint=Hint(
-            "one angle per (token, pair); rotate the even/odd feature pairs; interleave back.",
-            "angles = positions[:, None] * theta[None, :] has shape (N, d/2); rotate "
-            "a = x[..., 0::2], b = x[..., 1::2] and interleave the results back with "
-            "torch.stack((a', b'), dim=-1).flatten(-2).",
+            "check which features form a pair, the angle each pair turns by (from `positions`), "
+            "and the layout you write the pairs back in.",
+            "One angle per (token, pair); rotate the even/odd feature pairs; interleave back. "
+            "angles = positions[:, None] * theta[None, :] has shape (N, d/2); rotate a = x[..., "
+            "0::2], b = x[..., 1::2] and interleave the results back with torch.stack((a', b'), "
+            "dim=-1).flatten(-2).",
         ),
     )
 )
@@ -369,10 +379,11 @@ register(
             ): _unless_same(twin(_rel, half=True)),
         },
         hint=Hint(
-            "read each pair as a complex number; the score is the real part of a sum of "
-            "products with one rotation factor per pair.",
-            "z = x[..., 0::2] + 1j * x[..., 1::2]; the score is the real part of "
-            "sum_i z_q,i * conj(z_k,i) * exp(1j * delta * theta_i).",
+            "check the statement's formula on one pair: which features pair up, the conjugate, "
+            "and the sign of the offset.",
+            "Read each pair as a complex number; the score is the real part of a sum of products "
+            "with one rotation factor per pair. z = x[..., 0::2] + 1j * x[..., 1::2]; the score "
+            "is the real part of sum_i z_q,i * conj(z_k,i) * exp(1j * delta * theta_i).",
         ),
     )
 )
@@ -465,9 +476,11 @@ register(
             ),
         },
         hint=Hint(
-            "reorder the columns of each head's block so that the even features come first.",
-            "reshape W to (d_model, H, d_h), index the last axis with "
-            "perm = [0, 2, ..., d_h-2, 1, 3, ..., d_h-1], reshape back.",
+            "check which axis of W holds the features RoPE pairs (here q = x @ W), and that each "
+            "head's features are reordered within that head.",
+            "Reorder the columns of each head's block so that the even features come first. "
+            "Reshape W to (d_model, H, d_h), index the last axis with perm = [0, 2, ..., d_h-2, "
+            "1, 3, ..., d_h-1], reshape back.",
         ),
     )
 )
@@ -586,10 +599,12 @@ register(
             ): twin(_llama3_wrong, how="no_clip"),
         },
         hint=Hint(
-            "three regimes by wavelength: keep the fast pairs, divide the slow ones by the "
-            "factor, blend linearly in between.",
-            "lambda = 2 pi / theta; gamma = clamp((original_context / lambda - low) / (high - "
-            "low), 0, 1); return (1 - gamma) * theta / factor + gamma * theta.",
+            "check your result on the three kinds of pair in the statement: fast ones, slow "
+            "ones, and the ones in between.",
+            "Three regimes by wavelength: keep the fast pairs, divide the slow ones by the "
+            "factor, blend linearly in between. lambda = 2 pi / theta; gamma = "
+            "clamp((original_context / lambda - low) / (high - low), 0, 1); return (1 - gamma) * "
+            "theta / factor + gamma * theta.",
         ),
     )
 )
@@ -664,7 +679,9 @@ register(
             ): unless_different(lambda d, b, n: _turns(d, b, n, last=n), full_turns_reference),
         },
         hint=Hint(
-            "compute each pair's angle at the last position and count those of at least 2 pi.",
+            "check which position is the last one, each pair's frequency, and what counts as a "
+            "full turn.",
+            "Compute each pair's angle at the last position and count those of at least 2 pi. "
             "theta = base ** (-2 * arange(d // 2) / d); angle = (context_len - 1) * theta; "
             "return int((angle >= 2 * pi).sum()).",
         ),

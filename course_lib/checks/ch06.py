@@ -1,6 +1,6 @@
 r"""Checks for chapter 06 (FlashAttention).
 
-Six exercises, each a function the learner writes:
+Seven exercises, each a function the learner writes:
 
 * 06.1 ``online_softmax_update(m, l, x_block)`` (numpy): one step of the online softmax,
   :math:`m' = \max(m, \max_j x_j)`, :math:`\ell' = e^{m - m'}\ell + \sum_j e^{x_j - m'}`;
@@ -13,7 +13,9 @@ Six exercises, each a function the learner writes:
   the saved output and log-sum-exp, with :math:`D = \mathrm{rowsum}(dO \circ O)`;
 * 06.5 ``causal_tiles(n, block_m, block_n)``: how many tiles a causal kernel computes;
 * 06.6 ``gqa_attention(q, k, v, is_causal)`` (torch): grouped-query attention without
-  repeating K and V, causal aligned bottom-right (a KV cache), returning ``(output, lse)``.
+  repeating K and V, causal aligned bottom-right (a KV cache), returning ``(output, lse)``;
+* 06.7 ``measure_rescales(n_scores, block_size, rows, seed)``: predict, then measure how
+  often the online softmax rescales.
 
 Hints come in two tiers (:class:`~course_lib.checks.core.Hint`): a nudge on the first
 failure, the formula when the same exercise fails again.
@@ -26,7 +28,7 @@ import math
 import numpy as np
 import torch
 
-from .core import Case, Exercise, Hint, register
+from .core import Case, Diagnosed, Exercise, Hint, register
 from .kit import twin, with_note, within
 
 # --------------------------------------------------------------------------- 06.1 online softmax
@@ -145,9 +147,11 @@ register(
             ): _online_raw_exp,
         },
         hint=Hint(
-            "update the max first, then rescale the old sum to the new max and add the block's.",
-            "m_new = np.maximum(m, x_block.max(axis=-1)); "
-            "l_new = np.exp(m - m_new) * l + np.exp(x_block - m_new[:, None]).sum(axis=-1).",
+            "check what your running sum is relative to: the max it was computed with, and the "
+            "new max.",
+            "Update the max first, then rescale the old sum to the new max and add the block's. "
+            "m_new = np.maximum(m, x_block.max(axis=-1)); l_new = np.exp(m - m_new) * l + "
+            "np.exp(x_block - m_new[:, None]).sum(axis=-1).",
         ),
         outputs=("m_new", "l_new"),
     )
@@ -297,11 +301,12 @@ register(
             ): twin(_tiled, tile_max_only=True),
         },
         hint=Hint(
-            "for each query tile keep m, l and A; for each key tile update them with the "
-            "online-softmax rules; finish with O = A / l and L = m + log(l).",
-            "m = -inf, l = 0, A = 0; then S = Qi @ Kj.T / sqrt(d_h), m_new = max(m, rowmax S), "
-            "alpha = exp(m - m_new), P = exp(S - m_new), l = alpha*l + rowsum P, "
-            "A = alpha*A + P @ Vj.",
+            "check the state each query tile keeps across the key tiles, what happens to it when "
+            "the running max grows, and how O and L are finished.",
+            "For each query tile keep m, l and A; for each key tile update them with the "
+            "online-softmax rules; finish with O = A / l and L = m + log(l). m = -inf, l = 0, A "
+            "= 0; then S = Qi @ Kj.T / sqrt(d_h), m_new = max(m, rowmax S), alpha = exp(m - "
+            "m_new), P = exp(S - m_new), l = alpha*l + rowsum P, A = alpha*A + P @ Vj.",
         ),
         outputs=("O", "L"),
     )
@@ -377,10 +382,14 @@ def _last_block_missing(got, expected, case: Case) -> str | None:
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()  # (N, d_h)
     bad_rows = (~torch.isclose(g, e, rtol=_FLASH_RTOL, atol=_FLASH_ATOL)).any(dim=1).nonzero()
     if n % TRITON_BLOCK and bad_rows.numel() and int(bad_rows.min()) >= full:
-        return (
-            f"\n    Likely cause: only rows {full}..{n - 1}, the last partial tile of "
-            f"queries, are wrong: no program computed them. Launch "
-            f"triton.cdiv(n, {TRITON_BLOCK}) programs, not n // {TRITON_BLOCK}."
+        return Diagnosed(
+            "",
+            cause=Hint(
+                f"only rows {full}..{n - 1}, the last partial tile of queries, are wrong: no "
+                "program computed them.",
+                f"Launch triton.cdiv(n, {TRITON_BLOCK}) programs, not n // {TRITON_BLOCK}: "
+                "the grid must cover a last tile that is not full.",
+            ),
         )
     return None
 
@@ -421,9 +430,9 @@ register(
         rtol=_FLASH_RTOL,
         mistakes={
             Hint(
-                "keys past the end of the sequence take part in the softmax: tl.load(..., "
-                "other=0.0) gives them a score of 0, not -inf.",
-                "Set s = tl.where(cols[None, :] < n, s, float('-inf')) before the max.",
+                "keys past the end of the sequence take part in the softmax: loaded with "
+                "other=0.0, they score 0, not -inf.",
+                "tl.load(..., other=0.0) fills them with zeros. Set s = tl.where(cols[None, :] < n, s, float('-inf')) before the max.",
             ): _flash_unmasked,
             Hint(
                 "your accumulator is not rescaled when the running max grows (it only shows "
@@ -451,9 +460,11 @@ register(
         },
         compare=_flash_compare,
         hint=Hint(
-            "one program per tile of 16 queries: load q once, loop over key tiles with the "
-            "online softmax, mask the keys past the end, divide by l at the end.",
-            "Mask keys >= n with -inf; launch with grid (triton.cdiv(n, 16),).",
+            "check the keys past the end of the sequence (what score do they get?) and what "
+            "happens to the accumulator and the running sum when the running max grows.",
+            "One program per tile of 16 queries: load q once, loop over key tiles with the "
+            "online softmax, mask the keys past the end, divide by l at the end. Mask keys >= n "
+            "with -inf; launch with grid (triton.cdiv(n, 16),).",
         ),
     )
 )
@@ -570,11 +581,12 @@ register(
             ): twin(_backward, transpose_p=False),
         },
         hint=Hint(
-            "recompute P from the LSE, then follow the chain rule back through O = P V, the "
-            "softmax and S = scale * Q K^T.",
-            "P = exp(scale * q @ k^T - lse[..., None]); dV = P^T dO; dP = dO V^T; "
-            "D = (dO * O).sum(-1); dS = P * (dP - D[..., None]); dQ = scale dS K; "
-            "dK = scale dS^T Q. Use .transpose(-2, -1) so batch dimensions work.",
+            "check each gradient's shape, and follow the chain rule one step at a time: through "
+            "the values, through the softmax, then through the scaled scores.",
+            "Recompute P from the LSE, then follow the chain rule back through O = P V, the "
+            "softmax and S = scale * Q K^T. P = exp(scale * q @ k^T - lse[..., None]); dV = P^T "
+            "dO; dP = dO V^T; D = (dO * O).sum(-1); dS = P * (dP - D[..., None]); dQ = scale dS "
+            "K; dK = scale dS^T Q. Use .transpose(-2, -1) so batch dimensions work.",
         ),
         outputs=("dq", "dk", "dv"),
     )
@@ -640,14 +652,16 @@ register(
                 "or math.ceil(x / block_n).",
             ): lambda n, bm, bn: sum(min(n, s + bm) // bn + 1 for s in range(0, n, bm)),
             Hint(
-                "the last query tile ends at n, not at start + block_m: its rows past n do not "
-                "exist.",
+                "the last query tile ends at n, not where a full tile would end: its rows past "
+                "n do not exist.",
                 "Take min(n, start + block_m) as the end of the keys a tile's queries see.",
             ): lambda n, bm, bn: sum(math.ceil((s + bm) / bn) for s in range(0, n, bm)),
         },
         hint=Hint(
-            "sum over the query tiles the number of key tiles each one's loop visits.",
-            "sum over start = 0, block_m, ...: ceil(min(n, start + block_m) / block_n).",
+            "count a small case by hand (n = 5, tiles of 2 by 2): which key tiles does each "
+            "query tile's loop visit?",
+            "Sum over the query tiles the number of key tiles each one's loop visits. sum over "
+            "start = 0, block_m, ...: ceil(min(n, start + block_m) / block_n).",
         ),
     )
 )
@@ -743,11 +757,13 @@ register(
             ): twin(_gqa, scaled=False),
         },
         hint=Hint(
-            "group the query heads (a view, no copy), let k and v broadcast over the group, "
-            "mask bottom-right, and return the output and the log-sum-exp.",
-            "qg = q.view(B, H_kv, G, Nq, d); s = qg @ k[:, :, None].transpose(-2, -1) / "
-            "sqrt(d); mask with tril(Nk - Nq); lse = torch.logsumexp(s, -1); "
-            "out = torch.softmax(s, -1) @ v[:, :, None]; reshape both back to H heads.",
+            "check which key/value head each query head reads, how the causal mask is aligned "
+            "when Nk > Nq, and the second result, the log-sum-exp.",
+            "Group the query heads (a view, no copy), let k and v broadcast over the group, mask "
+            "bottom-right, and return the output and the log-sum-exp. qg = q.view(B, H_kv, G, "
+            "Nq, d); s = qg @ k[:, :, None].transpose(-2, -1) / sqrt(d); mask with tril(Nk - "
+            "Nq); lse = torch.logsumexp(s, -1); out = torch.softmax(s, -1) @ v[:, :, None]; "
+            "reshape both back to H heads.",
         ),
         outputs=("output", "lse"),
     )
@@ -812,10 +828,12 @@ register(
             ): twin(_rescales, count_first=False),
         },
         hint=Hint(
-            "per row: the maximum of each block, the running maximum over blocks, and how many "
-            "times it goes up (the first block included).",
-            "x.reshape(rows, n // B, B).max(-1) gives the block maxima; "
-            "np.maximum.accumulate(..., axis=1) the running max; count its increases, plus 1.",
+            "check what raises the running max (a block's maximum, not each score) and whether "
+            "the first block counts.",
+            "Per row: the maximum of each block, the running maximum over blocks, and how many "
+            "times it goes up (the first block included). x.reshape(rows, n // B, B).max(-1) "
+            "gives the block maxima; np.maximum.accumulate(..., axis=1) the running max; count "
+            "its increases, plus 1.",
         ),
     )
 )

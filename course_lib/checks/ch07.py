@@ -1,6 +1,6 @@
 r"""Checks for chapter 07 (a tiny GPT: the loss, the block, sampling, cached decoding, looking inside).
 
-Six exercises, each a function the learner writes:
+Seven exercises, each a function the learner writes:
 
 * 07.1 ``causal_lm_loss(logits, tokens)``: next-token cross-entropy with shifted targets
 * 07.2 ``block_forward(x, params, num_heads)``: one pre-LayerNorm Transformer block
@@ -9,6 +9,8 @@ Six exercises, each a function the learner writes:
   step with rotary positions, at the right position
 * 07.5 ``induction_score(weights, period)``: the per-head induction score
 * 07.6 ``lr_schedule(num_steps, max_lr, min_lr, warmup_steps)``: warm-up + cosine
+* 07.7 ``measure_initial_loss(vocab_size, d_model, seed)``: predict, then measure the loss of
+  an untrained model
 
 Tensor inputs are float64 (token ids int64); matrices are applied as ``x @ W``.
 """
@@ -146,10 +148,12 @@ register(
             ),
         },
         hint=Hint(
-            "position n predicts token n+1: pair every position that has a next token with "
-            "that token, and average the cross-entropy over those pairs.",
-            "F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)), or "
-            "log_softmax over the last axis, gather the targets, minus the mean.",
+            "check which token each position is scored on, which positions have a target at all, "
+            "and what you average over.",
+            "Position n predicts token n+1: pair every position that has a next token with that "
+            "token, and average the cross-entropy over those pairs. F.cross_entropy(logits[:, "
+            ":-1].reshape(-1, V), tokens[:, 1:].reshape(-1)), or log_softmax over the last axis, "
+            "gather the targets, minus the mean.",
         ),
     )
 )
@@ -341,10 +345,12 @@ register(
             ): partial(_block, shared_ln=True),
         },
         hint=Hint(
-            "two sub-layers, each reading a LayerNorm of the stream and adding its result to "
-            "the stream: causal multi-head attention, then the MLP.",
-            "x = x + attn(LN_1(x)); x = x + gelu(LN_2(x) @ W_1) @ W_2; attn = causal "
-            "multi-head attention with heads split from x @ W_Q etc., merged, then @ W_O.",
+            "check the order inside each sub-layer (where the LayerNorm sits, what is added to "
+            "the stream) and which parameters each piece uses.",
+            "Two sub-layers, each reading a LayerNorm of the stream and adding its result to the "
+            "stream: causal multi-head attention, then the MLP. x = x + attn(LN_1(x)); x = x + "
+            "gelu(LN_2(x) @ W_1) @ W_2; attn = causal multi-head attention with heads split from "
+            "x @ W_Q etc., merged, then @ W_O.",
         ),
     )
 )
@@ -441,9 +447,11 @@ register(
             ),
         },
         hint=Hint(
-            "temperature first, then keep the k largest logits of each row, then normalise.",
-            "z = logits / temperature; kth = torch.topk(z, k).values[..., -1:]; set z < kth to "
-            "-inf; softmax over the last axis. k=None keeps everything.",
+            "check what the tokens outside the top k get, how many tokens you keep, and where "
+            "the temperature enters.",
+            "Temperature first, then keep the k largest logits of each row, then normalise. z = "
+            "logits / temperature; kth = torch.topk(z, k).values[..., -1:]; set z < kth to -inf; "
+            "softmax over the last axis. k=None keeps everything.",
         ),
     )
 )
@@ -597,11 +605,13 @@ register(
             ),
         },
         hint=Hint(
-            "rotate the new query and key at the new token's own position, append, attend over "
-            "everything with each query head reading its KV head.",
-            "past = k_cache.shape[-2]; pos = torch.tensor([past]); rotate q_new and k_new with "
-            "apply_rope(..., pos); append the rotated key and v_new; repeat KV heads; attend "
-            "without a mask; return (out, k_all, v_all).",
+            "check the position you rotate the new token at, what you rotate (and what not), and "
+            "which keys the new query sees.",
+            "Rotate the new query and key at the new token's own position, append, attend over "
+            "everything with each query head reading its KV head. past = k_cache.shape[-2]; pos "
+            "= torch.tensor([past]); rotate q_new and k_new with apply_rope(..., pos); append "
+            "the rotated key and v_new; repeat KV heads; attend without a mask; return (out, "
+            "k_all, v_all).",
         ),
     )
 )
@@ -708,10 +718,12 @@ register(
             ): partial(_ind, summed=True),
         },
         hint=Hint(
-            "for each query n >= period, read the weight on the key one after the previous "
-            "occurrence; average per head.",
-            "queries n = period .. N-1, keys n - period + 1; weights[:, :, queries, keys] has "
-            "shape [B, H, N - period]; average over the batch and the queries.",
+            "check which key an induction head looks at for query n, which queries have such a "
+            "key, and which axes you average over.",
+            "For each query n >= period, read the weight on the key one after the previous "
+            "occurrence; average per head. queries n = period .. N-1, keys n - period + 1; "
+            "weights[:, :, queries, keys] has shape [B, H, N - period]; average over the batch "
+            "and the queries.",
         ),
     )
 )
@@ -833,23 +845,26 @@ register(
                 "cos(pi * progress) with progress from 0 to 1.",
             ): partial(_sched, period=2.0),
             Hint(
-                "when num_steps - 1 - warmup_steps is 0, your progress is 0 / 0.",
+                "with a single step after the warm-up, your progress is 0 / 0.",
                 "A single step after the warm-up is at max_lr (progress 0): divide by "
                 "max(num_steps - 1 - warmup_steps, 1).",
             ): partial(_sched, unguarded=True),
         },
         errors={
             r"ZeroDivisionError": Hint(
-                "you divided by num_steps - 1 - warmup_steps, which is 0 here.",
+                "you divided by the length of the decay, which is 0 here (a single step after "
+                "the warm-up).",
                 "A single step after the warm-up is at max_lr (progress 0): divide by "
                 "max(num_steps - 1 - warmup_steps, 1).",
             ),
         },
         hint=Hint(
-            "a linear climb for the warm-up steps, then half a cosine from max_lr down to "
-            "min_lr at the last step.",
-            "for s < W: max_lr * (s+1) / W; else progress = (s - W) / max(num_steps - 1 - W, 1) "
-            "and min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * progress)).",
+            "check your schedule at its landmarks: step 0, the last warm-up step, the first step "
+            "after it, and the last step.",
+            "A linear climb for the warm-up steps, then half a cosine from max_lr down to min_lr "
+            "at the last step. for s < W: max_lr * (s+1) / W; else progress = (s - W) / "
+            "max(num_steps - 1 - W, 1) and min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * "
+            "progress)).",
         ),
     )
 )
@@ -909,11 +924,13 @@ register(
             ): lambda v, d, seed: initial_loss_reference(v, d, seed) * 8 * 31,
         },
         hint=Hint(
-            "build the small model, feed it random tokens, and compute the next-token loss "
-            "without training.",
-            "torch.manual_seed(seed); model = gpt.GPT(gpt.GPTConfig(vocab_size=V, seq_len=32, "
-            "d_model=d, num_layers=1, num_heads=2)); tokens = torch.randint(0, V, (8, 32)); "
-            "return float(gpt.causal_lm_loss(model(tokens), tokens)).",
+            "check the loss you compute: the course's next-token loss (a mean, natural log) of "
+            "the untrained model, built and seeded as the statement says.",
+            "Build the small model, feed it random tokens, and compute the next-token loss "
+            "without training. torch.manual_seed(seed); model = "
+            "gpt.GPT(gpt.GPTConfig(vocab_size=V, seq_len=32, d_model=d, num_layers=1, "
+            "num_heads=2)); tokens = torch.randint(0, V, (8, 32)); return "
+            "float(gpt.causal_lm_loss(model(tokens), tokens)).",
         ),
     )
 )

@@ -1,6 +1,6 @@
 """Checks for chapter 08 (attention variants).
 
-Seven exercises, each a function the learner writes:
+Eight exercises, each a function the learner writes:
 
 * 08.1 ``document_causal(b, h, q_idx, kv_idx, doc_ids)``: a mask_mod for packed sequences
 * 08.2 ``alibi_slopes(num_heads)``: ALiBi's slopes for any number of heads
@@ -9,6 +9,8 @@ Seven exercises, each a function the learner writes:
 * 08.5 ``mla_cache_bytes_from_config(config, seq_len, batch_size, bytes_per_value)``
 * 08.6 ``absorbed_scores(q_nope, q_rope, c_kv, k_rope, W_UK)``: MLA's scores at decode
 * 08.7 ``linear_attention_step(q_t, k_t, v_t, state, normalizer)``
+* 08.8 ``measure_skipped_tiles(seq_len, window, block)``: predict, then measure how much of
+  the score matrix a sliding window skips
 """
 
 from __future__ import annotations
@@ -123,7 +125,9 @@ register(
             ),
         },
         hint=Hint(
-            "two conditions, both elementwise: same document, and the key not after the query.",
+            "check your mask on pairs of tokens: two in the same document (in both orders) and "
+            "two in different documents.",
+            "Two conditions, both elementwise: same document, and the key not after the query. "
             "(doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx): tensor operators "
             "only (`&`, not `and`), so that it works on whole index grids and on single indices.",
         ),
@@ -220,10 +224,11 @@ register(
             ): twin(_slopes_wrong, how="sorted"),
         },
         hint=Hint(
-            "start from the largest power of two H_0 <= H; if H_0 < H, borrow the missing slopes "
-            "from the recipe for 2 H_0 heads.",
-            "H_0 = 2 ** floor(log2(H)); slopes(n) = [2 ** (-8 * h / n) for h in 1..n]; "
-            "slopes(H_0) + slopes(2 * H_0)[0::2][:H - H_0].",
+            "check your slopes for a power of two first (8 heads), then for a head count that is "
+            "not one (6 heads), against the statement's recipe.",
+            "Start from the largest power of two H_0 <= H; if H_0 < H, borrow the missing slopes "
+            "from the recipe for 2 H_0 heads. H_0 = 2 ** floor(log2(H)); slopes(n) = [2 ** (-8 * "
+            "h / n) for h in 1..n]; slopes(H_0) + slopes(2 * H_0)[0::2][:H - H_0].",
         ),
     )
 )
@@ -362,10 +367,12 @@ register(
             ),
         },
         hint=Hint(
-            "slice the mask into tiles (the last ones may be smaller) and ask of each: no True, "
-            "all True, or some?",
-            "for tile (i, j) take mask[i*block_m:(i+1)*block_m, j*block_n:(j+1)*block_n]: 0 if "
-            "not any(), 2 if all(), else 1; ceil division for the number of tiles.",
+            "check a tile at the edge of the mask (it may be smaller), what each class 0, 1, 2 "
+            "means, and which tiles the fraction counts.",
+            "Slice the mask into tiles (the last ones may be smaller) and ask of each: no True, "
+            "all True, or some? For tile (i, j) take mask[i*block_m:(i+1)*block_m, "
+            "j*block_n:(j+1)*block_n]: 0 if not any(), 2 if all(), else 1; ceil division for the "
+            "number of tiles.",
         ),
     )
 )
@@ -523,10 +530,11 @@ register(
             ): twin(_ring_wrong, how="tile"),
         },
         hint=Hint(
-            "write the new token into its slot, then let the query attend to every slot that "
-            "holds a token.",
-            "slot = position % W; write k_new[:, :, 0] and v_new[:, :, 0] there; valid = "
-            "arange(W) <= position; softmax over the valid slots with repeated KV heads.",
+            "check which slot the new token goes into, and which slots hold a token while the "
+            "ring is still filling up.",
+            "Write the new token into its slot, then let the query attend to every slot that "
+            "holds a token. slot = position % W; write k_new[:, :, 0] and v_new[:, :, 0] there; "
+            "valid = arange(W) <= position; softmax over the valid slots with repeated KV heads.",
         ),
     )
 )
@@ -649,7 +657,9 @@ register(
             ): twin(_mla_bytes, how="bits"),
         },
         hint=Hint(
-            "per token and layer MLA caches one latent and one RoPE key, shared by all heads.",
+            "count what MLA caches for one token in one layer (which vectors, shared by the "
+            "heads or not), then check that every factor of the statement is in.",
+            "Per token and layer MLA caches one latent and one RoPE key, shared by all heads. "
             "bytes = num_hidden_layers x (kv_lora_rank + qk_rope_head_dim) x seq_len x "
             "batch_size x bytes_per_value.",
         ),
@@ -746,10 +756,13 @@ register(
             ),
         },
         hint=Hint(
-            "move each head's query into the latent space with that head's W_UK, then dot it "
-            "with every cached latent; add the rotary part; scale.",
-            "q_lat = einsum('bhqe,hec->bhqc', q_nope, W_UK); scores = (q_lat @ c_kv[:, None]"
-            ".transpose(-2, -1) + q_rope @ k_rope[:, None].transpose(-2, -1)) / sqrt(d_h + d_h^R).",
+            "check which W_UK each head uses, the two parts a score is made of, and the width "
+            "the scale uses.",
+            "Move each head's query into the latent space with that head's W_UK, then dot it "
+            "with every cached latent; add the rotary part; scale. q_lat = "
+            "einsum('bhqe,hec->bhqc', q_nope, W_UK); scores = (q_lat @ c_kv[:, "
+            "None].transpose(-2, -1) + q_rope @ k_rope[:, None].transpose(-2, -1)) / sqrt(d_h + "
+            "d_h^R).",
         ),
     )
 )
@@ -870,10 +883,11 @@ register(
             ),
         },
         hint=Hint(
-            "add this token's phi(k) v^T to the state and phi(k) to the normaliser, then read "
-            "both with phi(q).",
-            "fk = elu(k_t) + 1; state = state + fk[..., :, None] * v_t[..., None, :]; "
-            "normalizer = normalizer + fk; o = (fq[..., None, :] @ state)[..., 0, :] / "
+            "check the order (update the state, then read it), the feature map applied to q and "
+            "k, and the denominator.",
+            "Add this token's phi(k) v^T to the state and phi(k) to the normaliser, then read "
+            "both with phi(q). fk = elu(k_t) + 1; state = state + fk[..., :, None] * v_t[..., "
+            "None, :]; normalizer = normalizer + fk; o = (fq[..., None, :] @ state)[..., 0, :] / "
             "(fq * normalizer).sum(-1, keepdim=True).",
         ),
     )
@@ -942,10 +956,11 @@ register(
             ): unless_different(twin(_skipped, causal_only=True), skipped_tiles_reference),
         },
         hint=Hint(
-            "build the causal sliding-window mask, classify its tiles, and take the share of "
-            "empty ones.",
-            "i, j = arange(N)[:, None], arange(N)[None, :]; mask = (j <= i) & (i - j < window); "
-            "return float((tile_map(mask, block, block) == 0).double().mean()).",
+            "check your mask (causal and windowed) and what you count: whole tiles with nothing "
+            "to compute, not masked entries.",
+            "Build the causal sliding-window mask, classify its tiles, and take the share of "
+            "empty ones. i, j = arange(N)[:, None], arange(N)[None, :]; mask = (j <= i) & (i - j "
+            "< window); return float((tile_map(mask, block, block) == 0).double().mean()).",
         ),
     )
 )

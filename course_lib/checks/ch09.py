@@ -1,6 +1,6 @@
 r"""Checks for chapter 09 (context parallelism: attention split across devices).
 
-Six exercises, each a pure function on tensors or numbers (no processes, no process group):
+Seven exercises, each a pure function on tensors or numbers (no processes, no process group):
 
 * 09.1 ``merge_attention(out_a, lse_a, out_b, lse_b)``: two partial attentions into one,
   :math:`L = \log(e^{L_a} + e^{L_b})`, :math:`O = e^{L_a - L}O_a + e^{L_b - L}O_b`;
@@ -11,7 +11,9 @@ Six exercises, each a pure function on tensors or numbers (no processes, no proc
 * 09.5 ``forward_comm_bytes(seq_len, world_size, num_heads, head_dim, bytes_per_element)``:
   bytes one rank sends in the forward pass, ring and Ulysses;
 * 09.6 ``ring_backward_step(q, k_block, v_block, out, lse, dout, mask)``: one block's
-  gradient contributions, from the *final* output and log-sum-exp.
+  gradient contributions, from the *final* output and log-sum-exp;
+* 09.7 ``measure_load_imbalance(seq_len, world_size, layout)``: predict, then measure the
+  busiest rank's work over the least busy one's, contiguous and zigzag.
 """
 
 from __future__ import annotations
@@ -231,11 +233,13 @@ register(
             ),
         },
         hint=Hint(
-            "each part's output counts in proportion to its softmax denominator e^L; compute "
-            "the proportions without ever exponentiating an L itself.",
-            "m = torch.maximum(lse_a, lse_b) (0 where it is -inf); w_a = exp(lse_a - m), "
-            "w_b = exp(lse_b - m); lse = m + log(w_a + w_b); out = (w_a * out_a + w_b * out_b) "
-            "/ (w_a + w_b) with [..., None] on the weights, 0 where w_a + w_b == 0.",
+            "check the weight each part's output gets (its share of the combined softmax "
+            "denominator), and rows in which neither part saw a key.",
+            "Each part's output counts in proportion to its softmax denominator e^L; compute the "
+            "proportions without ever exponentiating an L itself. m = torch.maximum(lse_a, "
+            "lse_b) (0 where it is -inf); w_a = exp(lse_a - m), w_b = exp(lse_b - m); lse = m + "
+            "log(w_a + w_b); out = (w_a * out_a + w_b * out_b) / (w_a + w_b) with [..., None] on "
+            "the weights, 0 where w_a + w_b == 0.",
         ),
     )
 )
@@ -410,12 +414,13 @@ register(
             ): _ring_lse_is_max,
         },
         hint=Hint(
-            "attend to the block alone (masked scores, its log-sum-exp, its normalised output), "
-            "then merge that partial result into the running state.",
-            "scores = q @ k_block.T / sqrt(d), masked with -inf where mask is False; "
-            "lse_b = torch.logsumexp(scores, -1); out_b = exp(scores - lse_b[:, None]) @ "
-            "v_block (0 for rows with lse_b = -inf); return merge_attention(out, lse, out_b, "
-            "lse_b).",
+            "check the block's own partial result (masked, scaled, and a row that sees nothing), "
+            "and that you merge it into the running state.",
+            "Attend to the block alone (masked scores, its log-sum-exp, its normalised output), "
+            "then merge that partial result into the running state. scores = q @ k_block.T / "
+            "sqrt(d), masked with -inf where mask is False; lse_b = torch.logsumexp(scores, -1); "
+            "out_b = exp(scores - lse_b[:, None]) @ v_block (0 for rows with lse_b = -inf); "
+            "return merge_attention(out, lse, out_b, lse_b).",
         ),
     )
 )
@@ -528,10 +533,12 @@ register(
             ): _zigzag_striped,
         },
         hint=Hint(
+            "work P = 2 and 8 tokens by hand: how many chunks are there, and which two does each "
+            "rank hold, in which order?",
             "2P chunks of equal length; rank r takes one from the front and its mirror image "
-            "from the back.",
-            "c = seq_len // (2 * world_size); torch.cat([torch.arange(rank * c, (rank + 1) * "
-            "c), torch.arange(b * c, (b + 1) * c)]) with b = 2 * world_size - 1 - rank.",
+            "from the back. c = seq_len // (2 * world_size); torch.cat([torch.arange(rank * c, "
+            "(rank + 1) * c), torch.arange(b * c, (b + 1) * c)]) with b = 2 * world_size - 1 - "
+            "rank.",
         ),
     )
 )
@@ -634,10 +641,11 @@ register(
             ): _a2a_interleaved_tokens,
         },
         hint=Hint(
-            "rank j collects head group j from every rank and lines the pieces up along the "
-            "sequence, in rank order.",
-            "h = H // P; ys[j] = torch.cat([x[:, j*h:(j+1)*h] for x in xs], dim=2) for j in "
-            "range(P).",
+            "check what rank j holds after the exchange: which heads, which tokens, and in what "
+            "order along the sequence.",
+            "Rank j collects head group j from every rank and lines the pieces up along the "
+            "sequence, in rank order. h = H // P; ys[j] = torch.cat([x[:, j*h:(j+1)*h] for x in "
+            "xs], dim=2) for j in range(P).",
         ),
     )
 )
@@ -763,10 +771,11 @@ register(
             ): _bytes_ulysses_kv_only,
         },
         hint=Hint(
-            "count one rank's tensor of H * (N/P) * d_h numbers, then how many times (or what "
-            "fraction of it) leaves the rank.",
-            "shard = H * (N // P) * d_h * bytes; ring = 2 * (P - 1) * shard; "
-            "ulysses = 4 * shard * (P - 1) // P.",
+            "count one rank's shard first (its size in bytes), then how many shards (or which "
+            "fraction of one) leave the rank in each scheme.",
+            "Count one rank's tensor of H * (N/P) * d_h numbers, then how many times (or what "
+            "fraction of it) leaves the rank. shard = H * (N // P) * d_h * bytes; ring = 2 * (P "
+            "- 1) * shard; ulysses = 4 * shard * (P - 1) // P.",
         ),
     )
 )
@@ -907,11 +916,12 @@ register(
             ): _bwd_dv_untransposed,
         },
         hint=Hint(
-            "chapter 06's backward restricted to this block's keys, with the *final* lse and "
-            "out given to you.",
-            "S = q @ k_block.T / sqrt(d) (masked with -inf); P = exp(S - lse[:, None]); "
-            "dv = P.T @ dout; dP = dout @ v_block.T; D = (dout * out).sum(-1); "
-            "dS = P * (dP - D[:, None]); dq = dS @ k_block / sqrt(d); dk = dS.T @ q / sqrt(d).",
+            "check which log-sum-exp and which output your weights and D use: the final ones you "
+            "are given, not this block's own.",
+            "Chapter 06's backward restricted to this block's keys, with the *final* lse and out "
+            "given to you. S = q @ k_block.T / sqrt(d) (masked with -inf); P = exp(S - lse[:, "
+            "None]); dv = P.T @ dout; dP = dout @ v_block.T; D = (dout * out).sum(-1); dS = P * "
+            "(dP - D[:, None]); dq = dS @ k_block / sqrt(d); dk = dS.T @ q / sqrt(d).",
         ),
     )
 )
@@ -984,10 +994,12 @@ register(
             ),
         },
         hint=Hint(
-            "for each rank, count the (query, key) pairs its queries may attend to; divide the "
-            "largest count by the smallest.",
-            "pos = shard_positions(N, P, rank, layout); work = causal_mask_from_positions(pos, "
-            "torch.arange(N)).sum(); return max(work) / min(work).",
+            "check what you count per rank (the pairs the causal mask allows) and which way "
+            "round your ratio goes.",
+            "For each rank, count the (query, key) pairs its queries may attend to; divide the "
+            "largest count by the smallest. pos = shard_positions(N, P, rank, layout); work = "
+            "causal_mask_from_positions(pos, torch.arange(N)).sum(); return max(work) / "
+            "min(work).",
         ),
     )
 )

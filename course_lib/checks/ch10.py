@@ -36,7 +36,6 @@ from .core import (
     Hint,
     compare_values,
     register,
-    render_hint,
     to_numpy,
 )
 
@@ -184,22 +183,32 @@ def _compare_state_dict(got, expected, case) -> str | None:
     for key in expected:
         msg = compare_values(pairs[key], expected[key], 1e-12, 0.0, where=key)
         if msg:
-            return Diagnosed(msg + _likely_block_mistake(pairs, case))
+            mistake = _likely_block_mistake(pairs, case)
+            if mistake is None:
+                return Diagnosed(msg, cause=_GPT2_HINT, label="Hint")
+            return Diagnosed(msg, cause=mistake)
     return None
 
 
-def _likely_block_mistake(pairs: dict, case) -> str:
+def _likely_block_mistake(pairs: dict, case) -> str | None:
+    """The declared mistake whose pairs the learner's match, key by key in any order."""
     for hint, twin in _GPT2_MISTAKES.items():
         try:
             out = dict(twin(*case.args, **case.kwargs))
         except Exception:
             continue
         if all(compare_values(pairs[k], out[k], 1e-12, 0.0) is None for k in out):
-            return f"\n    Likely cause: {render_hint(hint, True)}"
-    return (
-        "\n    Hint: map each checkpoint tensor by the table: Conv1D weights transposed, "
-        "c_attn split in three along its output axis, everything else copied."
-    )
+            return hint
+    return None
+
+
+_GPT2_HINT = Hint(
+    "check each GPT-2 weight's layout against the course's (which axis is in, which is out), "
+    "and the axis along which c_attn holds queries, keys and values side by side.",
+    "Map each checkpoint tensor by the table: Conv1D weights are [in, out] and nn.Linear's "
+    "[out, in], so transpose every Conv1D weight, square ones included; split c_attn along "
+    "dim=1, its output axis, into queries, keys and values; copy everything else as it is.",
+)
 
 
 register(
@@ -214,7 +223,7 @@ register(
         rtol=0.0,
         compare=_compare_state_dict,
         mistakes=_GPT2_MISTAKES,
-        hint="Conv1D weights are [in, out]: transpose them; split c_attn along dim=1.",
+        hint=_GPT2_HINT,
     )
 )
 
@@ -330,7 +339,9 @@ register(
             ): partial(_rope_rows_twin, head_minor=True),
         },
         hint=Hint(
-            "within each head, new row 2i is old row i and new row 2i+1 is old row i + d_h/2.",
+            "write down, for one head of d_h = 8, which old row each new row comes from, and "
+            "compare it with what your code does.",
+            "Within each head, new row 2i is old row i and new row 2i+1 is old row i + d_h/2. "
             "Write that list of source rows for one head (d_h = 8: 0, 4, 1, 5, 2, 6, 3, 7) and "
             "compare it with rope_permutation(8); then apply it to every head at once.",
         ),
@@ -540,10 +551,12 @@ register(
             ): partial(_heads_twin, fixed=0.4),
         },
         hint=Hint(
-            "score each layer with induction_scores(w, period) (a [H] tensor), keep the heads "
-            "above the threshold, strongest first.",
-            "Stack the layers' scores into [L, H], find the (layer, head) places above the "
-            "threshold, and order them by their scores, largest first.",
+            "check the pairs you return: which heads pass the threshold, in which order, and "
+            "written as (layer, head).",
+            "Score each layer with induction_scores(w, period) (a [H] tensor), keep the heads "
+            "above the threshold, strongest first. Stack the layers' scores into [L, H], find "
+            "the (layer, head) places above the threshold, and order them by their scores, "
+            "largest first.",
         ),
     )
 )

@@ -1,12 +1,22 @@
 r"""Checks for chapter 11 (the course's claims, tested on a real model).
 
-Two "predict, then measure" exercises, each a function the learner writes; the checks run on
-small arrays made here (no model), the notebook then runs the same function on SmolLM2:
+Seven exercises, each a function the learner writes, most of them "predict, then measure";
+the checks run on small arrays made here (no model), the notebook then runs the same function
+on SmolLM2:
 
 * 11.1 ``first_token_share(weights)``: the mean attention weight on key 0 over the queries
   :math:`n \ge 1` of ``weights [B, H, N, N]`` (the "attention sink" of Xiao et al., 2023)
 * 11.2 ``kept_pairs(n, window, sinks)``: how many (query, key) pairs a causal sliding window
   of :math:`W` keys that always keeps the first :math:`S` keys lets through
+* 11.3 ``held_out_accuracy(right, select, test)``: the best head's accuracy on sentences it
+  was not chosen on
+* 11.4 ``mean_ablate(out, heads)``: a copy of a layer's per-head outputs with the listed heads
+  replaced by their mean (the input is left as it was: ``keeps_inputs``)
+* 11.5 ``scaled_score_variance(q, k)``: the variance of :math:`q \cdot k / \sqrt{d_k}`
+* 11.6 ``slow_pair_share(x, base, context)``: the share of energy in the RoPE pairs that turn
+  less than once within the context
+* 11.7 ``causal_lse(q, k, scale)``: the log-sum-exp of each causal row, as the kernel of
+  chapter 06 returns it
 """
 
 from __future__ import annotations
@@ -111,8 +121,10 @@ register(
             ),
         },
         hint=Hint(
-            "average the weight on key 0 over the queries 1 .. N-1, every head and row.",
-            "return float(weights[:, :, 1:, 0].mean())",
+            "check which entries of `weights` you average: which key, which queries, and over "
+            "which axes (every head and every row of the batch).",
+            "Average the weight on key 0 over the queries 1 .. N-1, every head and row. return "
+            "float(weights[:, :, 1:, 0].mean())",
         ),
     )
 )
@@ -190,9 +202,10 @@ register(
             ),
         },
         hint=Hint(
-            "build the [N, N] boolean mask and count its True entries.",
-            "i = arange(n); keep = (i[None] <= i[:, None]) & ((i[:, None] - i[None] < window) "
-            "| (i[None] < sinks)); return int(keep.sum())",
+            "count a small case by hand (N = 6, W = 2, S = 1): which keys does each query keep?",
+            "Build the [N, N] boolean mask and count its True entries. i = arange(n); keep = "
+            "(i[None] <= i[:, None]) & ((i[:, None] - i[None] < window) | (i[None] < sinks)); "
+            "return int(keep.sum())",
         ),
     )
 )
@@ -303,15 +316,14 @@ register(
         compare=within(1e-6),
         measures="the chosen head's held-out accuracy",
         gaps={
-            "high": "you expected a head that resolves 'it'. SmolLM2 has none at this token: "
-            "even on the selection half the best of 270 heads is barely above chance, because "
-            "almost every head favours the same noun in both versions of a pair, whatever the "
-            "cue says. On the other half it stays near chance; its 95 % interval contains 0.5.",
-            "low": "the chosen head scores a little above 0.5 on the held-out sentences, but its "
-            "95 % interval (printed below) contains 0.5: on 62 sentences that is chance. Even "
-            "on the selection half it was barely above chance, because almost every head "
-            "favours the same noun in both versions of a pair, whatever the cue says.",
-            "right": "you expected no head of a 135 M model to resolve 'it', and none does.",
+            "high": "you expected a perfect head. The best head at the pronoun is good, not "
+            "perfect: in some held-out groups it favours the same noun in both versions, so it is "
+            "right in one and wrong in the other (the per-group counts are printed below).",
+            "low": "you expected luck, as with coin-flip heads. But here the pronoun itself "
+            "decides (it or they, he or she), and some heads read it: a head chosen for skill "
+            "keeps its rate on groups it was not chosen on, as the 90 % head of the check did.",
+            "right": "you expected a head that reads agreement to keep its rate on fresh groups, "
+            "and it does.",
         },
         mistakes={
             Hint(
@@ -345,9 +357,10 @@ register(
             ),
         },
         hint=Hint(
-            "accuracy per head on the selection rows, argmax, then that head's mean on the "
-            "test rows.",
-            "r = torch.as_tensor(right).double(); k = int(r[select].mean(0).argmax()); "
+            "check which rows choose the head, which rows score it, and the axis of `right` that "
+            "holds the heads.",
+            "Accuracy per head on the selection rows, argmax, then that head's mean on the test "
+            "rows. r = torch.as_tensor(right).double(); k = int(r[select].mean(0).argmax()); "
             "return float(r[test, k].mean())",
         ),
     )
@@ -419,6 +432,11 @@ register(
         atol=1e-6,
         rtol=1e-6,
         compare=_a_tensor("run_model puts what you return back into the model's tensors."),
+        keeps_inputs=Hint(
+            "your function changed its input in place: `out` must stay as it was given.",
+            "Clone it first (o = out.clone()), replace the heads in the clone and return the "
+            "clone, as the statement asks: a caller may still need the layer's own output.",
+        ),
         reveals="the rise in loss on repeated text (nats per token)",
         gaps={
             "low": "on the second copy of random tokens, copying from the first copy is the "
@@ -450,9 +468,11 @@ register(
             ): unless_different(twin(_ablate, others=True), mean_ablate_reference),
         },
         hint=Hint(
-            "copy out, then for each listed head put its mean over batch and positions.",
-            "o = out.clone(); for h in heads: o[:, h] = out[:, h].mean(dim=(0, 1), "
-            "keepdim=True); return o",
+            "check which heads you replace, what you replace them with (a mean over which "
+            "axes?), and that you return a copy.",
+            "Copy out, then for each listed head put its mean over batch and positions. o = "
+            "out.clone(); for h in heads: o[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True); "
+            "return o",
         ),
     )
 )
@@ -550,8 +570,10 @@ register(
             ): twin(_score_var, ddof=1),
         },
         hint=Hint(
-            "every score q_n . k_m divided by sqrt(d), then the variance of them all.",
-            "s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5; return float(s.var(correction=0))",
+            "check which scores you take the variance of (every pair n, m, scaled) and which "
+            "variance (the population's, 1/count).",
+            "Every score q_n . k_m divided by sqrt(d), then the variance of them all. s = q @ "
+            "k.transpose(-2, -1) / q.shape[-1] ** 0.5; return float(s.var(correction=0))",
         ),
     )
 )
@@ -658,10 +680,11 @@ register(
             ): unless_different(twin(_slow_share, count=True), slow_pair_share_reference),
         },
         hint=Hint(
-            "energy per pair summed over the vectors, a boolean mask of slow pairs, then the "
-            "ratio.",
-            "e = (x[..., 0::2] ** 2 + x[..., 1::2] ** 2).reshape(-1, d // 2).sum(0); theta = "
-            "base ** (-2 * arange(d // 2) / d); slow = (context - 1) * theta < 2 * pi; "
+            "check which coordinates form a pair, which pairs count as slow (less than one turn "
+            "within the context), and that pairs are weighed by their energy.",
+            "Energy per pair summed over the vectors, a boolean mask of slow pairs, then the "
+            "ratio. e = (x[..., 0::2] ** 2 + x[..., 1::2] ** 2).reshape(-1, d // 2).sum(0); "
+            "theta = base ** (-2 * arange(d // 2) / d); slow = (context - 1) * theta < 2 * pi; "
             "return float(e[slow].sum() / e.sum())",
         ),
     )
@@ -671,12 +694,14 @@ register(
 # --------------------------------------------------------------------------- 11.7 the kernel's LSE
 
 
-def _lse(q, k, scale, *, causal=True, use_scale=True, log_base=math.e, max_only=False):
+def _lse(
+    q, k, scale, *, causal=True, use_scale=True, log_base=math.e, max_only=False, fill=-math.inf
+):
     q, k = torch.as_tensor(q).double(), torch.as_tensor(k).double()
     s = (q @ k.transpose(-2, -1)) * (scale if use_scale else 1.0)  # (..., N, N)
     if causal:
         keep = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).tril()  # (N, N)
-        s = s.masked_fill(~keep, -math.inf)
+        s = s.masked_fill(~keep, fill)
     if max_only:
         return s.amax(-1)  # (..., N)
     return torch.logsumexp(s, -1) / math.log(log_base)  # (..., N)
@@ -740,6 +765,10 @@ register(
                 "triangle with -inf first.",
             ): unless_different(twin(_lse, causal=False), causal_lse_reference),
             Hint(
+                "your masked keys still count: a masked score of 0 adds e^0 = 1 to the sum.",
+                "Fill the masked scores with -inf, whose exp is exactly 0, before the log-sum-exp.",
+            ): unless_different(twin(_lse, fill=0.0), causal_lse_reference),
+            Hint(
                 "you forgot the scale.",
                 "The scores the kernel exponentiates are scale * q . k.",
             ): unless_different(twin(_lse, use_scale=False), causal_lse_reference),
@@ -754,9 +783,11 @@ register(
             ): unless_different(twin(_lse, max_only=True), causal_lse_reference),
         },
         hint=Hint(
-            "scaled scores, the causal mask as -inf, then logsumexp over the keys.",
-            "s = scale * q @ k.transpose(-2, -1); keep = ones(N, N, dtype=bool).tril(); "
-            "return torch.logsumexp(s.masked_fill(~keep, -inf), dim=-1)",
+            "check which keys row n may see, what a masked key must add to the sum (nothing), "
+            "and the scale.",
+            "Scaled scores, the causal mask as -inf, then logsumexp over the keys. s = scale * q "
+            "@ k.transpose(-2, -1); keep = ones(N, N, dtype=bool).tril(); return "
+            "torch.logsumexp(s.masked_fill(~keep, -inf), dim=-1)",
         ),
     )
 )

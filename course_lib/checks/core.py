@@ -80,6 +80,14 @@ def render_hint(hint: str, full: bool) -> str:
     return hint.render(full) if isinstance(hint, Hint) else str(hint)
 
 
+# What an exercise with ``keeps_inputs=True`` says when a call changed one of its arguments.
+CHANGED_INPUT = Hint(
+    "your function changed its input in place: the caller's tensor must stay as it was.",
+    "Clone it first (x = x.clone(), or x.copy() for a numpy array), then change and return "
+    "the copy.",
+)
+
+
 @dataclass
 class Case:
     """One input to an exercise's function: ``fn(*args, **kwargs)``."""
@@ -123,6 +131,10 @@ class Exercise:
     that is too ``"high"`` or too ``"low"`` (and ``"right"``: what a close one got right);
     ``reveals`` names that measurement when it is not ``measures`` (an exercise whose function
     returns a tensor, whose real-model measurement is a number computed from it).
+    ``keeps_inputs``: when true, a call that changes one of its arguments in place (writes
+    into a tensor or array it was given, or grows a list) fails and says which argument,
+    even when the result is right: the caller's data is not the function's to change. A
+    :class:`Hint` says how to fix it for this exercise; otherwise :data:`CHANGED_INPUT`.
     """
 
     id: str
@@ -143,6 +155,7 @@ class Exercise:
     measures: str = ""
     gaps: dict[str, str] = field(default_factory=dict)
     reveals: str = ""
+    keeps_inputs: bool | str = False
 
     @property
     def chapter(self) -> str:
@@ -232,7 +245,25 @@ def _shape_hint(got: tuple, expected: tuple) -> str:
 class Diagnosed(str):
     """A message from an exercise's ``compare`` that already says all that is wrong and how
     to fix it (e.g. the right number as a float where an int is asked for): no declared
-    mistake is searched for and no general hint is added after it."""
+    mistake is searched for and no general hint is added after it.
+
+    ``cause``: what the compare recognised (a :class:`Hint`, or the exercise's own hint with
+    ``label="Hint"``), added after the message at the failure's tier, as ``Likely cause:
+    ...``: a compare does not know whether this is a first failure, the check does."""
+
+    cause: str
+    label: str
+
+    def __new__(cls, text: str, cause: str = "", label: str = "Likely cause") -> Diagnosed:
+        obj = super().__new__(cls, text)
+        obj.cause, obj.label = cause, label
+        return obj
+
+    def render(self, full: bool) -> str:
+        """The message, and its cause at the tier asked for."""
+        if not self.cause:
+            return str(self)
+        return f"{self}\n    {self.label}: {render_hint(self.cause, full)}"
 
 
 GiB = 2**30
@@ -541,7 +572,7 @@ def evaluate_case(ex: Exercise, case: Case, got: Any, full: bool = True) -> Case
     if msg is None:
         return CaseResult(case.name, True)
     if isinstance(msg, Diagnosed):
-        return CaseResult(case.name, False, str(msg))
+        return CaseResult(case.name, False, msg.render(full))
     return CaseResult(case.name, False, msg + _diagnose(ex, case, got, expected, full))
 
 
@@ -589,9 +620,10 @@ class Call:
     and ``frames`` (the learner's last frames, as text) and ``not_implemented`` (the
     placeholder's exception); ``exit``: it called ``sys.exit`` (the code, as text);
     ``warning``: the first RuntimeWarning it emitted where the exercise forbids them (its
-    category, text and line). :func:`call_learner` makes one without the exercise (so without
-    its reference); :func:`judge_call` turns it into feedback with it. The grader records a
-    Call in the learner's kernel and judges it in its own process."""
+    category, text and line); ``changed``: the argument it changed in place, and how, where
+    the exercise forbids that (``keeps_inputs``). :func:`call_learner` makes one without the
+    exercise (so without its reference); :func:`judge_call` turns it into feedback with it.
+    The grader records a Call in the learner's kernel and judges it in its own process."""
 
     output: Any = None
     raised: str = ""
@@ -600,33 +632,40 @@ class Call:
     not_implemented: bool = False
     exit: str | None = None
     warning: str = ""
+    changed: str = ""
 
 
-def call_learner(fn: Callable, case: Case, no_warnings: bool = False) -> Call:
-    """Call the learner's function on a copy of the case and record what happened."""
+def _call_watching_warnings(fn: Callable, c: Case) -> tuple[Any, str]:
+    """``fn(*c.args, **c.kwargs)`` and its first RuntimeWarning as text ("" when none)."""
+    # under="ignore": exp of a very negative number is 0, correctly and silently
+    with warnings.catch_warnings(record=True) as caught, np.errstate(all="warn", under="ignore"):
+        warnings.simplefilter("always")
+        out = fn(*c.args, **c.kwargs)
+    runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    for w in caught:  # other warnings pass through, as they would without the check
+        if not issubclass(w.category, RuntimeWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if not runtime:
+        return out, ""
+    import linecache
+
+    first = runtime[0]
+    line = linecache.getline(first.filename, first.lineno).strip()
+    where = f" (line {first.lineno}: {line})" if line else ""
+    return out, f"{first.category.__name__}: {first.message}{where}"
+
+
+def call_learner(
+    fn: Callable, case: Case, no_warnings: bool = False, keeps_inputs: bool = False
+) -> Call:
+    """Call the learner's function on a copy of the case and record what happened
+    (with ``keeps_inputs``, also whether it changed that copy of its arguments)."""
     c = _copy_args(case)
     try:
-        if not no_warnings:
-            return Call(output=fn(*c.args, **c.kwargs))
-        # under="ignore": exp of a very negative number is 0, correctly and silently
-        with (
-            warnings.catch_warnings(record=True) as caught,
-            np.errstate(all="warn", under="ignore"),
-        ):
-            warnings.simplefilter("always")
-            out = fn(*c.args, **c.kwargs)
-        runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
-        for w in caught:  # other warnings pass through, as they would without the check
-            if not issubclass(w.category, RuntimeWarning):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        if not runtime:
-            return Call(output=out)
-        import linecache
-
-        first = runtime[0]
-        line = linecache.getline(first.filename, first.lineno).strip()
-        where = f" (line {first.lineno}: {line})" if line else ""
-        return Call(output=out, warning=f"{first.category.__name__}: {first.message}{where}")
+        if no_warnings:
+            out, warning = _call_watching_warnings(fn, c)
+        else:
+            out, warning = fn(*c.args, **c.kwargs), ""
     except SystemExit as err:  # sys.exit() inside the function fails this case only
         return Call(exit=repr(err.code))
     except Exception as err:  # learner code may raise anything
@@ -638,6 +677,59 @@ def call_learner(fn: Callable, case: Case, no_warnings: bool = False) -> Call:
             frames=text[len(head) :] if text.startswith(head) else "",
             not_implemented=_is_not_implemented(err),
         )
+    changed = changed_argument(fn, case, c) if keeps_inputs else ""
+    return Call(output=out, warning=warning, changed=changed)
+
+
+def _value_change(before: Any, after: Any) -> str:
+    """How ``after`` differs from ``before`` (arrays, tensors, lists, dicts), "" if not."""
+    if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)):
+        if len(before) != len(after):
+            return f"its length went from {len(before)} to {len(after)}"
+        for i, (b, a) in enumerate(zip(before, after)):
+            how = _value_change(b, a)
+            if how:
+                return f"item {i}: {how}"
+        return ""
+    if isinstance(before, dict) and isinstance(after, dict):
+        if set(before) != set(after):
+            return "its keys changed"
+        return next(
+            (f"[{k!r}]: {h}" for k in before if (h := _value_change(before[k], after[k]))), ""
+        )
+    b, a = to_numpy(before), to_numpy(after)
+    if not isinstance(b, np.ndarray) or not isinstance(a, np.ndarray):
+        return ""
+    if b.shape != a.shape:
+        return f"its shape went from {tuple(b.shape)} to {tuple(a.shape)}"
+    try:
+        same = np.asarray(b == a, dtype=bool)
+        if np.issubdtype(b.dtype, np.inexact):
+            same |= np.isnan(b) & np.isnan(a)
+    except (TypeError, ValueError):  # arrays of objects: not the kind of input checked here
+        return ""
+    differ = int((~same).sum())
+    return f"{differ} of {b.size} values changed" if differ else ""
+
+
+def changed_argument(fn: Callable, before: Case, after: Case) -> str:
+    """Which argument of ``fn`` differs between ``before`` and ``after`` (its copy after the
+    call), and how: ``"`out`: 96 of 192 values changed"``; "" when none changed."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    for i, (b, a) in enumerate(zip(before.args, after.args)):
+        how = _value_change(b, a)
+        if how:
+            return f"`{params[i]}`: {how}" if i < len(params) else f"number {i + 1}: {how}"
+    for name, b in before.kwargs.items():
+        how = _value_change(b, after.kwargs.get(name))
+        if how:
+            return f"`{name}`: {how}"
+    return ""
 
 
 def judge_call(
@@ -658,6 +750,12 @@ def judge_call(
         return None, CaseResult(
             case.name, False, msg + _diagnose_error(ex, case, call.raised, call.message, full)
         )
+    if call.changed:
+        hint = ex.keeps_inputs if isinstance(ex.keeps_inputs, str) else CHANGED_INPUT
+        msg = f"the call changed its argument {call.changed}."
+        return None, CaseResult(
+            case.name, False, f"{msg}\n    Likely cause: {render_hint(hint, full)}"
+        )
     if call.warning:
         return None, _warning_failure(ex, case, call.warning, call.output, full)
     return call.output, None
@@ -667,7 +765,8 @@ def run_case(
     ex: Exercise, fn: Callable, case: Case, full: bool = True
 ) -> tuple[Any, CaseResult | None]:
     """Call the learner's function on a copy of the case; (output, None) or (None, failure)."""
-    return judge_call(ex, case, call_learner(fn, case, bool(ex.no_warnings)), full)
+    call = call_learner(fn, case, bool(ex.no_warnings), bool(ex.keeps_inputs))
+    return judge_call(ex, case, call, full)
 
 
 def _error_hint(ex: Exercise, kind: str, message: str) -> str | None:

@@ -26,7 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .core import Case, NotThisMistake, byte_count_message, compare_values, to_numpy
+from .core import (
+    Case,
+    Diagnosed,
+    NotThisMistake,
+    byte_count_message,
+    compare_values,
+    to_numpy,
+)
 
 DT = torch.float64
 NEG_INF = -math.inf
@@ -110,14 +117,19 @@ def byte_compare(float_advice: str, names: Sequence[str] = ()) -> Compare:
 def with_note(atol: float, rtol: float, note: Callable[[Any, Any, Case], str | None]) -> Compare:
     """The usual comparison; when it fails, ``note(got, expected, case)`` may add a
     diagnosis of a tell-tale pattern that no wrong twin reproduces (right but imprecise,
-    wrong only in the last block...)."""
+    wrong only in the last block...). A note that is a :class:`~.core.Diagnosed` with a
+    ``cause`` ends the diagnosis there, its cause shown at the failure's tier (a nudge
+    first): ``Diagnosed("", cause=Hint("only the last tile is wrong.", "Launch ..."))``."""
 
     def compare(got: Any, expected: Any, case: Case) -> str | None:
         msg = compare_values(got, expected, atol, rtol)
         if msg is None:
             return None
         extra = note(got, expected, case)  # a note may start on its own line ("\n    ...")
-        return msg + (extra if extra and extra[0].isspace() else f" {extra}" if extra else "")
+        text = msg + (extra if extra and extra[0].isspace() else f" {extra}" if extra else "")
+        if isinstance(extra, Diagnosed):
+            return Diagnosed(text, extra.cause, extra.label)
+        return text
 
     return compare
 

@@ -87,8 +87,11 @@ def test_triton_grid_that_skips_the_ragged_block_is_diagnosed():
         o[q.shape[0] // 16 * 16 :] = 7.0  # rows no program wrote
         return o
 
-    with pytest.raises(CheckFailed, match=r"triton\.cdiv\(n, 16\) programs"):
-        check("06.3", skip_last_block, quiet=True)
+    with pytest.raises(CheckFailed, match="the last partial tile of queries") as first:
+        check("06.3", skip_last_block, quiet=True, hints="nudge")
+    assert "triton.cdiv" not in str(first.value)  # the nudge first, then the fix
+    with pytest.raises(CheckFailed, match=r"Launch triton\.cdiv\(n, 16\) programs"):
+        check("06.3", skip_last_block, quiet=True, hints="full")
 
 
 def test_triton_cases_live_where_kernels_run():

@@ -73,3 +73,39 @@ def test_11_2_the_reference_matches_the_library_mask():
 
     for n, w, s in ((1024, 64, 4), (10, 3, 2), (64, 100, 4), (5, 1, 1)):
         assert kept_pairs_reference(n, w, s) == int(sliding_window_mask(n, w, s).sum())
+
+
+def _ablate_in_place(out, heads):
+    """11.4 as a learner may write it: right values, written into the caller's tensor."""
+    for h in heads:
+        out[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True)
+    return out
+
+
+def _ablate_copy(out, heads):
+    o = out.clone()
+    for h in heads:
+        o[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True)
+    return o
+
+
+def test_11_4_changing_the_input_in_place_is_named_in_two_tiers(monkeypatch):
+    from course_lib.checks import core
+
+    monkeypatch.setattr(core, "_FAILED_BEFORE", {})
+    hint = get_exercise("11.4").keeps_inputs
+    with pytest.raises(CheckFailed) as first:
+        check("11.4", _ablate_in_place, quiet=True)
+    assert "the call changed its argument `out`" in str(first.value)
+    assert f"Likely cause: {hint}" in str(first.value)
+    assert "out.clone()" not in str(first.value)
+    with pytest.raises(CheckFailed) as second:
+        check("11.4", _ablate_in_place, quiet=True)
+    assert hint.detail in str(second.value) and "out.clone()" in str(second.value)
+    with pytest.raises(CheckFailed, match="changed its input in place"):
+        check("11.4", _ablate_in_place, hidden=True)
+
+
+def test_11_4_a_copy_passes():
+    assert check("11.4", _ablate_copy).passed
+    assert check("11.4", _ablate_copy, hidden=True).passed

@@ -134,6 +134,89 @@ def test_learner_editing_inputs_in_place_cannot_corrupt_the_reference():
     assert check("00.1", softmax, quiet=True).passed
 
 
+def test_an_exercise_that_keeps_its_inputs_names_an_argument_changed_in_place():
+    """``keeps_inputs``: a right result computed by writing into an argument fails, and the
+    message names the argument and how much of it changed; other exercises allow it."""
+    from course_lib.checks import core
+
+    ex = core.register(
+        core.Exercise(
+            id="99.2",
+            title="inputs kept",
+            points=1,
+            target="normalise",
+            cases=lambda rng, hidden: [
+                core.Case("an array and a list", (np.array([1.0, 3.0]), [np.ones(2)]))
+            ],
+            reference=lambda x, extra: x / x.sum(),
+            mistakes={"you returned x unchanged.": lambda x, extra: x},
+            hint=core.Hint("each entry is divided by the same number.", "x / x.sum()"),
+            keeps_inputs=True,
+        )
+    )
+
+    def in_place(x, extra):
+        x /= x.sum()
+        return x
+
+    def grows_the_list(x, extra):
+        extra.append(x)
+        return x / x.sum()
+
+    try:
+        with pytest.raises(CheckFailed) as info:
+            check("99.2", in_place, hints="nudge")
+        message = str(info.value)
+        assert "the call changed its argument `x`: 2 of 2 values changed" in message
+        assert f"Likely cause: {core.CHANGED_INPUT}" in message
+        assert core.CHANGED_INPUT.detail not in message
+        with pytest.raises(CheckFailed, match="`extra`: its length went from 1 to 2"):
+            check("99.2", grows_the_list)
+        assert check("99.2", lambda x, extra: x / x.sum()).passed
+        ex.keeps_inputs = False
+        assert check("99.2", in_place).passed
+    finally:
+        core._REGISTRY.pop("99.2")
+
+
+def test_a_compare_that_recognises_a_cause_shows_it_in_tiers():
+    """A ``compare`` returns :class:`Diagnosed` with a ``cause``: the check renders it at the
+    failure's tier, the nudge first."""
+    from course_lib.checks import core
+
+    cause = core.Hint("only the last entry is wrong.", "Loop over every entry, the last too.")
+
+    def compare(got, expected, case):
+        msg = compare_values(got, expected, 1e-9, 0.0)
+        return msg and core.Diagnosed(msg, cause=cause)
+
+    core.register(
+        core.Exercise(
+            id="99.3",
+            title="a recognised cause",
+            points=1,
+            target="double",
+            cases=lambda rng, hidden: [core.Case("three entries", (np.arange(3.0),))],
+            reference=lambda x: 2 * x,
+            compare=compare,
+            mistakes={"you returned x.": lambda x: x},
+            hint=core.Hint("double each entry.", "2 * x"),
+        )
+    )
+    try:
+        core._FAILED_BEFORE.pop("99.3", None)
+        wrong = lambda x: np.concatenate([2 * x[:-1], x[-1:]])  # noqa: E731
+        with pytest.raises(CheckFailed) as first:
+            check("99.3", wrong)
+        assert "Likely cause: only the last entry is wrong." in str(first.value)
+        assert "Loop over every entry" not in str(first.value)
+        assert "Hint:" not in str(first.value)  # diagnosed: no general hint after it
+        with pytest.raises(CheckFailed, match="Loop over every entry, the last too."):
+            check("99.3", wrong)
+    finally:
+        core._REGISTRY.pop("99.3")
+
+
 def test_unknown_exercise_and_non_function():
     with pytest.raises(KeyError, match="unknown exercise"):
         get_exercise("99.9")

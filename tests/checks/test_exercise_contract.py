@@ -6,14 +6,24 @@ framework makes to learners and instructors about any exercise declared with it.
 
 from __future__ import annotations
 
+import ast
+import functools
+import re
+import textwrap
+from pathlib import Path
+
+import nbformat
 import numpy as np
 import pytest
+import torch
 
-from course_lib.checks import CheckFailed, check
+from course_lib.checks import CheckFailed, Hint, check, core
 from course_lib.checks.core import PLACEHOLDER_MARK, all_exercises, get_exercise
+from course_tools.exercises import BEGIN_SOLUTION, END_SOLUTION, exercise_cells
 from course_tools.grading.results import grader_cases, harvest, score, write_inputs
 
 IDS = sorted(all_exercises())
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _failure(ex_id, fn, hidden=False) -> str | None:
@@ -98,3 +108,262 @@ def test_grader_protocol_round_trip(ex_id, tmp_path):
     for i, wrong in enumerate(ex.mistakes.values()):
         harvest(ex_id, wrong, tmp_path / "inputs.pkl", tmp_path / f"w{i}")
         assert score(ex_id, cases, tmp_path / f"w{i}").status == "failed"
+
+
+# ----------------------------------------------------------------------- teaching before telling
+#
+# What a learner reads on a first failure (the nudge of the exercise's hint, of a named
+# mistake, of an error pattern; a case's `why`; a gap) must point at what to look at, never
+# paste the solution's code. "Contains the solution's code" is decided against the solution
+# notebook itself: the lines between BEGIN and END SOLUTION in the cell that
+# course_tools.exercises maps to the exercise, cut into the fragments below.
+
+CODE_KINDS = (ast.Call, ast.BinOp, ast.Subscript, ast.Compare, ast.BoolOp, ast.UnaryOp)
+SIMPLE_STATEMENTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)
+MIN_CODE = 12  # non-space characters for a statement or expression to count as code
+
+
+def solution_regions(source: str) -> list[str]:
+    """The solution regions of a cell's source, each dedented."""
+    regions, current = [], None
+    for line in source.splitlines():
+        if line.strip() == BEGIN_SOLUTION:
+            current = []
+        elif line.strip() == END_SOLUTION:
+            regions.append(textwrap.dedent("\n".join(current or [])))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return regions
+
+
+@functools.cache
+def solution_code() -> dict[str, tuple[str, ...]]:
+    """{exercise id: its solution regions}, from every notebook of solutions/."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for ex_id, roles in exercise_cells(nb).items():
+            for i in roles.get("solution", []):
+                found.setdefault(ex_id, []).extend(solution_regions(nb.cells[i].source))
+    return {ex_id: tuple(regions) for ex_id, regions in found.items()}
+
+
+def _nonspace(text: str) -> int:
+    return len(re.sub(r"\s", "", text))
+
+
+def normalise_code(text: str) -> str:
+    """One quote style, no space around operators and brackets, single spaces elsewhere:
+    ``q @ k.T`` and ``q@k.T`` read alike, ``use x`` does not become ``usex``."""
+    text = re.sub(r"\s+", " ", text.replace('"', "'"))
+    return re.sub(r" ?([^\w\s]) ?", r"\1", text).strip()
+
+
+def _node_fragments(node: ast.AST, source: str) -> set[str]:
+    """The code fragments one node of a solution contributes (its text as written and as
+    ``ast.unparse`` writes it)."""
+    if not isinstance(node, (ast.expr, ast.stmt)):
+        return set()
+    texts = {ast.unparse(node), ast.get_source_segment(source, node) or ""}
+    texts = {t for t in texts if t and "\n" not in t}
+    out: set[str] = set()
+    codey = any(isinstance(n, CODE_KINDS) for n in ast.walk(node))
+    if isinstance(node, (ast.expr, *SIMPLE_STATEMENTS)) and codey:
+        out |= {t for t in texts if _nonspace(t) >= MIN_CODE}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        out.add(ast.unparse(node.func) + "(")  # torch.softmax(, x.mean(, (q * k).sum(
+        text = ast.unparse(node)
+        method = text[text.find(f".{node.func.attr}(", len(ast.unparse(node.func.value))) :]
+        if _nonspace(method) >= MIN_CODE:
+            out.add(method)  # .mean(dim=(0, 1), keepdim=True), whatever it is called on
+    if isinstance(node, ast.BinOp) and (
+        isinstance(node.op, ast.MatMult)
+        or any(
+            isinstance(side, (ast.Attribute, ast.Subscript, ast.Call))
+            for side in (node.left, node.right)
+        )
+    ):
+        out |= texts  # weights @ v, q @ k.T, x[..., 0::2] ** 2
+    if isinstance(node, ast.Subscript) and any(
+        isinstance(n, ast.Slice) or (isinstance(n, ast.Constant) and n.value in (None, ...))
+        for n in ast.walk(node.slice)
+    ):
+        out |= texts  # x[..., 0::2], w[:, None]
+    return out
+
+
+def solution_fragments(region: str) -> set[str]:
+    """What counts as the solution's code in a region: each line (without its comment) and
+    each statement or expression of at least MIN_CODE non-space characters that computes
+    something (a call, an operator, an index), and shorter code-looking pieces: a method or
+    module call up to its parenthesis, an operator applied to an attribute, index or call,
+    an index with a slice. Plain names and dotted names alone (``torch.linalg.eigvalsh``,
+    ``warmup_steps``) are words a hint may use."""
+    lines = {re.sub(r"#.*$", "", line).strip() for line in region.splitlines()}
+    out = {line for line in lines if _nonspace(line) >= MIN_CODE}
+    source = "def _solution():\n" + textwrap.indent(region, "    ")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # a region that is not whole statements: its lines still count
+        return out
+    for node in ast.walk(tree):
+        out |= _node_fragments(node, source)
+    return out
+
+
+def pasted_code(text: str, fragments: set[str]) -> list[str]:
+    """The fragments of a solution that ``text`` contains (whole words: ``x.mean(`` is not
+    found in ``max.mean(``)."""
+    hay = normalise_code(text)
+    hits = []
+    for fragment in fragments:
+        code = normalise_code(fragment)
+        if not code:
+            continue
+        before = r"(?<![\w.])" if re.match(r"\w", code) else ""
+        after = r"(?!\w)" if re.search(r"\w$", code) else ""
+        if re.search(before + re.escape(code) + after, hay):
+            hits.append(code)
+    return sorted(hits)
+
+
+def first_tier_texts(ex) -> list[tuple[str, str]]:
+    """(where, text) for everything an exercise may show before a repeated failure."""
+    texts = [("hint", str(ex.hint))]
+    texts += [("mistake", str(h)) for h in ex.mistakes]
+    texts += [(f"error {p!r}", str(h)) for p, h in ex.errors.items()]
+    for name in ("no_warnings", "keeps_inputs"):
+        if isinstance(getattr(ex, name), str):
+            texts.append((name, str(getattr(ex, name))))
+    for hidden in (False, True):
+        for case in ex.cases(np.random.default_rng(0), hidden):
+            whys = case.why.values() if isinstance(case.why, dict) else [case.why]
+            texts += [(f"why of {case.name!r}", w) for w in whys if w]
+    texts += [(f"gap {k!r}", g) for k, g in ex.gaps.items()]
+    return texts
+
+
+def test_every_exercise_has_its_solution_in_the_solution_notebooks():
+    code = solution_code()
+    assert set(code) == set(IDS), set(code) ^ set(IDS)
+    assert all(any(r.strip() for r in code[i]) for i in IDS)
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_the_hint_comes_in_two_tiers_and_no_first_tier_text_pastes_the_solution(ex_id):
+    ex = get_exercise(ex_id)
+    assert isinstance(ex.hint, Hint) and ex.hint.detail, f"{ex_id}: the hint needs two tiers"
+    fragments = set().union(*(solution_fragments(r) for r in solution_code()[ex_id]))
+    pasted = {
+        where: hits
+        for where, text in first_tier_texts(ex)
+        if (hits := pasted_code(text, fragments))
+    }
+    assert not pasted, f"{ex_id}: first-tier text contains the solution's code: {pasted}"
+
+
+def test_the_rule_catches_a_nudge_that_pastes_the_solution():
+    """The rule can fail: a line, an expression, a call or a matrix product of the solution
+    in a nudge is caught; the same ideas in words are not."""
+    regions = solution_code()["11.4"]
+    fragments = set().union(*(solution_fragments(r) for r in regions))
+    line = next(ln.strip() for r in regions for ln in r.splitlines() if "clone()" in ln)
+    assert pasted_code(f"start like this: {line}", fragments)  # a whole line
+    assert pasted_code("copy it first (out.clone()), then replace the heads", fragments)
+    assert pasted_code("use .mean(dim=(0, 1), keepdim=True) on each head", fragments)
+    assert not pasted_code("check which heads you replace, and return a copy.", fragments)
+    assert not pasted_code("each listed head becomes its mean over the batch", fragments)
+
+    regions = solution_code()["02.1"]
+    fragments = set().union(*(solution_fragments(r) for r in regions))
+    assert pasted_code("then return weights @ v", fragments)  # a matrix product
+    assert pasted_code("swap the last two axes of k: np.swapaxes(k, -1, -2)", fragments)
+    assert pasted_code("subtract scores.max(axis=-1, keepdims=True) first", fragments)
+    assert not pasted_code("subtract each row's max before the exponential", fragments)
+    assert not pasted_code("which axis does np.exp normalise?", fragments)  # a name alone
+    # the generic hint's second tier may give the code; in a nudge the rule would catch it
+    detail = get_exercise("02.2").hint.detail
+    assert pasted_code(detail, set().union(*map(solution_fragments, solution_code()["02.2"])))
+
+
+def _perturbed(x):
+    """A wrong answer of the right kind and shape, that no declared mistake makes: every
+    number moved, booleans flipped, strings and containers kept."""
+    if isinstance(x, (torch.Tensor, np.ndarray)) and x.dtype in (torch.bool, np.bool_):
+        flipped = x.clone() if isinstance(x, torch.Tensor) else x.copy()
+        flipped.reshape(-1)[:1] = ~flipped.reshape(-1)[:1]  # one entry: no mistake's pattern
+        return flipped
+    if isinstance(x, torch.Tensor):
+        return torch.full_like(x, 0.37) if x.is_floating_point() else x + 1
+    if isinstance(x, np.ndarray):
+        return np.full_like(x, 0.37) if np.issubdtype(x.dtype, np.floating) else x + 1
+    if isinstance(x, (bool, np.bool_)):
+        return not x
+    if isinstance(x, (int, np.integer)):
+        return int(x) + 7
+    if isinstance(x, (float, np.floating)):
+        return float(x) * 0.61 + 0.37
+    if isinstance(x, (tuple, list)):
+        return type(x)(_perturbed(e) for e in x)
+    return x
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("ex_id", IDS)
+def test_an_unnamed_wrong_answer_gets_the_nudge_first_and_the_detail_on_a_repeat(
+    ex_id, monkeypatch
+):
+    ex = get_exercise(ex_id)
+
+    def wrong(*args, **kwargs):
+        return _perturbed(ex.reference(*args, **kwargs))
+
+    monkeypatch.setattr(core, "_FAILED_BEFORE", {})
+    first, second = _failure(ex_id, wrong), _failure(ex_id, wrong)
+    assert first and second, f"{ex_id}: the perturbed answer passes"
+    assert f"Hint: {ex.hint}" in first, f"{ex_id}: no generic nudge on a first failure: {first}"
+    assert ex.hint.detail not in first, f"{ex_id}: the first failure shows the detail"
+    assert ex.hint.detail in second, f"{ex_id}: a repeated failure does not show the detail"
+
+
+# ----------------------------------------------------------------------- inputs left as given
+
+KEEPS_INPUTS = [i for i in IDS if get_exercise(i).keeps_inputs]
+
+
+def _scribble_on_first_array(args, kwargs) -> bool:
+    """Change the first tensor or array argument in place; False when there is none."""
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, torch.Tensor) and x.numel():
+            x.mul_(2).add_(1)
+            return True
+        if isinstance(x, np.ndarray) and x.size:
+            x *= 2
+            x += 1
+            return True
+    return False
+
+
+def test_some_exercise_keeps_its_inputs():
+    assert "11.4" in KEEPS_INPUTS  # the statement asks for a copy
+
+
+@pytest.mark.parametrize("ex_id", KEEPS_INPUTS)
+def test_an_in_place_twin_fails_and_is_named(ex_id):
+    """The right values, computed before the function writes into its input: an exercise
+    that keeps its inputs fails it on the visible and the hidden cases and says why."""
+    ex = get_exercise(ex_id)
+    hint = ex.keeps_inputs if isinstance(ex.keeps_inputs, str) else core.CHANGED_INPUT
+    scribbled = []
+
+    def in_place_twin(*args, **kwargs):
+        out = ex.reference(*args, **kwargs)
+        scribbled.append(_scribble_on_first_array(args, kwargs))
+        return out
+
+    for hidden in (False, True):
+        message = _failure(ex_id, in_place_twin, hidden=hidden)
+        assert any(scribbled), f"{ex_id}: no case has a tensor or array argument to change"
+        assert message and str(hint) in message, f"{ex_id}: the in-place change is not named"
+        assert "the call changed its argument" in message
