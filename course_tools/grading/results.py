@@ -108,6 +108,7 @@ def write_inputs(cases: list[Case], path: str | Path, exercise_id: str | None = 
     data = {
         "target": ex.target if ex else "",
         "no_warnings": bool(ex.no_warnings) if ex else False,
+        "keeps_inputs": bool(ex.keeps_inputs) if ex else False,
         "cases": [(c.name, c.args, c.kwargs) for c in cases],
     }
     Path(path).write_bytes(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
@@ -197,7 +198,9 @@ def harvest(exercise_id: str, fn: Any, inputs: str | Path, out_dir: str | Path) 
         record["missing"] = f"no function named `{spec['target']}` was defined"
     else:
         for i, (name, args, kwargs) in enumerate(spec["cases"]):
-            call = call_learner(fn, Case(name, args, kwargs), spec["no_warnings"])
+            call = call_learner(
+                fn, Case(name, args, kwargs), spec["no_warnings"], spec.get("keeps_inputs", False)
+            )
             entry: dict[str, Any] = {"name": name}
             if call.raised or call.exit is not None:
                 entry["raised"] = {
@@ -210,6 +213,8 @@ def harvest(exercise_id: str, fn: Any, inputs: str | Path, out_dir: str | Path) 
             else:
                 if call.warning:
                     entry["warning"] = call.warning[:MAX_MESSAGE]
+                if call.changed:
+                    entry["changed"] = call.changed[:MAX_MESSAGE]
                 try:
                     entry["output"] = _flatten(call.output, f"c{i}", arrays)
                 except Exception as err:  # pragma: no cover - defensive
@@ -236,7 +241,11 @@ def _recorded_call(entry: dict, arrays) -> Call:
             not_implemented=raised.get("not_implemented") is True,
             exit=text(raised["exit"]) if isinstance(raised.get("exit"), str) else None,
         )
-    return Call(output=_unflatten(entry["output"], arrays), warning=text(entry.get("warning")))
+    return Call(
+        output=_unflatten(entry["output"], arrays),
+        warning=text(entry.get("warning")),
+        changed=text(entry.get("changed")),
+    )
 
 
 # --------------------------------------------------------------------------- judging

@@ -160,3 +160,24 @@ def test_a_compressed_bomb_is_refused_before_it_is_unpacked(tmp_path, monkeypatc
     assert npz.stat().st_size < 2**20
     verdict = score("00.1", cases, tmp_path)
     assert verdict.status == "error" and "unpacks to" in verdict.feedback[0]
+
+
+def test_the_grader_fails_an_answer_that_changes_its_input_as_the_check_does(tmp_path):
+    """11.4 keeps its inputs: a mean ablation written into `out` gives the right values and
+    passes a grader that compares outputs only; the grader records the change in the kernel
+    and fails it with the check's words, as the notebook's check does."""
+    from course_lib.gpt.claims import mean_ablate
+
+    def in_place(out, heads):
+        for h in heads:
+            out[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True)
+        return out
+
+    with pytest.raises(CheckFailed, match="changed"):
+        check("11.4", in_place, quiet=True)
+    cases = _harvest("11.4", in_place, 3, tmp_path)
+    verdict = score("11.4", cases, tmp_path)
+    assert verdict.status == "failed" and verdict.points == 0
+    assert any("changed its argument `out`" in line for line in verdict.feedback)
+    cases = _harvest("11.4", mean_ablate, 3, tmp_path / "copy")
+    assert score("11.4", cases, tmp_path / "copy").status == "passed"
