@@ -52,6 +52,8 @@ INCLUDE = (
     "tools/learner_files.py",
     "environment.yml",
     "postBuild",
+    "LICENSE",
+    "LICENSE-CONTENT",
 )
 # What must never be in it (checked after the copy, whatever INCLUDE says).
 FORBIDDEN_PATHS = ("solutions/", "course_tools/", "tests/", "CHANGELOG.md")

@@ -48,6 +48,8 @@ def test_the_edition_has_what_a_learner_needs_and_nothing_else(edition: Path):
         "Makefile",
         "pyproject.toml",
         "README.md",
+        "LICENSE",
+        "LICENSE-CONTENT",
         "environment.yml",
         "postBuild",
         "tools/bootstrap.py",
