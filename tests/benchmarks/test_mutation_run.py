@@ -9,7 +9,7 @@ per lecture, the same mutants as course_tools/mutants.py declares.
 
 Slow (``make test``): for each lecture 00-11, the mutant the recorded run killed fastest, run
 again through the script's own code and killed by one of the lecture's assertions. Measured
-budget: the sum of those twelve kill times in mutations.json (kernel start included) is 55 s
+budget: the sum of those twelve kill times in mutations.json (kernel start included) is 56 s
 (2026-12-04, 2 CPUs, load average about 1.5; chapter 10's, which loads the real model, is
 20 s of it); a busy machine takes longer.
 """
