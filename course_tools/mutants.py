@@ -348,25 +348,13 @@ def lse_without_log(*args):
     return _reference_forward_variant(rescale=True, log_sum=False)(*args)
 
 
-def key_tile_range_full_from_last_query(
-    m_first, m_last, n_k, block_n, *, is_causal=False, diag=0, window=None
-):
+def key_tile_range_full_from_last_query(m_first, m_last, n_k, block_n, **kwargs):
     """The kernel's tile classes with 'full' decided by the tile's last query instead of its
-    first: the tiles on the causal diagonal are computed without the mask."""
-    hi = n_k
-    full_hi = n_k // block_n * block_n
-    lo = full_lo = 0
-    if is_causal:
-        hi = min(hi, max(m_last + diag + 1, 0))
-        full_hi = min(full_hi, max(m_last + diag + 1, 0) // block_n * block_n)
-    if window is not None:
-        first_key = max(m_first + diag - window + 1, 0)
-        hi = 0 if first_key >= hi else hi
-        lo = first_key // block_n * block_n
-        full_lo = -(-max(m_last + diag - window + 1, 0) // block_n) * block_n
-    lo = min(lo, hi)
-    full_lo = min(max(full_lo, lo), hi)
-    full_hi = min(max(full_hi, full_lo), hi)
+    first: the tiles on the causal diagonal are computed without the mask. The visited range
+    is the right one; the full range is the one a tile of only its last query would have."""
+    tiles = original("course_lib.flash.reference:key_tile_range")
+    lo, _, _, hi = tiles(m_first, m_last, n_k, block_n, **kwargs)
+    _, full_lo, full_hi, _ = tiles(m_last, m_last, n_k, block_n, **kwargs)
     return lo, full_lo, full_hi, hi
 
 
