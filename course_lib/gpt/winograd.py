@@ -287,22 +287,23 @@ def _nan_rows(x: torch.Tensor, rows) -> torch.Tensor:
 @dataclass
 class Coreference:
     """What :func:`resolve` measures on ``S`` sentences. Per sentence, layer and head, the
-    attention to each candidate noun from the pronoun (``at_it [S, L, H, 2]``, also named
-    ``at_pronoun``) and from the last token of the question (``at_end``); the model's answer
-    after the question, on whole nouns: ``log_odds [S]`` = log P(second) - log P(first) and
-    ``choice [S]`` = 1 where it is positive; ``answers [S]``. Rows named in ``problems``
-    (row → reason) are NaN everywhere."""
+    attention to each candidate noun from the pronoun (``at_it [S, L, H, 2]``, whatever the
+    pronoun) and from the last token of the question (``at_end``); the model's answer after the
+    question, on whole nouns: ``log_odds [S]`` = log P(second) - log P(first), and
+    :attr:`choice`; ``answers [S]``. Rows named in ``problems`` (row → reason) are NaN
+    everywhere."""
 
     at_it: torch.Tensor
     at_end: torch.Tensor
-    choice: torch.Tensor
     answers: torch.Tensor
     log_odds: torch.Tensor
     problems: dict[int, str] = field(default_factory=dict)
 
     @property
-    def at_pronoun(self) -> torch.Tensor:
-        return self.at_it
+    def choice(self) -> torch.Tensor:
+        """``[S]``: 1 where the model names the second noun (``log_odds > 0``), NaN on problems."""
+        named = (self.log_odds > 0).double()  # (S,)
+        return named.masked_fill(self.log_odds.isnan(), math.nan)
 
     def right(self, where: str = "end") -> torch.Tensor:
         """``[S, L, H]``: 1 where the head puts more attention on the right noun, 0 where not,
@@ -340,9 +341,8 @@ def resolve(model, tok, sentences=None, suffix: str | None = None) -> Coreferenc
     nouns = [[tok.encode(" " + n) for n in s.nouns] for s in sentences]  # S x 2 x (T,)
     scores = _noun_logprobs(model, encoded, nouns, last)  # (S, 2)
     log_odds = _nan_rows(scores[:, 1] - scores[:, 0], bad)  # (S,)
-    choice = _nan_rows((log_odds > 0).double(), bad)  # (S,)
     answers = torch.tensor([s.answer for s in sentences])  # (S,)
-    return Coreference(at_it, at_end, choice, answers, log_odds, bad)
+    return Coreference(at_it, at_end, answers, log_odds, bad)
 
 
 def pronoun_attention(model, tok, sentences) -> torch.Tensor:
