@@ -26,8 +26,9 @@ import math
 import numpy as np
 import torch
 
-from .core import Case, Exercise, Hint, compare_values, register
-from .kit import randn, twin, unless_different, within
+from .core import Case, compare_values
+from .declare import exercise
+from .kit import randn, within
 
 # --------------------------------------------------------------------------- 11.1 predict, measure
 
@@ -45,16 +46,14 @@ def _uniform(b: int, h: int, n: int) -> torch.Tensor:
     return (keep / keep.sum(-1, keepdim=True)).expand(b, h, n, n).clone()  # (B, H, N, N)
 
 
-def _share(weights, start=1, key=0):
-    w = torch.as_tensor(weights)
-    return float(w[:, :, start:, key].mean())
-
-
-def first_token_share_reference(weights) -> float:
+def first_token_share_reference(weights, *, start=1, key=0, along="keys") -> float:
     r"""The mean weight on key 0 over the queries :math:`n \ge 1`, every head and row:
     :math:`\frac{1}{BH(N-1)}\sum_{b,h}\sum_{n=1}^{N-1} P^{(h)}_{b,n,0}`. Query 0 is left out:
     it has only key 0, so its weight there is 1 whatever the head does."""
-    return _share(weights)
+    w = torch.as_tensor(weights)  # (B, H, N, N)
+    if along == "queries":  # the first query's weights on the other keys
+        return float(w[:, :, 0, 1:].mean())
+    return float(w[:, :, start:, key].mean())
 
 
 def _share_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -79,61 +78,32 @@ def _share_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="11.1",
-        title="predict, then measure: the first token's share of attention",
-        points=1,
-        target="first_token_share",
-        cases=_share_cases,
-        reference=first_token_share_reference,
-        atol=1e-9,
-        rtol=1e-6,
-        compare=within(1e-6),
-        measures="the first token's share of attention",
-        gaps={
-            "low": "uniform attention spreads a query's weight over all its keys, but a trained "
-            "head must put its weight somewhere even when no key is relevant, and most of "
-            "SmolLM2's heads park it on the first token, which every query can see (an "
-            "'attention sink', Xiao et al., 2023). In most layers from layer 3 on, many times "
-            "the uniform share lands there, in some more than half of all attention; layers 0 "
-            "and 1 stay below the uniform share.",
-            "high": "the first token is a sink in most layers, but not all weight goes there: "
-            "layers 0 and 1 barely look at it, and even sink heads keep part of their weight "
-            "for the keys that matter.",
-            "right": "you expected a sink, and SmolLM2 has one.",
-        },
-        mistakes={
-            Hint(
-                "you counted query 0, whose only key is key 0.",
-                "Query 0 puts weight 1 on key 0 whatever the head does: start at query 1.",
-            ): twin(_share, start=0),
-            Hint(
-                "you measured the weight on the last key, not the first.",
-                "The first token is key 0: weights[:, :, 1:, 0].",
-            ): unless_different(lambda w: _share(w, key=-1), first_token_share_reference),
-            Hint(
-                "you measured the first *query*'s weights, not the first *key*'s.",
-                "weights[b, h, n, m] is query n's weight on key m: key 0 is the last index = 0.",
-            ): unless_different(
-                lambda w: float(torch.as_tensor(w)[:, :, 0, 1:].mean()),
-                first_token_share_reference,
-            ),
-        },
-        hint=Hint(
-            "check which entries of `weights` you average: which key, which queries, and over "
-            "which axes (every head and every row of the batch).",
-            "Average the weight on key 0 over the queries 1 .. N-1, every head and row. return "
-            "float(weights[:, :, 1:, 0].mean())",
-        ),
-    )
+exercise(
+    "11.1",
+    first_token_share_reference,
+    target="first_token_share",
+    title="predict, then measure: the first token's share of attention",
+    points=1,
+    cases=_share_cases,
+    atol=1e-9,
+    rtol=1e-6,
+    compare=within(1e-6),
+    measures="the first token's share of attention",
+    slips={
+        "query-zero": dict(start=0),
+        "last-key": dict(key=-1),
+        "first-query": dict(along="queries"),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 11.2 predict, measure
 
 
-def _kept(n, window, sinks, *, own=True, causal_sinks=True, union=True):
+def kept_pairs_reference(n, window, sinks, *, own=True, causal_sinks=True, union=True) -> int:
+    r"""The (query, key) pairs of :math:`N` tokens a causal sliding window of :math:`W` keys
+    (the query's own included) with the first :math:`S` keys kept lets through:
+    :math:`\#\{(n, m) : m \le n,\ (n - m < W \vee m < S)\}`."""
     i = torch.arange(n)
     causal = i[None, :] <= i[:, None]  # (N, N)
     dist = i[:, None] - i[None, :]  # (N, N)
@@ -144,13 +114,6 @@ def _kept(n, window, sinks, *, own=True, causal_sinks=True, union=True):
     if union:
         return int(((causal & near) | sink).sum())
     return int((causal & near).sum()) + int(sink.sum())
-
-
-def kept_pairs_reference(n: int, window: int, sinks: int) -> int:
-    r"""The (query, key) pairs of :math:`N` tokens a causal sliding window of :math:`W` keys
-    (the query's own included) with the first :math:`S` keys kept lets through:
-    :math:`\#\{(n, m) : m \le n,\ (n - m < W \vee m < S)\}`."""
-    return _kept(n, window, sinks)
 
 
 def _kept_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -173,61 +136,42 @@ def _kept_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="11.2",
-        title="predict, then measure: what a sliding window with sinks keeps",
-        points=1,
-        target="kept_pairs",
-        cases=_kept_cases,
-        reference=kept_pairs_reference,
-        atol=0.5,
-        rtol=0.0,
-        compare=within(0.5, relative=False),
-        measures="the (query, key) pairs kept",
-        mistakes={
-            Hint(
-                "your window holds W + 1 keys: you kept n - m <= W.",
-                "The window is the last W keys *including the query's own*: n - m < W.",
-            ): unless_different(lambda n, w, s: _kept(n, w, s, own=False), kept_pairs_reference),
-            Hint(
-                "you counted a sink key that is inside the window twice.",
-                "Take the union of the two masks, (window OR sink), then count.",
-            ): unless_different(lambda n, w, s: _kept(n, w, s, union=False), kept_pairs_reference),
-            Hint(
-                "your sinks let an early query see a later key.",
-                "A sink is still a key of the causal mask: query n sees sink m only when m <= n.",
-            ): unless_different(
-                lambda n, w, s: _kept(n, w, s, causal_sinks=False), kept_pairs_reference
-            ),
-        },
-        hint=Hint(
-            "count a small case by hand (N = 6, W = 2, S = 1): which keys does each query keep?",
-            "Build the [N, N] boolean mask and count its True entries. i = arange(n); keep = "
-            "(i[None] <= i[:, None]) & ((i[:, None] - i[None] < window) | (i[None] < sinks)); "
-            "return int(keep.sum())",
-        ),
-    )
+exercise(
+    "11.2",
+    kept_pairs_reference,
+    target="kept_pairs",
+    title="predict, then measure: what a sliding window with sinks keeps",
+    points=1,
+    cases=_kept_cases,
+    atol=0.5,
+    rtol=0.0,
+    compare=within(0.5, relative=False),
+    measures="the (query, key) pairs kept",
+    slips={
+        "wide-window": dict(own=False),
+        "sinks-twice": dict(union=False),
+        "sinks-not-causal": dict(causal_sinks=False),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 11.3 predict, measure
 
 
-def _held_out(right, select, test, *, choose="select", score="test", best=True):
-    r = torch.as_tensor(right).double()  # (S, K)
-    rows = {"select": list(select), "test": list(test), "all": list(select) + list(test)}
-    acc = r[rows[choose]].mean(0)  # (K,)
-    head = int(acc.argmax()) if best else int(acc.argmin())
-    return float(r[rows[score], head].mean())
-
-
-def held_out_accuracy_reference(right, select, test) -> float:
+def held_out_accuracy_reference(
+    right, select, test, *, choose="select", score="test", best=True, one_head=True
+) -> float:
     r"""Choose the head with the highest accuracy on the ``select`` rows of ``right [S, K]``
     (1 where head :math:`k` is right on sentence :math:`s`), then return *its* accuracy on the
     ``test`` rows: :math:`\hat k = \arg\max_k \overline{r}_{\text{select}, k}`,
     :math:`\overline{r}_{\text{test}, \hat k}`."""
-    return _held_out(right, select, test)
+    r = torch.as_tensor(right).double()  # (S, K)
+    rows = {"select": list(select), "test": list(test), "all": list(select) + list(test)}
+    if not one_head:  # every head's mean on the scoring rows
+        return float(r[rows[score]].mean())
+    acc = r[rows[choose]].mean(0)  # (K,)
+    head = int(acc.argmax()) if best else int(acc.argmin())
+    return float(r[rows[score], head].mean())
 
 
 def _coin_heads(rng: np.random.Generator, sentences: int, heads: int, planted=None):
@@ -303,67 +247,24 @@ def _held_out_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="11.3",
-        title="predict, then measure: the best head on sentences it was not chosen on",
-        points=1,
-        target="held_out_accuracy",
-        cases=_held_out_cases,
-        reference=held_out_accuracy_reference,
-        atol=1e-6,
-        rtol=1e-6,
-        compare=within(1e-6),
-        measures="the chosen head's held-out accuracy",
-        gaps={
-            "high": "you expected a perfect head. The best head at the pronoun is good, not "
-            "perfect: in some held-out groups it favours the same noun in both versions, so it is "
-            "right in one and wrong in the other (the per-group counts are printed below).",
-            "low": "you expected luck, as with coin-flip heads. But here the pronoun itself "
-            "decides (it or they, he or she), and some heads read it: a head chosen for skill "
-            "keeps its rate on groups it was not chosen on, as the 90 % head of the check did.",
-            "right": "you expected a head that reads agreement to keep its rate on fresh groups, "
-            "and it does.",
-        },
-        mistakes={
-            Hint(
-                "you scored the head on the sentences you chose it on.",
-                "That is the selection's own accuracy, flattered by luck: choose on `select`, "
-                "then score that head on `test`.",
-            ): unless_different(
-                twin(_held_out, choose="select", score="select"), held_out_accuracy_reference
-            ),
-            Hint(
-                "you chose the head on the test sentences.",
-                "The test half may only score: choose with right[select].mean(0).argmax().",
-            ): unless_different(
-                twin(_held_out, choose="test", score="test"), held_out_accuracy_reference
-            ),
-            Hint(
-                "you chose the head on every sentence, the test ones included.",
-                "Then the test half helped choose and is no longer held out: choose on `select` "
-                "only.",
-            ): unless_different(twin(_held_out, choose="all"), held_out_accuracy_reference),
-            Hint(
-                "you chose the *worst* head (argmin).",
-                "The best head has the highest accuracy on `select`: argmax.",
-            ): unless_different(twin(_held_out, best=False), held_out_accuracy_reference),
-            Hint(
-                "you averaged every head on the test half instead of choosing one.",
-                "First choose the best head on `select`, then return its mean on `test`.",
-            ): unless_different(
-                lambda r, s, t: float(torch.as_tensor(r).double()[list(t)].mean()),
-                held_out_accuracy_reference,
-            ),
-        },
-        hint=Hint(
-            "check which rows choose the head, which rows score it, and the axis of `right` that "
-            "holds the heads.",
-            "Accuracy per head on the selection rows, argmax, then that head's mean on the test "
-            "rows. r = torch.as_tensor(right).double(); k = int(r[select].mean(0).argmax()); "
-            "return float(r[test, k].mean())",
-        ),
-    )
+exercise(
+    "11.3",
+    held_out_accuracy_reference,
+    target="held_out_accuracy",
+    title="predict, then measure: the best head on sentences it was not chosen on",
+    points=1,
+    cases=_held_out_cases,
+    atol=1e-6,
+    rtol=1e-6,
+    compare=within(1e-6),
+    measures="the chosen head's held-out accuracy",
+    slips={
+        "scored-on-select": dict(score="select"),
+        "chosen-on-test": dict(choose="test"),
+        "chosen-on-all": dict(choose="all"),
+        "worst-head": dict(best=False),
+        "every-head": dict(one_head=False),
+    },
 )
 
 
@@ -384,7 +285,11 @@ def _a_tensor(what: str):
     return compare
 
 
-def _ablate(out, heads, *, over=(0, 2), zero=False, others=False):
+def mean_ablate_reference(out, heads, *, over=(0, 2), zero=False, others=False) -> torch.Tensor:
+    r"""A copy of one layer's per-head outputs ``out [B, H, N, d]`` in which each head of
+    ``heads`` is replaced by its mean over the batch and the positions:
+    :math:`o_{b,h,n} \leftarrow \frac{1}{BN}\sum_{b',n'} o_{b',h,n'}` (mean ablation: the head
+    still adds its average, but no longer anything that depends on the input)."""
     o = torch.as_tensor(out).clone()  # (B, H, N, d)
     chosen = [h for h in range(o.shape[1]) if (h in set(heads)) != others]
     for h in chosen:
@@ -393,14 +298,6 @@ def _ablate(out, heads, *, over=(0, 2), zero=False, others=False):
         else:
             o[:, h] = torch.as_tensor(out)[:, h : h + 1].mean(dim=over, keepdim=True)[:, 0]
     return o  # (B, H, N, d)
-
-
-def mean_ablate_reference(out: torch.Tensor, heads) -> torch.Tensor:
-    r"""A copy of one layer's per-head outputs ``out [B, H, N, d]`` in which each head of
-    ``heads`` is replaced by its mean over the batch and the positions:
-    :math:`o_{b,h,n} \leftarrow \frac{1}{BN}\sum_{b',n'} o_{b',h,n'}` (mean ablation: the head
-    still adds its average, but no longer anything that depends on the input)."""
-    return _ablate(out, heads)
 
 
 def _ablate_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -421,79 +318,39 @@ def _ablate_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="11.4",
-        title="mean-ablate heads, then predict what removing induction heads costs",
-        points=1,
-        target="mean_ablate",
-        cases=_ablate_cases,
-        reference=mean_ablate_reference,
-        atol=1e-6,
-        rtol=1e-6,
-        compare=_a_tensor("run_model puts what you return back into the model's tensors."),
-        keeps_inputs=Hint(
-            "your function changed its input in place: `out` must stay as it was given.",
-            "Clone it first (o = out.clone()), replace the heads in the clone and return the "
-            "clone, as the statement asks: a caller may still need the layer's own output.",
-        ),
-        reveals="the rise in loss on repeated text (nats per token)",
-        gaps={
-            "low": "on the second copy of random tokens, copying from the first copy is the "
-            "only way to predict, and induction heads do the copying. With the strongest ones "
-            "replaced by a constant the model loses most of that skill: its loss climbs most of "
-            "the way to the first copy's, where there is nothing to copy.",
-            "high": "the loss does not climb all the way to the first copy's: other heads copy "
-            "too, and take over part of the work (backup heads, Wang et al., 2022), so the "
-            "rise stops short of the first copy's loss.",
-            "right": "you expected the copying to break, and it did.",
-        },
-        mistakes={
-            Hint(
-                "you set the heads to zero (zero ablation).",
-                "Mean ablation keeps each head's average output and removes only what depends "
-                "on the input: out[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True).",
-            ): unless_different(twin(_ablate, zero=True), mean_ablate_reference),
-            Hint(
-                "you averaged over the positions only: each batch row keeps its own mean.",
-                "Average over the batch too, dims (0, 2) of out, (0, 1) of out[:, h].",
-            ): unless_different(twin(_ablate, over=(2,)), mean_ablate_reference),
-            Hint(
-                "you averaged over the batch only: each position keeps its own mean.",
-                "Average over the positions too, dims (0, 2) of out.",
-            ): unless_different(twin(_ablate, over=(0,)), mean_ablate_reference),
-            Hint(
-                "you ablated every head *except* the ones listed.",
-                "Replace the heads in `heads`; leave the others as they are.",
-            ): unless_different(twin(_ablate, others=True), mean_ablate_reference),
-        },
-        hint=Hint(
-            "check which heads you replace, what you replace them with (a mean over which "
-            "axes?), and that you return a copy.",
-            "Copy out, then for each listed head put its mean over batch and positions. o = "
-            "out.clone(); for h in heads: o[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True); "
-            "return o",
-        ),
-    )
+exercise(
+    "11.4",
+    mean_ablate_reference,
+    target="mean_ablate",
+    title="mean-ablate heads, then predict what removing induction heads costs",
+    points=1,
+    cases=_ablate_cases,
+    atol=1e-6,
+    rtol=1e-6,
+    compare=_a_tensor("run_model puts what you return back into the model's tensors."),
+    keeps_inputs=True,
+    reveals="the rise in loss on repeated text (nats per token)",
+    slips={
+        "zero": dict(zero=True),
+        "positions-only": dict(over=(2,)),
+        "batch-only": dict(over=(0,)),
+        "the-others": dict(others=True),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 11.5 predict, measure
 
 
-def _score_var(q, k, *, power=0.5, std=False, ddof=0):
-    q, k = torch.as_tensor(q).double(), torch.as_tensor(k).double()
-    s = (q @ k.transpose(-2, -1)) / q.shape[-1] ** power  # (..., N, M)
-    v = float(s.flatten().var(correction=ddof))
-    return math.sqrt(v) if std else v
-
-
-def scaled_score_variance_reference(q, k) -> float:
+def scaled_score_variance_reference(q, k, *, power=0.5, std=False, ddof=0) -> float:
     r"""The variance of the scaled scores :math:`q_n \cdot k_m / \sqrt{d_k}` over every pair
     :math:`(n, m)` (and every leading index) of ``q [..., N, d]``, ``k [..., M, d]``, the
     population (1/count) variance. Chapter 03: 1 when the components are independent with mean 0
     and variance 1."""
-    return _score_var(q, k)
+    q, k = torch.as_tensor(q).double(), torch.as_tensor(k).double()
+    s = (q @ k.transpose(-2, -1)) / q.shape[-1] ** power  # (..., N, M)
+    v = float(s.flatten().var(correction=ddof))
+    return math.sqrt(v) if std else v
 
 
 def _score_var_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -526,63 +383,36 @@ def _score_var_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="11.5",
-        title="predict, then measure: the variance of the scaled scores",
-        points=1,
-        target="scaled_score_variance",
-        cases=_score_var_cases,
-        reference=scaled_score_variance_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        compare=within(1e-7),
-        measures="the variance of q . k / sqrt(d_k)",
-        gaps={
-            "low": "chapter 03's argument is about independent unit-variance components, which "
-            "is what a model starts from. Training is free to grow W_Q and W_K, and SmolLM2's "
-            "queries and keys are larger and share directions: the scaled scores have a "
-            "variance from about 3 to about 60 depending on the layer (the lecture plots all "
-            "30), and the "
-            "softmax is sharper than 1/sqrt(d_k) alone would make it. The scale sets where "
-            "training starts, not where it ends.",
-            "high": "the variance is large, but not that large: the scale still divides the "
-            "d_k-fold growth of the sum, and what remains is the trained size and alignment of "
-            "q and k.",
-            "right": "you expected trained scores far from unit variance, and they are.",
-        },
-        mistakes={
-            Hint(
-                "you forgot the scale: this is the variance of q . k, about d_k times too big.",
-                "Divide the scores by sqrt(d_k) = sqrt(q.shape[-1]) before the variance.",
-            ): twin(_score_var, power=0.0),
-            Hint(
-                "you divided the scores by d_k, not sqrt(d_k).",
-                "The scaled score is q . k / sqrt(d_k): q.shape[-1] ** 0.5.",
-            ): twin(_score_var, power=1.0),
-            Hint(
-                "you returned the standard deviation, not the variance.",
-                "Var = std^2: use .var(), or square the std.",
-            ): unless_different(twin(_score_var, std=True), scaled_score_variance_reference),
-            Hint(
-                "you used the unbiased variance (divide by count - 1, torch.var's default).",
-                "Use the population variance: .var(correction=0), or numpy's np.var.",
-            ): twin(_score_var, ddof=1),
-        },
-        hint=Hint(
-            "check which scores you take the variance of (every pair n, m, scaled) and which "
-            "variance (the population's, 1/count).",
-            "Every score q_n . k_m divided by sqrt(d), then the variance of them all. s = q @ "
-            "k.transpose(-2, -1) / q.shape[-1] ** 0.5; return float(s.var(correction=0))",
-        ),
-    )
+exercise(
+    "11.5",
+    scaled_score_variance_reference,
+    target="scaled_score_variance",
+    title="predict, then measure: the variance of the scaled scores",
+    points=1,
+    cases=_score_var_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    compare=within(1e-7),
+    measures="the variance of q . k / sqrt(d_k)",
+    slips={
+        "unscaled": dict(power=0.0),
+        "over-d": dict(power=1.0),
+        "std": dict(std=True),
+        "unbiased": dict(ddof=1),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 11.6 predict, measure
 
 
-def _slow_share(x, base, context, *, half=False, fast=False, exponent=2.0, count=False):
+def slow_pair_share_reference(
+    x, base, context, *, half=False, fast=False, exponent=2.0, count=False
+) -> float:
+    r"""The share of :math:`\sum \lVert x \rVert^2` over the vectors ``x [..., d]`` that lies
+    in the RoPE pairs :math:`(2i, 2i+1)` turning less than once within the context, those with
+    :math:`(C - 1)\,\theta_i < 2\pi`, :math:`\theta_i = b^{-2i/d}`: a pair that never completes
+    a turn cannot tell positions apart by its angle's phase over the whole context."""
     x = torch.as_tensor(x).double()
     d = x.shape[-1]
     x = x.reshape(-1, d)  # (M, d)
@@ -595,14 +425,6 @@ def _slow_share(x, base, context, *, half=False, fast=False, exponent=2.0, count
         return float(slow.double().mean())
     e = (a**2 + b**2).sum(0)  # (d/2,)
     return float(e[slow].sum() / e.sum())
-
-
-def slow_pair_share_reference(x, base: float, context: int) -> float:
-    r"""The share of :math:`\sum \lVert x \rVert^2` over the vectors ``x [..., d]`` that lies
-    in the RoPE pairs :math:`(2i, 2i+1)` turning less than once within the context, those with
-    :math:`(C - 1)\,\theta_i < 2\pi`, :math:`\theta_i = b^{-2i/d}`: a pair that never completes
-    a turn cannot tell positions apart by its angle's phase over the whole context."""
-    return _slow_share(x, base, context)
 
 
 def _slow_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -637,66 +459,35 @@ def _slow_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="11.6",
-        title="predict, then measure: the energy in RoPE's slow pairs",
-        points=1,
-        target="slow_pair_share",
-        cases=_slow_cases,
-        reference=slow_pair_share_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        compare=within(1e-7),
-        measures="the share of energy in the pairs that turn less than once",
-        gaps={
-            "low": "training moved the energy of queries and keys into the slow pairs, the ones "
-            "whose angle barely turns over the context: there a dot product depends on what the "
-            "vectors say more than on where they are. The fast pairs, which tell neighbours "
-            "apart, keep a smaller share. Position is carried by a few fast pairs, content by "
-            "the slow ones (the lecture's figure, per layer).",
-            "high": "the slow pairs carry most of the energy, but not all: the fast pairs still "
-            "hold a share, and they are what lets a head find the previous token.",
-            "right": "you expected trained vectors to favour the slow pairs, and they do.",
-        },
-        mistakes={
-            Hint(
-                "you paired coordinates i and i + d/2 (the half-split layout).",
-                "The course's model uses interleaved pairs (2i, 2i+1): x[..., 0::2] and "
-                "x[..., 1::2].",
-            ): unless_different(twin(_slow_share, half=True), slow_pair_share_reference),
-            Hint(
-                "you took the pairs that *do* turn at least once.",
-                "Slow pairs turn less than once: (context - 1) * theta_i < 2 pi.",
-            ): unless_different(twin(_slow_share, fast=True), slow_pair_share_reference),
-            Hint(
-                "your frequencies use the exponent i/d: they fall off twice as slowly.",
-                "theta_i = base ** (-2 i / d) for pair i = 0 .. d/2 - 1.",
-            ): unless_different(twin(_slow_share, exponent=1.0), slow_pair_share_reference),
-            Hint(
-                "you returned the share of slow *pairs*, not of the energy.",
-                "Weigh each pair by its energy, sum over vectors of x[2i]^2 + x[2i+1]^2, then "
-                "divide the slow pairs' sum by the total.",
-            ): unless_different(twin(_slow_share, count=True), slow_pair_share_reference),
-        },
-        hint=Hint(
-            "check which coordinates form a pair, which pairs count as slow (less than one turn "
-            "within the context), and that pairs are weighed by their energy.",
-            "Energy per pair summed over the vectors, a boolean mask of slow pairs, then the "
-            "ratio. e = (x[..., 0::2] ** 2 + x[..., 1::2] ** 2).reshape(-1, d // 2).sum(0); "
-            "theta = base ** (-2 * arange(d // 2) / d); slow = (context - 1) * theta < 2 * pi; "
-            "return float(e[slow].sum() / e.sum())",
-        ),
-    )
+exercise(
+    "11.6",
+    slow_pair_share_reference,
+    target="slow_pair_share",
+    title="predict, then measure: the energy in RoPE's slow pairs",
+    points=1,
+    cases=_slow_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    compare=within(1e-7),
+    measures="the share of energy in the pairs that turn less than once",
+    slips={
+        "half-split": dict(half=True),
+        "fast-pairs": dict(fast=True),
+        "exponent": dict(exponent=1.0),
+        "count-pairs": dict(count=True),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 11.7 the kernel's LSE
 
 
-def _lse(
+def causal_lse_reference(
     q, k, scale, *, causal=True, use_scale=True, log_base=math.e, max_only=False, fill=-math.inf
-):
+) -> torch.Tensor:
+    r"""The log-sum-exp of each causal row of scaled scores, ``[..., N]`` for ``q, k [..., N,
+    d]``: :math:`\mathrm{LSE}_n = \log \sum_{m \le n} e^{\text{scale}\, q_n \cdot k_m}`, natural
+    log (what chapter 06's kernel returns beside its output, for the backward pass)."""
     q, k = torch.as_tensor(q).double(), torch.as_tensor(k).double()
     s = (q @ k.transpose(-2, -1)) * (scale if use_scale else 1.0)  # (..., N, N)
     if causal:
@@ -705,13 +496,6 @@ def _lse(
     if max_only:
         return s.amax(-1)  # (..., N)
     return torch.logsumexp(s, -1) / math.log(log_base)  # (..., N)
-
-
-def causal_lse_reference(q, k, scale: float) -> torch.Tensor:
-    r"""The log-sum-exp of each causal row of scaled scores, ``[..., N]`` for ``q, k [..., N,
-    d]``: :math:`\mathrm{LSE}_n = \log \sum_{m \le n} e^{\text{scale}\, q_n \cdot k_m}`, natural
-    log (what chapter 06's kernel returns beside its output, for the backward pass)."""
-    return _lse(q, k, scale)
 
 
 def _lse_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -737,57 +521,22 @@ def _lse_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="11.7",
-        title="the kernel's log-sum-exp, then predict it on real queries and keys",
-        points=1,
-        target="causal_lse",
-        cases=_lse_cases,
-        reference=causal_lse_reference,
-        atol=1e-6,
-        rtol=1e-6,
-        compare=_a_tensor("the notebook compares it with the kernel's LSE, a tensor."),
-        reveals="the mean log-sum-exp over the rows",
-        gaps={
-            "low": "log(n + 1) is the LSE of a row of zeros, all keys alike. SmolLM2's rows are far from "
-            "equal: a few keys (the first token above all) score much higher than the rest, and "
-            "the LSE is close to the largest score plus a little, so it sits well above the "
-            "uniform value.",
-            "high": "the LSE of a row is at least its largest score and at most that plus "
-            "log(n + 1): real rows with one dominant key sit near the bottom of that range.",
-            "right": "you expected dominant keys to lift the LSE above log(n + 1), and they do.",
-        },
-        mistakes={
-            Hint(
-                "you summed over every key, the future ones included.",
-                "Row n of the kernel's LSE runs over the keys m <= n it may see: mask the upper "
-                "triangle with -inf first.",
-            ): unless_different(twin(_lse, causal=False), causal_lse_reference),
-            Hint(
-                "your masked keys still count: a masked score of 0 adds e^0 = 1 to the sum.",
-                "Fill the masked scores with -inf, whose exp is exactly 0, before the log-sum-exp.",
-            ): unless_different(twin(_lse, fill=0.0), causal_lse_reference),
-            Hint(
-                "you forgot the scale.",
-                "The scores the kernel exponentiates are scale * q . k.",
-            ): unless_different(twin(_lse, use_scale=False), causal_lse_reference),
-            Hint(
-                "your LSE is in base 2.",
-                "The kernel computes with exp2 inside but returns the natural log's LSE: "
-                "torch.logsumexp, or m + log(l).",
-            ): twin(_lse, log_base=2.0),
-            Hint(
-                "you returned the row maximum m alone.",
-                "LSE = m + log(sum of exp(s - m)): the max is only its first term.",
-            ): unless_different(twin(_lse, max_only=True), causal_lse_reference),
-        },
-        hint=Hint(
-            "check which keys row n may see, what a masked key must add to the sum (nothing), "
-            "and the scale.",
-            "Scaled scores, the causal mask as -inf, then logsumexp over the keys. s = scale * q "
-            "@ k.transpose(-2, -1); keep = ones(N, N, dtype=bool).tril(); return "
-            "torch.logsumexp(s.masked_fill(~keep, -inf), dim=-1)",
-        ),
-    )
+exercise(
+    "11.7",
+    causal_lse_reference,
+    target="causal_lse",
+    title="the kernel's log-sum-exp, then predict it on real queries and keys",
+    points=1,
+    cases=_lse_cases,
+    atol=1e-6,
+    rtol=1e-6,
+    compare=_a_tensor("the notebook compares it with the kernel's LSE, a tensor."),
+    reveals="the mean log-sum-exp over the rows",
+    slips={
+        "not-causal": dict(causal=False),
+        "zero-fill": dict(fill=0.0),
+        "unscaled": dict(use_scale=False),
+        "base-2": dict(log_base=2.0),
+        "max-only": dict(max_only=True),
+    },
 )

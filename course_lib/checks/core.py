@@ -61,10 +61,11 @@ class Hint(str):
     """
 
     detail: str
+    key: str  # what it diagnoses, "02.1/unscaled" (course_lib.checks.texts), or ""
 
-    def __new__(cls, nudge: str, detail: str = "") -> Hint:
+    def __new__(cls, nudge: str, detail: str = "", key: str = "") -> Hint:
         obj = super().__new__(cls, nudge)
-        obj.detail = detail
+        obj.detail, obj.key = detail, key
         return obj
 
     def render(self, full: bool) -> str:
@@ -78,6 +79,13 @@ class Hint(str):
 def render_hint(hint: str, full: bool) -> str:
     """A hint's text at the tier asked for (plain strings have one tier)."""
     return hint.render(full) if isinstance(hint, Hint) else str(hint)
+
+
+def hint_key(hint: str, exercise_id: str, default: str = "") -> str:
+    """What ``hint`` diagnoses, as a key: its own (``"02.1/unscaled"``), else ``default``
+    under the exercise (``"02.1/changed-input"``), else the exercise's id."""
+    key = getattr(hint, "key", "")
+    return key or (f"{exercise_id}/{default}" if default else exercise_id)
 
 
 # What an exercise with ``keeps_inputs=True`` says when a call changed one of its arguments.
@@ -458,10 +466,15 @@ def _matches(got: Any, other: Any, atol: float, rtol: float) -> bool:
 
 @dataclass
 class CaseResult:
+    """One case's verdict. ``cause``: the key of what the checks recognised in a failure
+    (``"02.1/unscaled"`` for a named mistake, ``"02.1"`` for the exercise's general hint),
+    "" when they recognised nothing: the grader and the class report count these keys."""
+
     name: str
     passed: bool
     message: str = ""
     not_implemented: bool = False
+    cause: str = ""
 
 
 # The placeholders of generated exercise notebooks raise NotImplementedError with this text
@@ -534,12 +547,32 @@ def _has_new_nonfinite(wrong: Any, expected: Any) -> bool:
         return False
 
 
-def _diagnose(ex: Exercise, case: Case, got: Any, expected: Any, full: bool = True) -> str:
-    """Name the declared mistake whose output the learner's output matches, if any.
+def _likely(hint: str, ex: Exercise, full: bool, default: str = "") -> tuple[str, str]:
+    """("\n    Likely cause: <hint>", its key)."""
+    return f"\n    Likely cause: {render_hint(hint, full)}", hint_key(hint, ex.id, default)
 
-    Twins whose output is finite where the reference is finite are tried first: a twin
-    that overflows to NaN "matches" every other NaN-producing mistake too, so it is only
-    named when no finite twin matches (declare the overflow mistake before such twins).
+
+def _general(ex: Exercise, full: bool) -> tuple[str, str]:
+    """The exercise's general hint, when no named mistake explains a failure."""
+    if not ex.hint:
+        return "", ""
+    return f"\n    Hint: {render_hint(ex.hint, full)}", hint_key(ex.hint, ex.id)
+
+
+SAME_AS_REFERENCE = 1e-9  # a twin this close to the reference on an input explains nothing
+
+
+def _diagnose(
+    ex: Exercise, case: Case, got: Any, expected: Any, full: bool = True
+) -> tuple[str, str]:
+    """Name the declared mistake whose output the learner's output matches, if any:
+    (the text to add to the failure, its key).
+
+    A twin whose output agrees with the reference on this input is never named here: its
+    mistake makes no difference on it, so it cannot explain the failure. Twins whose output
+    is finite where the reference is finite are tried first: a twin that overflows to NaN
+    "matches" every other NaN-producing mistake too, so it is only named when no finite twin
+    matches.
     """
     outputs = []
     for hint, wrong in ex.mistakes.items():
@@ -547,15 +580,17 @@ def _diagnose(ex: Exercise, case: Case, got: Any, expected: Any, full: bool = Tr
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
-                outputs.append((hint, wrong(*c.args, **c.kwargs)))
+                out = wrong(*c.args, **c.kwargs)
         except Exception:
             continue
+        if not _matches(out, expected, SAME_AS_REFERENCE, 0.0):
+            outputs.append((hint, out))
     finite = [(h, o) for h, o in outputs if not _has_new_nonfinite(o, expected)]
     nonfinite = [(h, o) for h, o in outputs if _has_new_nonfinite(o, expected)]
     for hint, wrong_out in finite + nonfinite:
         if _matches(got, wrong_out, ex.atol, ex.rtol):
-            return f"\n    Likely cause: {render_hint(hint, full)}"
-    return f"\n    Hint: {render_hint(ex.hint, full)}" if ex.hint else ""
+            return _likely(hint, ex, full)
+    return _general(ex, full)
 
 
 def evaluate_case(ex: Exercise, case: Case, got: Any, full: bool = True) -> CaseResult:
@@ -572,13 +607,17 @@ def evaluate_case(ex: Exercise, case: Case, got: Any, full: bool = True) -> Case
     if msg is None:
         return CaseResult(case.name, True)
     if isinstance(msg, Diagnosed):
-        return CaseResult(case.name, False, msg.render(full))
-    return CaseResult(case.name, False, msg + _diagnose(ex, case, got, expected, full))
+        cause = hint_key(msg.cause, ex.id) if msg.cause else ""
+        return CaseResult(case.name, False, msg.render(full), cause=cause)
+    text, cause = _diagnose(ex, case, got, expected, full)
+    return CaseResult(case.name, False, msg + text, cause=cause)
 
 
-def _diagnose_error(ex: Exercise, case: Case, kind: str, message: str, full: bool) -> str:
+def _diagnose_error(
+    ex: Exercise, case: Case, kind: str, message: str, full: bool
+) -> tuple[str, str]:
     """Name the declared mistake whose twin raises the same exception (type name ``kind``,
-    text ``message``) as the learner's code."""
+    text ``message``) as the learner's code: (text, key)."""
     for hint, wrong in ex.mistakes.items():
         c = _copy_args(case)
         try:
@@ -589,8 +628,8 @@ def _diagnose_error(ex: Exercise, case: Case, kind: str, message: str, full: boo
             continue
         except Exception as twin_err:
             if type(twin_err).__name__ == kind and str(twin_err) == message:
-                return f"\n    Likely cause: {render_hint(hint, full)}"
-    return f"\n    Hint: {render_hint(ex.hint, full)}" if ex.hint else ""
+                return _likely(hint, ex, full)
+    return _general(ex, full)
 
 
 def _warning_failure(ex: Exercise, case: Case, warning: str, got: Any, full: bool) -> CaseResult:
@@ -601,15 +640,16 @@ def _warning_failure(ex: Exercise, case: Case, warning: str, got: Any, full: boo
         c = _copy_args(case)
         expected = ex.reference(*c.args, **c.kwargs)
         if compare_values(got, expected, ex.atol, ex.rtol, ex.check_dtype) is not None:
-            named = _diagnose(ex, case, got, expected, full)
+            named, cause = _diagnose(ex, case, got, expected, full)
             if "Likely cause" in named:
-                return CaseResult(case.name, False, msg + named)
+                return CaseResult(case.name, False, msg + named, cause=cause)
     except Exception:  # the feedback must never crash on odd outputs
         pass
     hint = ex.no_warnings if isinstance(ex.no_warnings, str) else ex.hint
-    if hint:
-        msg += f"\n    Likely cause: {render_hint(hint, full)}"
-    return CaseResult(case.name, False, msg)
+    if not hint:
+        return CaseResult(case.name, False, msg)
+    text, cause = _likely(hint, ex, full, "no-warnings" if hint is ex.no_warnings else "")
+    return CaseResult(case.name, False, msg + text, cause=cause)
 
 
 @dataclass
@@ -742,20 +782,17 @@ def judge_call(
         return None, CaseResult(case.name, False, "not implemented yet", not_implemented=True)
     if call.raised:
         msg = f"your function raised {call.raised}: {call.message}{call.frames}"
-        cause = _error_hint(ex, call.raised, call.message)  # a declared pattern first,
-        if cause:  # then a wrong twin that raises the same exception
-            return None, CaseResult(
-                case.name, False, f"{msg}\n    Likely cause: {render_hint(cause, full)}"
-            )
-        return None, CaseResult(
-            case.name, False, msg + _diagnose_error(ex, case, call.raised, call.message, full)
-        )
+        hint = _error_hint(ex, call.raised, call.message)  # a declared pattern first,
+        if hint:  # then a wrong twin that raises the same exception
+            text, cause = _likely(hint, ex, full, "error")
+        else:
+            text, cause = _diagnose_error(ex, case, call.raised, call.message, full)
+        return None, CaseResult(case.name, False, msg + text, cause=cause)
     if call.changed:
         hint = ex.keeps_inputs if isinstance(ex.keeps_inputs, str) else CHANGED_INPUT
+        text, cause = _likely(hint, ex, full, "keeps-inputs")
         msg = f"the call changed its argument {call.changed}."
-        return None, CaseResult(
-            case.name, False, f"{msg}\n    Likely cause: {render_hint(hint, full)}"
-        )
+        return None, CaseResult(case.name, False, msg + text, cause=cause)
     if call.warning:
         return None, _warning_failure(ex, case, call.warning, call.output, full)
     return call.output, None

@@ -225,12 +225,30 @@ def _declared(exercise_id: str) -> list[str]:
     return sorted({str(h).strip() for h in hints if h and str(h).strip()}, key=len, reverse=True)
 
 
+_KEY = re.compile(r"^\d{2}\.\d+/[a-z0-9-]+$")
+
+
+def _keyed(exercise_id: str, key: str) -> str:
+    """The nudge of the hint the checks diagnose as ``key`` ("02.1/unscaled"), else the key."""
+    try:
+        from course_lib.checks.core import get_exercise
+
+        ex = get_exercise(exercise_id)
+    except Exception:  # an exercise this course no longer has: the key says what it was
+        return key
+    hints = [*ex.mistakes, *(getattr(ex, "errors", None) or {}).values(), ex.no_warnings]
+    return next((str(h) for h in hints if getattr(h, "key", "") == key), key)
+
+
 def mistake_name(exercise_id: str, cause: str) -> str | None:
     """The diagnosis of the exercise's own checks that ``cause`` names (its short form,
     the hint's nudge), else None: text that is not one of the checks' own (a learner's
-    exception saying "Likely cause: ...") is never reported as a diagnosis."""
+    exception saying "Likely cause: ...") is never reported as a diagnosis. The grader
+    records a diagnosis as its key ("02.1/unscaled"); older gradebooks hold its text."""
     ours = cause.startswith(_GRADER)
     cause = cause.removeprefix(_GRADER)
+    if ours and _KEY.match(cause):
+        return _keyed(exercise_id, cause)
     for nudge in _declared(exercise_id):
         if cause.startswith(nudge):
             return nudge

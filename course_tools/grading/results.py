@@ -258,12 +258,9 @@ class Verdict:
     max_points: int
     status: str  # passed | failed | error | timeout | missing
     feedback: list[str]
-    # the checks' own diagnoses ("Likely cause: ..."), made in the grader's process from
-    # the recorded outputs: never text from the learner's kernel (the class report's list)
+    # the keys of the checks' own diagnoses ("02.1/unscaled"), made in the grader's process
+    # from the recorded outputs: never text from the learner's kernel (the class report's list)
     diagnoses: list[str] = field(default_factory=list)
-
-
-_CAUSE = re.compile(r"Likely cause:\s*(.+)")
 
 
 def _result_file_problem(path: Path) -> str | None:
@@ -348,7 +345,7 @@ def _judge(ex, cases: list[Case], recorded: list[dict], arrays, fixed: set[int] 
     """Each recorded case against the reference: (feedback, passed, passed of the cases
     drawn from the seed, not implemented, the checks' diagnoses). The feedback on a call that
     raised or warned is composed here, in the grader's process, from what the kernel recorded;
-    a diagnosis is taken only from what the checks add after the learner's own text."""
+    a diagnosis is the key the checks set (``CaseResult.cause``), never text to re-read."""
     feedback, passed, not_impl, diagnoses = [], 0, 0, []
     fixed = set(fixed or ()) if len(set(fixed or ())) < len(cases) else set()
     drawn_passed = 0
@@ -356,14 +353,12 @@ def _judge(ex, cases: list[Case], recorded: list[dict], arrays, fixed: set[int] 
         try:
             call = _recorded_call(entry, arrays)
             got, result = judge_call(ex, case, call)
-            learner_text = _learner_text(call)
             if result is None:
                 result = evaluate_case(ex, case, got)
-                learner_text = ""
         except MemoryError:
             raise
         except Exception as err:
-            result, learner_text = CaseResult(case.name, False, f"could not compare: {err}"), ""
+            result = CaseResult(case.name, False, f"could not compare: {err}")
         if result.passed:
             passed += 1
             drawn_passed += i not in fixed
@@ -371,16 +366,9 @@ def _judge(ex, cases: list[Case], recorded: list[dict], arrays, fixed: set[int] 
             continue
         not_impl += result.not_implemented
         feedback.append(f"✗ {case.name}: {result.message[: 2 * MAX_MESSAGE]}")
-        ours = result.message.split(learner_text, 1)[-1] if learner_text else result.message
-        diagnoses += [m.group(1).strip() for m in _CAUSE.finditer(ours)][-1:]
+        if "/" in result.cause:  # a named diagnosis ("02.1/unscaled"), not the general hint
+            diagnoses.append(result.cause)
     return feedback, passed, drawn_passed, not_impl, diagnoses
-
-
-def _learner_text(call: Call) -> str:
-    """The part of a failure's message the learner's code wrote (its exception or warning)."""
-    if call.raised:
-        return f"{call.raised}: {call.message}{call.frames}"
-    return call.warning
 
 
 def score(
