@@ -4,9 +4,9 @@ On a fresh machine with a CUDA GPU and a CUDA build of PyTorch (which brings Tri
 
     python benchmarks/gpu_check.py --install     # installs numpy and pytest if missing, then runs
 
-1. **Correctness, compiled**: the GPU tests of ``tests/library/flash/test_flash.py``,
-   ``tests/library/flash/test_flash_tma.py`` (the forward's TMA path, on sm_90) and
-   ``tests/checks/test_checks_ch06.py`` (``pytest -m gpu``, first kernel configuration only).
+1. **Correctness, compiled**: the GPU tests of ``tests/course_lib/flash/test_flash.py``,
+   ``tests/course_lib/flash/test_flash_tma.py`` (the forward's TMA path, on sm_90) and
+   ``tests/course_lib/checks/test_ch06.py`` (``pytest -m gpu``, first kernel configuration only).
 2. **Speed, memory and agreement at every point**: ``flash_attention`` (deterministic
    backward, and ``deterministic=False``, the atomic-dQ one) against every SDPA backend torch
    has, for N in {1k, 4k, 16k}, d in {64, 128}, bf16 and fp16, causal or not, forward and
@@ -55,17 +55,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 GPU_TESTS = [
-    ["tests/library/flash/test_flash.py", "-m", "gpu"],
+    ["tests/course_lib/flash/test_flash.py", "-m", "gpu"],
     [
-        "tests/library/flash/test_flash_tma.py",
+        "tests/course_lib/flash/test_flash_tma.py",
         "-m",
         "gpu",
     ],  # the TMA forward (COURSE_FLASH_TMA=1), sm_90
-    ["tests/checks/test_checks_ch06.py", "-k", "triton"],
+    ["tests/course_lib/checks/test_ch06.py", "-k", "triton"],
 ]
 DRY_RUN_TESTS = [
     [
-        "tests/library/flash/test_flash.py",
+        "tests/course_lib/flash/test_flash.py",
         "-k",
         "test_kernel_lse_and_causality or test_decode_float16_and_layout",
     ]

@@ -3,7 +3,7 @@
 ``setup()`` is the first call of every notebook. Its one subtle job is Triton's mode:
 Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a kernel, and the kernel
 keeps that mode, so the variable must be set before any kernel is defined (importing
-``triton`` earlier is harmless; tests/library/test_triton_mode.py). Without a CUDA GPU we turn the
+``triton`` earlier is harmless; tests/course_lib/test_triton_mode.py). Without a CUDA GPU we turn the
 interpreter on, which runs every Triton kernel on the CPU through numpy: slow, but
 exact enough to learn from and to test against.
 """

@@ -17,7 +17,7 @@ whether it duplicates a warpgroup, and the compile time from an empty cache
 (``compile_seconds``). :func:`problems` names what is wrong. A spill means a tile
 that does not fit the 255 registers a thread may hold is kept in local memory (cached
 DRAM) instead: every step of the loop then pays memory traffic the algorithm was designed
-to avoid. ``tests/library/flash/test_flash_aot.py`` fails if any recorded configuration has a problem.
+to avoid. ``tests/course_lib/flash/test_flash_aot.py`` fails if any recorded configuration has a problem.
 
 Run it *without* ``TRITON_INTERPRET`` (Triton reads the variable when the kernels are
 first decorated)::

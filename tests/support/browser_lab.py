@@ -1,7 +1,7 @@
 """Chromium for the browser tests, and a notebook in JupyterLab as a learner sees it.
 
 Shared by tests/site/test_browser.py, tests/site/test_site.py, tests/site/test_hub.py,
-tests/notebooks/test_notebooks_open_clean.py and tests/grader/test_class_report.py (this
+tests/notebooks/test_notebooks_open_clean.py and tests/course_tools/grading/test_class_report.py (this
 folder is on pytest's path). The browser is Chromium from the system (Debian's `chromium`);
 COURSE_CHROMIUM names another binary.
 """

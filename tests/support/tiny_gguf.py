@@ -1,6 +1,6 @@
 """Tiny GGUF files for the tests: the course's GPT saved the way llama.cpp saves a Llama.
 
-Shared by tests/library/gpt/test_gguf_checkpoint.py and tests/benchmarks (gguf.GGUFWriter).
+Shared by tests/course_lib/gpt/test_gguf_checkpoint.py and tests/benchmarks (gguf.GGUFWriter).
 """
 
 from __future__ import annotations

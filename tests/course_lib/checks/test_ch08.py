@@ -1,7 +1,7 @@
 """The chapter 08 exercises: specific wrong answers a learner writes are caught and named.
 
 (That every reference passes and every declared mistake is named on the visible cases is
-tests/checks/test_exercise_contract.py's job, for every chapter.)
+tests/course_lib/checks/test_exercise_contract.py's job, for every chapter.)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ interpreter emulates descriptors (bounds per dimension, zero fill), so ``force``
 code path here: it must give the same output and log-sum-exp as the pointer path, bit for
 bit, on ragged lengths, causal masks, windows, grouped heads, flash-attn's layout and a head
 dimension that is not a power of two. What the compiled code does with it (TMA copies on
-sm_90) is checked in ``tests/library/flash/test_flash_aot.py``.
+sm_90) is checked in ``tests/course_lib/flash/test_flash_aot.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What every exercise of every chapter promises, checked once for all of them.
 
-Chapter-specific behaviour lives in tests/test_checks_chNN.py; these are the promises the
+Chapter-specific behaviour lives in tests/course_lib/checks/test_chNN.py; these are the promises the
 framework makes to learners and instructors about any exercise declared with it.
 """
 

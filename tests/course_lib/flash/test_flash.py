@@ -787,7 +787,7 @@ def test_too_many_batch_heads_for_the_cuda_grid_is_a_clear_error(monkeypatch):
         inputs.kernel_views(q, q, q, None, "bhnd", "flash_attention")
 
 
-# The kernels compiled ahead of time for sm_90 and sm_80: tests/library/flash/test_flash_aot.py.
+# The kernels compiled ahead of time for sm_90 and sm_80: tests/course_lib/flash/test_flash_aot.py.
 
 
 # --------------------------------------------------------------------------- errors
