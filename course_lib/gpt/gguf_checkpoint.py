@@ -7,7 +7,7 @@ A GGUF file (llama.cpp's format, version 3) is a header and a blob:
   the tokenizer under ``tokenizer.ggml.*`` (the vocabulary, the merges, the token types);
 * **tensor infos**: a name, a shape (written innermost axis first: ``[576, 49152]`` is a
   ``[49152, 576]`` matrix), a type (``F32``, ``Q8_0``, ``Q4_1``, ...) and an offset;
-* **the data**, aligned; :class:`gguf.GGUFReader` maps it into memory without reading it.
+* **the data**, aligned; :mod:`course_lib.gpt.gguf_file` maps it into memory without reading it.
 
 Loading is the same two tables as for the other families (:mod:`course_lib.gpt.pretrained`):
 a **config table** (:data:`GGUF_CONFIG`: metadata key → :class:`GPTConfig` field, plus the keys
@@ -40,6 +40,7 @@ permutation are a different model (chapter 05's pairing lesson; SmolLM2's logits
 from __future__ import annotations
 
 import functools
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,7 @@ import torch
 
 from ..positional import interleaved_to_half, per_head_rows
 from .bpe import BPETokenizer
+from .gguf_file import GGUFFile, TruncatedGGUF, map_gguf
 from .model import GPT, GPTConfig
 
 __all__ = [
@@ -128,47 +130,19 @@ def _gguf():
     return gguf
 
 
-def _quick_reader_class(gguf):
-    """:class:`gguf.GGUFReader`, reading its header from a plain array view of the file.
-
-    The reader slices its ``np.memmap`` once per value, and a vocabulary is ~100,000 strings
-    (tokens and merges): the memmap subclass's bookkeeping on each slice made reading the
-    header take 2.5 s (6 s on a loaded machine); the same slices of a plain ``ndarray`` view
-    of the same memory take a quarter of that. The values are the same bytes.
-    """
-    if not hasattr(gguf.GGUFReader, "_get"):  # pragma: no cover - another gguf version
-        return gguf.GGUFReader
-
-    class QuickReader(gguf.GGUFReader):
-        def _get(self, offset, dtype, count=1, override_order=None):
-            if "_plain" not in self.__dict__:
-                self.__dict__["_plain"] = self.data.view(np.ndarray)
-            count, size = int(count), np.dtype(dtype).itemsize
-            arr = self._plain[offset : offset + size * count].view(dtype=dtype)[:count]
-            order = self.byte_order if override_order is None else override_order
-            return arr.view(arr.dtype.newbyteorder(order))
-
-    return QuickReader
-
-
 @functools.lru_cache(maxsize=2)
-def _reader(path: str, size: int, mtime_ns: int):
-    gguf = _gguf()
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise ValueError(f"{Path(path).name} is not a GGUF file (it starts with {magic!r})")
+def _reader(path: str, size: int, mtime_ns: int) -> GGUFFile:
     try:
-        return _quick_reader_class(gguf)(path)
-    except (ValueError, IndexError, TypeError, OSError) as err:
+        return map_gguf(path)
+    except (TruncatedGGUF, struct.error) as err:
         raise ValueError(
-            f"{Path(path).name} ({size:,} bytes) is truncated or corrupt: the GGUF reader "
-            f"failed with {err.__class__.__name__}: {err}"
+            f"{Path(path).name} ({size:,} bytes) is truncated or corrupt: {err}"
         ) from err
 
 
-def read_gguf(path: str | Path):
-    """The :class:`gguf.GGUFReader` of ``path`` (kept for the last two files read).
+def read_gguf(path: str | Path) -> GGUFFile:
+    """The parsed file at ``path`` (:class:`~course_lib.gpt.gguf_file.GGUFFile`: metadata and
+    tensors mapped from the file; the last two files read are kept).
 
     Raises ``FileNotFoundError``, or ``ValueError`` for a file that is not GGUF, or one cut
     short or damaged (the header names more data than the file holds).
@@ -180,16 +154,13 @@ def read_gguf(path: str | Path):
     return _reader(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
-def gguf_metadata(reader, *, arrays: bool = False) -> dict:
+def gguf_metadata(reader: GGUFFile, *, arrays: bool = False) -> dict:
     """The file's metadata as a dict; arrays (the vocabulary, the merges) only with ``arrays``."""
-    gguf = _gguf()
-    out = {}
-    for key, field in reader.fields.items():
-        is_array = field.types and field.types[0] == gguf.GGUFValueType.ARRAY
-        if is_array and not arrays and not key.startswith("general."):
-            continue
-        out[key] = field.contents()
-    return out
+    return {
+        key: value
+        for key, value in reader.metadata.items()
+        if arrays or key.startswith("general.") or not isinstance(value, list)
+    }
 
 
 # =========================================================================== the config
@@ -253,7 +224,7 @@ def _dequantize(tensor, source: str) -> torch.Tensor:
     gguf = _gguf()
     name, qtype = tensor.name, tensor.tensor_type
     try:
-        data = np.asarray(tensor.data).view(np.ndarray)  # a plain view: no memmap bookkeeping
+        data = np.asarray(tensor.data).view(np.ndarray)  # (rows, bytes per row) or values
         values = gguf.quants.dequantize(data, qtype)  # (*shape reversed) float32
     except NotImplementedError as err:
         raise ValueError(
@@ -333,11 +304,7 @@ def load_gguf_tokenizer(path: str | Path, *, pre: str | None = None) -> BPEToken
     gguf_file=...)``); ``pre="smollm"``: llama.cpp's split for SmolLM2, digits one by one first
     (:data:`~course_lib.gpt.bpe.PRE_TOKENIZERS` says where the two differ).
     """
-    reader = read_gguf(path)
-    keys = ("model", "pre", "tokens", "merges", "token_type")
-    fields = {
-        f"tokenizer.ggml.{k}": reader.fields[f"tokenizer.ggml.{k}"].contents()
-        for k in keys
-        if f"tokenizer.ggml.{k}" in reader.fields
-    }
+    meta = read_gguf(path).metadata
+    keys = [f"tokenizer.ggml.{k}" for k in ("model", "pre", "tokens", "merges", "token_type")]
+    fields = {key: meta[key] for key in keys if key in meta}
     return BPETokenizer.from_gguf_fields(fields, pre=pre, name=Path(path).name)
