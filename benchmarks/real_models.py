@@ -300,7 +300,9 @@ def resolve(name: str, folders: dict) -> tuple[Path, str | None]:
         return Path(folders[name]), None
     if name == "smollm2":
         return P.smollm2_path(), None
-    return P.checkpoint_folder(P.REAL_MODELS[name], download=True), P.REAL_MODELS[name]
+    from course_lib.gpt.hub_cache import checkpoint_folder
+
+    return checkpoint_folder(P.REAL_MODELS[name], download=True), P.REAL_MODELS[name]
 
 
 def main(argv: list[str] | None = None) -> dict:

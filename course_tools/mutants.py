@@ -433,7 +433,7 @@ def sliding_window_mask_one_too_wide(n, window=None, sinks=0):
 def qk_variance_of_scaled_scores(q, k):
     """The variance of q.k / sqrt(d) where chapter 11 means the raw scores q.k."""
     d = q.shape[-1]
-    return original("course_lib.gpt.claims:qk_variance")(q, k) / d
+    return original("course_lib.gpt.attention_stats:qk_variance")(q, k) / d
 
 
 def substitution_scores_whole_sentence(model, tok, sentences):
@@ -564,12 +564,12 @@ MUTANTS: list[Mutant] = [
          "the course's GPT on the GGUF file gives transformers' logits"),
     ]),
     *_declare("11", [
-        ("claims_window_one_too_wide", "course_lib.gpt.claims:sliding_window_mask",
+        ("claims_window_one_too_wide", "course_lib.gpt.transparent:sliding_window_mask",
          sliding_window_mask_one_too_wide,
          "a window of W keys (the query's own included) and the sinks, as the model ran"),
         ("rope_other_pairing", ROPE, apply_rope_other_pairing,
          "SmolLM2 pairs RoPE features (2i, 2i+1) in llama.cpp's order"),
-        ("qk_variance_of_scaled_scores", "course_lib.gpt.claims:qk_variance",
+        ("qk_variance_of_scaled_scores", "course_lib.gpt.attention_stats:qk_variance",
          qk_variance_of_scaled_scores, "the raw scores q.k have variance near d_k"),
         ("substitution_whole_sentence", "course_lib.gpt.winograd:substitution_scores",
          substitution_scores_whole_sentence,

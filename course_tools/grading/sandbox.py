@@ -97,7 +97,8 @@ def course_packages() -> dict[str, str]:
     return {m.__name__: _real(Path(m.__file__).parent) for m in (course_lib, course_tools)}
 
 
-_WITHHELD = "checks/ch[0-9]*.py"  # the chapter checks: references, hidden-case generators
+# the chapter checks: references, hidden-case generators (chNN.py) and their texts (chNN.md)
+_WITHHELD = ("checks/ch[0-9]*.py", "checks/ch[0-9]*.md")
 
 
 def learner_course_lib() -> str:
@@ -117,8 +118,9 @@ def learner_course_lib() -> str:
         dest = os.path.join(root, "course_lib")
         src = course_packages()["course_lib"]
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        for path in glob.glob(os.path.join(dest, _WITHHELD)):
-            os.remove(path)
+        for pattern in _WITHHELD:
+            for path in glob.glob(os.path.join(dest, pattern)):
+                os.remove(path)
         _LEARNER_COPY = dest
     return _LEARNER_COPY
 

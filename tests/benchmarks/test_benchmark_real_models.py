@@ -14,13 +14,14 @@ from scripts import load_script
 from tiny_gguf import random_tiny_model, write_gguf
 
 from course_lib.gpt import pretrained as P
+from course_lib.gpt.tiny_checkpoints import make_tiny_checkpoint
 
 pytest.importorskip("accelerate")  # transformers' GGUF route
 
 
 def test_the_script_records_every_figure(tmp_path):
     gguf_file = write_gguf(tmp_path / "tiny.gguf", random_tiny_model())
-    gpt2 = P.make_tiny_checkpoint("gpt2", tmp_path / "gpt2")
+    gpt2 = make_tiny_checkpoint("gpt2", tmp_path / "gpt2")
     out = tmp_path / "real_models.json"
     load_script("benchmarks/real_models.py").main(
         ["--models", "smollm2", "gpt2", "--folder", f"smollm2={gguf_file}"]

@@ -33,16 +33,6 @@ def _p_table(n, p=0.5, alternative="two-sided"):
     return np.array([binomial_test(k, n, p, alternative) for k in range(n + 1)])
 
 
-# --- moved from course_lib.gpt.claims ----------------------------------------------------
-
-
-def test_claims_still_offers_the_moved_functions():
-    from course_lib.gpt import claims
-
-    assert claims.sign_test is sign_test and claims.wilson_interval is wilson_interval
-    assert {"sign_test", "wilson_interval"} <= set(claims.__all__)
-
-
 def test_wilson_interval():
     lo, hi = wilson_interval(0, 10)
     assert lo == pytest.approx(0.0, abs=1e-12) and hi == pytest.approx(0.2775, abs=1e-3)

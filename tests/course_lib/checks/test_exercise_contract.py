@@ -23,7 +23,7 @@ from course_tools.exercises import BEGIN_SOLUTION, END_SOLUTION, exercise_cells
 from course_tools.grading.results import grader_cases, harvest, score, write_inputs
 
 IDS = sorted(all_exercises())
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _failure(ex_id, fn, hidden=False) -> str | None:

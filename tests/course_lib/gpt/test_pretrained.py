@@ -1,4 +1,4 @@
-"""The loaders of course_lib.gpt.pretrained, against transformers on tiny random checkpoints.
+"""course_lib.gpt.pretrained: load_pretrained against transformers on tiny random checkpoints.
 
 No network: each checkpoint is a tiny GPT-2 or Llama made by transformers with random
 weights, saved as a model folder (config.json + model.safetensors), then loaded by the
@@ -16,14 +16,14 @@ import transformers
 
 from course_lib.gpt import GPT, GPTConfig
 from course_lib.gpt import pretrained as P
-from course_lib.positional import apply_rope, rope_permutation
+from course_lib.gpt.tiny_checkpoints import make_tiny_checkpoint
 
 FAMILIES = ("gpt2", "llama")
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    return {f: P.make_tiny_checkpoint(f, tmp_path_factory.mktemp(f)) for f in FAMILIES}
+    return {f: make_tiny_checkpoint(f, tmp_path_factory.mktemp(f)) for f in FAMILIES}
 
 
 def _reference(folder, dtype=torch.float32):
@@ -87,25 +87,6 @@ def test_the_two_rope_pairings_give_the_same_model(folders):
     tokens = _tokens()
     with torch.no_grad():  # ...and the logits did not
         torch.testing.assert_close(half(tokens), inter(tokens), rtol=0, atol=1e-12)
-
-
-def test_half_to_interleaved_rows_moves_each_pair_to_adjacent_rows():
-    head_dim, heads, d = 8, 2, 5
-    w = torch.randn(heads * head_dim, d, dtype=torch.float64)
-    out = P.half_to_interleaved_rows(w, heads)  # (H d_h, d)
-    for h in range(heads):
-        for i in range(head_dim // 2):
-            assert torch.equal(out[h * head_dim + 2 * i], w[h * head_dim + i])
-            assert torch.equal(out[h * head_dim + 2 * i + 1], w[h * head_dim + i + head_dim // 2])
-    # the rotation property: interleaved RoPE of the permuted q = permuted half RoPE of q
-    q = torch.randn(1, 1, 6, head_dim, dtype=torch.float64)  # (B, H, N, head_dim)
-    inverse = torch.argsort(rope_permutation(head_dim))
-    torch.testing.assert_close(
-        apply_rope(q[..., inverse], interleaved=True),
-        apply_rope(q, interleaved=False)[..., inverse],
-    )
-    with pytest.raises(ValueError, match="do not split into 3 heads"):
-        P.half_to_interleaved_rows(w, 3)
 
 
 # --------------------------------------------------------------------------- generation, backends
@@ -175,20 +156,6 @@ def test_gqa_cache_bytes_per_token_follow_the_kv_heads(folders):
     assert per_token[m] == 2 * m.num_layers * m.kv_heads * m.head_dim * 2  # H_kv, not H
 
 
-def test_the_gpt2_block_table_is_what_the_loader_uses(folders):
-    from safetensors.torch import load_file
-
-    tensors = load_file(folders["gpt2"] / "model.safetensors")
-    block = P.gpt2_block_state_dict(tensors, 1, d_model=32)
-    state = P.load_pretrained(folders["gpt2"]).state_dict()
-    assert set(block) == {k for k in state if k.startswith("blocks.1.")}
-    for name, value in block.items():
-        assert torch.equal(value, state[name]), name
-    # the Conv1D trap: the checkpoint's c_proj weight is the transpose of W_O's
-    w = tensors["transformer.h.1.attn.c_proj.weight"]
-    assert torch.equal(block["blocks.1.attn.W_O.weight"], w.T) and not torch.equal(w, w.T)
-
-
 def test_the_course_model_is_unchanged_by_the_new_switches():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=11, seq_len=8, d_model=16, num_layers=1, num_heads=2))
@@ -225,13 +192,6 @@ def test_a_missing_file_is_named(folders, tmp_path):
         P.load_pretrained(tmp_path / "nowhere")
 
 
-def test_a_hub_name_missing_from_the_cache_is_not_downloaded(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(FileNotFoundError, match="not in the local Hugging Face cache.*download"):
-        P.checkpoint_folder("nobody-here/no-such-model")
-
-
 def _with_config(folder, tmp_path, **changes):
     out = _copy(folder, tmp_path)
     cfg = json.loads((out / "config.json").read_text())
@@ -261,31 +221,8 @@ def test_an_unmappable_config_field_is_named(folders, tmp_path, family, change, 
         P.load_pretrained(folder)
 
 
-def test_a_missing_or_unknown_tensor_is_named(folders):
-    from safetensors.torch import load_file
-
-    tensors = load_file(folders["llama"] / "model.safetensors")
-    config = P.load_pretrained(folders["llama"]).config
-    missing = {k: v for k, v in tensors.items() if "layers.1.mlp.up_proj" not in k}
-    with pytest.raises(KeyError, match=r"no tensor 'model.layers.1.mlp.up_proj.weight'"):
-        P.state_dict_from_hf(missing, "llama", config, "model.safetensors")
-    extra = dict(tensors, **{"model.layers.0.self_attn.q_norm.weight": torch.ones(16)})
-    with pytest.raises(KeyError, match="no row for.*q_norm"):
-        P.state_dict_from_hf(extra, "llama", config, "model.safetensors")
-
-
-def test_tokenizers_round_trip(folders):
-    tok = P.load_tokenizer(folders["gpt2"])  # the tiny folder has none: bytes stand in
-    assert isinstance(tok, P.ByteTokenizer)
-    ids = tok.encode("When Mary and John")
-    assert ids.dtype == torch.int64 and tok.decode(ids) == "When Mary and John"
-    assert tok.show(tok.encode("a b\n")) == ["a", "␣", "b", "⏎"]
-    with pytest.raises(ValueError, match="family must be one of"):
-        P.make_tiny_checkpoint("bert", folders["gpt2"])
-
-
 def test_a_tied_llama_like_smollm2_loads(tmp_path):
-    folder = P.make_tiny_checkpoint("llama", tmp_path / "tied", tie_word_embeddings=True)
+    folder = make_tiny_checkpoint("llama", tmp_path / "tied", tie_word_embeddings=True)
     model = P.load_pretrained(folder)
     assert model.config.tie_embeddings and model.lm_head is None
     tokens = _tokens()

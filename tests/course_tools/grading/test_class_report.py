@@ -15,7 +15,7 @@ from course_tools.grading import class_report as C
 from course_tools.grading import cli
 from course_tools.grading.report import grades_csv, review_csv
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ASSIGNMENT = "02_qkv_attention"
 HOSTILE = "class/<script>window.__pwned = 1</script>/02.ipynb"
 SCREENSHOTS = ROOT / "test-output" / "browser"

@@ -166,7 +166,7 @@ def test_the_grader_fails_an_answer_that_changes_its_input_as_the_check_does(tmp
     """11.4 keeps its inputs: a mean ablation written into `out` gives the right values and
     passes a grader that compares outputs only; the grader records the change in the kernel
     and fails it with the check's words, as the notebook's check does."""
-    from course_lib.gpt.claims import mean_ablate
+    from course_lib.gpt.transparent import mean_ablate
 
     def in_place(out, heads):
         for h in heads:

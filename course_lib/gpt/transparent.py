@@ -1,4 +1,4 @@
-r"""The course's claims measured on a real model (chapter 11): a transparent forward and its statistics.
+r"""A transparent forward pass of a loaded model: what ``model(tokens)`` computes, opened.
 
 :func:`run_model` recomputes a loaded :class:`~course_lib.gpt.model.GPT` from its own modules,
 layer by layer, so that a notebook can (1) read every layer's queries, keys and values before
@@ -6,18 +6,12 @@ and after RoPE, (2) place the tokens at any positions (RoPE's :math:`m - n` clai
 past the training context), (3) give every layer one boolean mask (sliding windows, attention
 sinks: Xiao et al., 2023, "Efficient Streaming Language Models with Attention Sinks") and
 (4) mean-ablate chosen heads. With none of these it equals ``model(tokens)`` (a test).
-
-The statistics are the ones the chapters state: the variance of :math:`q \cdot k` against
-:math:`d_k` (03), softmax entropies with and without the scale (03), the energy of each RoPE
-frequency pair (05) and the share of attention on the first token (08). The tests and
-intervals that decide whether a measured effect is real (Wilson intervals, sign tests, their
-power) live in :mod:`course_lib.stats`; ``sign_test`` and ``wilson_interval`` are re-exported
-here so that older imports keep working.
+Chapter 11 measures the course's claims with it; the statistics it computes on what it reads
+are in :mod:`course_lib.gpt.attention_stats` and :mod:`course_lib.stats`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -26,22 +20,9 @@ import torch.nn.functional as F
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, repeat_kv, split_heads
 from ..positional import apply_rope
-from ..stats import sign_test, wilson_interval
 from .model import GPT
 
-__all__ = [
-    "Run",
-    "attention_entropy",
-    "first_token_share",
-    "mean_ablate",
-    "qk_variance",
-    "rope_pair_energy",
-    "run_model",
-    "sign_test",
-    "sliding_window_mask",
-    "token_losses",
-    "wilson_interval",
-]
+__all__ = ["Run", "mean_ablate", "run_model", "sliding_window_mask", "token_losses"]
 
 
 @dataclass
@@ -159,41 +140,3 @@ def token_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``[B, N-1]``: the loss (nats) of each next token, position ``n`` predicting ``n+1``."""
     logp = torch.log_softmax(logits[:, :-1].double(), dim=-1)  # (B, N-1, V)
     return -logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, N-1)
-
-
-def qk_variance(q: torch.Tensor, k: torch.Tensor) -> float:
-    r"""The variance of the raw scores :math:`q_n \cdot k_m` over every causal pair
-    :math:`m \le n`, every head and batch row: ``q [B, H, N, d]``, ``k [B, H_kv, N, d]``.
-    Chapter 03's argument says :math:`d_k` when components are i.i.d. with unit variance."""
-    k = repeat_kv(k, q.shape[1] // k.shape[1])  # (B, H, N, d)
-    s = q.double() @ k.double().transpose(-2, -1)  # (B, H, N, N)
-    keep = sliding_window_mask(q.shape[-2])  # (N, N)
-    return float(s[..., keep].var())
-
-
-def attention_entropy(q: torch.Tensor, k: torch.Tensor, scale: float) -> float:
-    r"""Mean entropy (nats) of the causal softmax rows :math:`\mathrm{softmax}(\text{scale}\cdot
-    q_n \cdot k_m)_{m \le n}`, over every query with at least 2 keys, head and batch row."""
-    k = repeat_kv(k, q.shape[1] // k.shape[1])  # (B, H, N, d)
-    s = scale * (q.double() @ k.double().transpose(-2, -1))  # (B, H, N, N)
-    keep = sliding_window_mask(q.shape[-2])  # (N, N)
-    logp = torch.log_softmax(s.masked_fill(~keep, -math.inf), dim=-1)  # (B, H, N, N)
-    ent = -(logp.exp() * logp.masked_fill(~keep, 0.0)).sum(-1)  # (B, H, N)
-    return float(ent[..., 1:].mean())
-
-
-def rope_pair_energy(x: torch.Tensor, interleaved: bool = True) -> torch.Tensor:
-    r"""``[d/2]``: each RoPE pair's share of :math:`\lVert x \rVert^2`, averaged over every
-    vector of ``x [..., d]`` (rotation keeps a pair's norm, so before or after RoPE is the same).
-    Pair :math:`i` is :math:`(2i, 2i+1)` interleaved, :math:`(i, i + d/2)` half-split."""
-    d = x.shape[-1]
-    x = x.double().reshape(-1, d)  # (M, d)
-    a, b = (x[:, 0::2], x[:, 1::2]) if interleaved else (x[:, : d // 2], x[:, d // 2 :])
-    e = (a**2 + b**2).mean(0)  # (d/2,)
-    return e / e.sum()
-
-
-def first_token_share(weights: torch.Tensor, start: int = 1) -> float:
-    """The mean weight on key 0 over the queries ``n >= start`` (and every head and row) of
-    ``weights [B, H, N, N]``: the "attention sink" of Xiao et al. (2023)."""
-    return float(weights[:, :, start:, 0].mean())

@@ -1,4 +1,5 @@
-"""course_lib.gpt.claims: the transparent forward equals the model's, and the statistics."""
+"""course_lib.gpt.transparent: the transparent forward equals the model's forward; its masks,
+ablation and per-token losses."""
 
 from __future__ import annotations
 
@@ -8,16 +9,8 @@ import pytest
 import torch
 
 from course_lib.gpt.circuits import ablated_heads
-from course_lib.gpt.claims import (
-    attention_entropy,
-    first_token_share,
-    qk_variance,
-    rope_pair_energy,
-    run_model,
-    sliding_window_mask,
-    token_losses,
-)
 from course_lib.gpt.model import GPT, GPTConfig
+from course_lib.gpt.transparent import run_model, sliding_window_mask, token_losses
 
 LLAMA = GPTConfig(
     vocab_size=50,
@@ -106,29 +99,3 @@ def test_token_losses_of_uniform_logits_are_log_v():
     losses = token_losses(torch.zeros(2, 5, 7), tokens)
     assert losses.shape == (2, 4)
     torch.testing.assert_close(losses, torch.full((2, 4), math.log(7), dtype=torch.float64))
-
-
-def test_qk_variance_of_unit_components_is_d_k():
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(4, 4, 64, 64, generator=g), torch.randn(4, 2, 64, 64, generator=g)
-    assert qk_variance(q, k) == pytest.approx(64, rel=0.1)
-
-
-def test_entropy_of_zero_scores_is_uniform():
-    q, k = torch.randn(1, 2, 10, 8), torch.randn(1, 2, 10, 8)
-    want = sum(math.log(n + 1) for n in range(1, 10)) / 9
-    assert attention_entropy(q, k, 0.0) == pytest.approx(want)
-    assert attention_entropy(q, k, 10.0) < attention_entropy(q, k, 0.1)
-
-
-def test_rope_pair_energy():
-    x = torch.zeros(3, 8)
-    x[:, 2], x[:, 3] = 1.0, 1.0  # interleaved pair 1
-    assert rope_pair_energy(x).tolist() == [0.0, 1.0, 0.0, 0.0]
-    assert rope_pair_energy(x, interleaved=False).tolist() == [0.0, 0.0, 0.5, 0.5]
-
-
-def test_first_token_share_of_uniform_attention():
-    keep = torch.ones(6, 6).tril()
-    w = (keep / keep.sum(-1, keepdim=True))[None, None]  # (1, 1, 6, 6)
-    assert first_token_share(w) == pytest.approx(sum(1 / (n + 1) for n in range(1, 6)) / 5)
