@@ -25,13 +25,27 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, repeat_kv, split_heads
-from .core import Case, Exercise, Hint, register
-from .kit import DT, byte_compare, randn, twin, within
+from .core import Case
+from .declare import exercise
+from .kit import DT, byte_compare, randn, within
+
+# torch's message when the H query heads meet H_kv < H key/value heads (04.5, 04.8)
+UNREPEATED_HEADS = (
+    r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
+    r"non-singleton dimension 1"
+)
 
 # --------------------------------------------------------------------------- 04.1 split heads
 
 
-def split_heads_reference(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+def split_heads_reference(x: torch.Tensor, num_heads: int, *, via="(B, N, H, d_h)"):
+    r"""``[B, N, H d_h] -> [B, H, N, d_h]``, :math:`\mathrm{out}[b, i, n, c] = x[b, n, i d_h + c]`:
+    a reshape to ``via``, then the head axis moved in front of the tokens."""
+    b, n, d = x.shape
+    if via == "(B, H, N, d_h)":  # straight to the output's shape: cuts the token axis
+        return x.reshape(b, num_heads, n, d // num_heads)  # (B, H, N, d_h)
+    if via == "(B, N, d_h, H)":  # head i gets features i, i + H, i + 2H, ...
+        return x.reshape(b, n, d // num_heads, num_heads).permute(0, 3, 1, 2)  # (B, H, N, d_h)
     return split_heads(x, num_heads)  # (B, H, N, d_h)
 
 
@@ -51,52 +65,34 @@ def _split_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _split_no_transpose(x, num_heads):
-    b, n, d = x.shape
-    return x.reshape(b, num_heads, n, d // num_heads)
-
-
-def _split_wrong_order(x, num_heads):
-    b, n, d = x.shape
-    return x.reshape(b, n, d // num_heads, num_heads).permute(0, 3, 1, 2)
-
-
-register(
-    Exercise(
-        id="04.1",
-        title="split the features into heads",
-        points=1,
-        target="split_heads",
-        cases=_split_cases,
-        reference=split_heads_reference,
-        atol=1e-12,
-        rtol=1e-10,
-        mistakes={
-            Hint(
-                "you reshaped straight to (B, H, N, d_h): the shape is right, the numbers are not.",
-                "A reshape keeps the memory order, so it cuts the token axis, not the features. "
-                "Reshape to (B, N, H, d_h) first, then transpose axes 1 and 2.",
-            ): _split_no_transpose,
-            Hint(
-                "you split the features as (d_h, H): head i then gets features i, i+H, i+2H, ...",
-                "Head i must get the contiguous block i*d_h ... (i+1)*d_h-1, so reshape to "
-                "(B, N, H, d_h).",
-            ): _split_wrong_order,
-        },
-        hint=Hint(
-            "check which features head h receives: each token's features, cut into H blocks of "
-            "d_h, one block per head.",
-            "Cut the last axis into (H, d_h), then move the head axis in front of the tokens. "
-            "x.reshape(B, N, H, D // H) then .transpose(1, 2).",
-        ),
-    )
+exercise(
+    "04.1",
+    split_heads_reference,
+    target="split_heads",
+    title="split the features into heads",
+    points=1,
+    cases=_split_cases,
+    atol=1e-12,
+    rtol=1e-10,
+    slips={
+        "no-transpose": dict(via="(B, H, N, d_h)"),
+        "interleaved": dict(via="(B, N, d_h, H)"),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 04.2 merge heads
 
 
-def merge_heads_reference(x: torch.Tensor) -> torch.Tensor:
+def merge_heads_reference(x: torch.Tensor, *, via="(B, N, H, d_h)") -> torch.Tensor:
+    r"""``[B, H, N, d_h] -> [B, N, H d_h]``, the inverse of 04.1: token :math:`n`'s features
+    are :math:`\mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_H)`; the heads are
+    moved to ``via`` before the last two axes are joined."""
+    b, h, n, d = x.shape
+    if via == "(B, H, N, d_h)":  # reshaped as it is: tokens and heads mixed up
+        return x.reshape(b, n, h * d)  # (B, N, H*d_h)
+    if via == "(B, N, d_h, H)":  # feature c of every head, then c + 1, ...
+        return x.permute(0, 2, 3, 1).reshape(b, n, h * d)  # (B, N, H*d_h)
     return merge_heads(x)  # (B, N, H*d_h)
 
 
@@ -116,53 +112,26 @@ def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _merge_no_transpose(x):
-    b, h, n, d = x.shape
-    return x.reshape(b, n, h * d)
-
-
-def _merge_wrong_order(x):
-    b, h, n, d = x.shape
-    return x.permute(0, 2, 3, 1).reshape(b, n, h * d)
-
-
-register(
-    Exercise(
-        id="04.2",
-        title="merge the heads back (Concat)",
-        points=1,
-        target="merge_heads",
-        cases=_merge_cases,
-        reference=merge_heads_reference,
-        atol=1e-12,
-        rtol=1e-10,
-        mistakes={
-            Hint(
-                "you reshaped (B, H, N, d_h) straight to (B, N, H*d_h) without moving the head "
-                "axis: tokens and heads get mixed up.",
-                "Transpose axes 1 and 2 first.",
-            ): _merge_no_transpose,
-            Hint(
-                "you interleaved the heads' features (feature c of every head, then c+1, ...).",
-                "Concat puts head 1's d_h features first, then head 2's: transpose(1, 2), then "
-                "reshape.",
-            ): _merge_wrong_order,
-        },
-        hint=Hint(
-            "check that merging undoes 04.1's split: token n's features are head 0's d_h "
-            "features, then head 1's, and so on.",
-            "Undo the split: heads back behind the tokens, then join (H, d_h) into one axis. "
-            "x.transpose(1, 2).reshape(B, N, H * d_h) (reshape, not view: the transpose is not "
-            "contiguous).",
-        ),
-    )
+exercise(
+    "04.2",
+    merge_heads_reference,
+    target="merge_heads",
+    title="merge the heads back (Concat)",
+    points=1,
+    cases=_merge_cases,
+    atol=1e-12,
+    rtol=1e-10,
+    slips={
+        "no-transpose": dict(via="(B, H, N, d_h)"),
+        "interleaved": dict(via="(B, N, d_h, H)"),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 04.3 MHA forward
 
 
-def _mha(
+def mha_forward_reference(
     x,
     W_Q,
     W_K,
@@ -170,30 +139,27 @@ def _mha(
     W_O,
     num_heads,
     *,
-    scale_dim=None,
-    use_wo=True,
-    transpose=False,
+    scale_by="d_h",
+    project_out=True,
+    transposed=False,
     softmax_dim=-1,
-    split=split_heads,
-    merge=merge_heads,
+    split=True,
+    split_via="(B, N, H, d_h)",
+    merge_via="(B, N, H, d_h)",
 ):
-    t = (lambda w: w.T) if transpose else (lambda w: w)
-    q = split(x @ t(W_Q), num_heads)  # (B, H, N, d_h)
-    k = split(x @ t(W_K), num_heads)  # (B, H, N, d_h)
-    v = split(x @ t(W_V), num_heads)  # (B, H, N, d_h)
-    d = q.shape[-1] if scale_dim is None else scale_dim
+    r"""Multi-head self-attention from its ``(d_in, d_out)`` weights:
+    :math:`\mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_H)\,W_O` with
+    :math:`\mathrm{head}_h = \mathrm{softmax}(Q_h K_h^\top / \sqrt{d_h})\,V_h`, where
+    :math:`Q_h` is head :math:`h`'s block of :math:`x W_Q` (04.1), and so for :math:`K, V`."""
+    if transposed:  # nn.Linear's layout: x @ W.T
+        W_Q, W_K, W_V, W_O = W_Q.T, W_K.T, W_V.T, W_O.T
+    heads = num_heads if split else 1  # one big head: d_k = d_model
+    q, k, v = (split_heads_reference(x @ w, heads, via=split_via) for w in (W_Q, W_K, W_V))
+    d = x.shape[-1] if scale_by == "d_model" else q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (B, H, N, N)
-    heads = torch.softmax(scores, dim=softmax_dim) @ v  # (B, H, N, d_h)
-    merged = merge(heads)  # (B, N, D)
-    return merged @ t(W_O) if use_wo else merged  # (B, N, D)
-
-
-def mha_forward_reference(x, W_Q, W_K, W_V, W_O, num_heads):
-    q = split_heads(x @ W_Q, num_heads)  # (B, H, N, d_h)
-    k = split_heads(x @ W_K, num_heads)  # (B, H, N, d_h)
-    v = split_heads(x @ W_V, num_heads)  # (B, H, N, d_h)
-    heads, _ = scaled_dot_product_attention(q, k, v)  # (B, H, N, d_h)
-    return merge_heads(heads) @ W_O  # (B, N, D)
+    out = torch.softmax(scores, dim=softmax_dim) @ v  # (B, H, N, d_h)
+    merged = merge_heads_reference(out, via=merge_via)  # (B, N, D)
+    return merged @ W_O if project_out else merged  # (B, N, D)
 
 
 def _mha_case(rng, name, b, n, d, h):
@@ -214,64 +180,37 @@ def _mha_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="04.3",
-        title="multi-head self-attention from its weights",
-        points=2,
-        target="mha_forward",
-        cases=_mha_cases,
-        reference=mha_forward_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        mistakes={
-            Hint(
-                "you scaled the scores by 1/sqrt(d_model).",
-                "Each head is an attention in d_h = d_model / H dimensions: divide by sqrt(d_h).",
-            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, scale_dim=x.shape[-1]),
-            Hint("you forgot the output projection.", "MultiHead = Concat(heads) @ W_O."): twin(
-                _mha, use_wo=False
-            ),
-            Hint(
-                "you applied the weights transposed (x @ W.T, as nn.Linear stores them).",
-                "Here the matrices are (d_in, d_out) and the projection is x @ W.",
-            ): twin(_mha, transpose=True),
-            Hint(
-                "your softmax normalises over the queries (dim=-2).",
-                "Each query's weights over the keys must sum to 1: softmax over the last axis.",
-            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, h, softmax_dim=-2),
-            Hint(
-                "you computed one big head (no split): that is attention with d_k = d_model.",
-                "Split Q, K and V into heads before the scores.",
-            ): lambda x, a, b, c, o, h: _mha(x, a, b, c, o, 1),
-            Hint(
-                "you split the heads by reshaping straight to (B, H, N, d_h), without the "
-                "transpose: each 'head' is then a slice of the tokens.",
-                "Reshape to (B, N, H, d_h), then transpose(1, 2) (exercise 04.1).",
-            ): lambda x, a, b, c, o, h: _mha(
-                x, a, b, c, o, h, split=_split_no_transpose, merge=_merge_no_transpose
-            ),
-            Hint(
-                "the heads are split correctly but merged by a plain reshape of (B, H, N, d_h) "
-                "to (B, N, D): tokens and heads get mixed up.",
-                "transpose(1, 2) before the reshape (exercise 04.2).",
-            ): twin(_mha, merge=_merge_no_transpose),
-        },
-        hint=Hint(
-            "check each stage against the statement: how the heads are split and merged, the "
-            "width each head's scores are scaled by, and the output projection.",
-            "Project, split into heads, attend per head, merge, project out. Q = x @ W_Q, split "
-            "into heads; the same for K and V; softmax(Q K^T / sqrt(d_h)) V per head; merge the "
-            "heads; @ W_O.",
-        ),
-    )
+exercise(
+    "04.3",
+    mha_forward_reference,
+    target="mha_forward",
+    title="multi-head self-attention from its weights",
+    points=2,
+    cases=_mha_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    slips={
+        "d-model-scale": dict(scale_by="d_model"),
+        "no-w-o": dict(project_out=False),
+        "transposed-weights": dict(transposed=True),
+        "softmax-over-queries": dict(softmax_dim=-2),
+        "one-head": dict(split=False),
+        "split-no-transpose": dict(split_via="(B, H, N, d_h)", merge_via="(B, H, N, d_h)"),
+        "merge-no-transpose": dict(merge_via="(B, H, N, d_h)"),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 04.4 repeat KV
 
 
-def repeat_kv_reference(x: torch.Tensor, num_groups: int) -> torch.Tensor:
+def repeat_kv_reference(x: torch.Tensor, num_groups: int, *, tiled=False, dim=1):
+    r"""``[B, H_kv, N, d_h] -> [B, H_kv G, N, d_h]``: query head :math:`i` reads key/value
+    head :math:`\lfloor i / G \rfloor`, each KV head repeated :math:`G` times in place."""
+    if tiled:  # heads 0, 1, 0, 1
+        return x.repeat(1, num_groups, 1, 1)  # (B, Hkv * G, N, d_h)
+    if dim != 1:  # along another axis than the heads'
+        return x.repeat_interleave(num_groups, dim=dim)
     return repeat_kv(x, num_groups)  # (B, Hkv * G, N, d_h)
 
 
@@ -289,81 +228,56 @@ def _repeat_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="04.4",
-        title="repeat key/value heads for grouped-query attention",
-        points=1,
-        target="repeat_kv",
-        cases=_repeat_cases,
-        reference=repeat_kv_reference,
-        atol=1e-12,
-        rtol=1e-10,
-        mistakes={
-            Hint(
-                "you tiled the heads (0,1,0,1: x.repeat(1, num_groups, 1, 1)).",
-                "Query heads 0..G-1 share KV head 0, so each KV head must be repeated in place: "
-                "0,0,1,1 (repeat_interleave on dim 1).",
-            ): lambda x, n: x.repeat(1, n, 1, 1),
-            Hint(
-                "you repeated along the token axis (dim 2) instead of the head axis (dim 1).",
-                "x.repeat_interleave(num_groups, dim=1).",
-            ): lambda x, n: x.repeat_interleave(n, dim=2),
-        },
-        hint=Hint(
-            "check the order of your output's heads (which KV head each query head reads) and "
-            "the axis you repeat along.",
-            "Every KV head appears num_groups times in a row, along the head axis. "
-            "x.repeat_interleave(num_groups, dim=1), or x[:, :, None].expand(B, Hkv, G, N, d_h) "
-            "reshaped to (B, Hkv * G, N, d_h).",
-        ),
-    )
+exercise(
+    "04.4",
+    repeat_kv_reference,
+    target="repeat_kv",
+    title="repeat key/value heads for grouped-query attention",
+    points=1,
+    cases=_repeat_cases,
+    atol=1e-12,
+    rtol=1e-10,
+    slips={"tiled": dict(tiled=True), "token-axis": dict(dim=2)},
 )
 
 
 # --------------------------------------------------------------------------- 04.5 decode step
 
 
-def decode_step_reference(q_new, k_new, v_new, k_cache, v_cache):
-    k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d)
-    v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
-    g = q_new.shape[1] // k_all.shape[1]
-    out, _ = scaled_dot_product_attention(
-        q_new, repeat_kv(k_all, g), repeat_kv(v_all, g)
-    )  # (B, H, 1, d)
-    return out, k_all, v_all
-
-
-def _decode_wrong(
+def decode_step_reference(
     q_new,
     k_new,
     v_new,
     k_cache,
     v_cache,
     *,
-    append_first=True,
-    tile=False,
-    only_new=False,
-    top_left_causal=False,
-    prepend=False,
+    attend="cache and new",
+    tiled=False,
+    is_causal=False,
     return_repeated=False,
+    new_first=False,
 ):
-    if prepend:
-        k_all = torch.cat([k_new, k_cache], dim=-2)  # (B, Hkv, T+1, d) new token first
+    r"""One decoding step with a KV cache: append the new key and value, then the new query
+    (the last position, :math:`T`) attends to all :math:`T + 1` keys, query head :math:`i`
+    reading KV head :math:`\lfloor i / G \rfloor`. Returns ``(out [B, H, 1, d], k_all, v_all)``
+    with the caches ``[B, H_kv, T+1, d]``."""
+    if new_first:  # the new key and value put before the cache
+        k_all = torch.cat([k_new, k_cache], dim=-2)  # (B, Hkv, T+1, d)
         v_all = torch.cat([v_new, v_cache], dim=-2)  # (B, Hkv, T+1, d)
     else:
         k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d)
         v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
-    k_att, v_att = (k_all, v_all) if append_first else (k_cache, v_cache)
-    if only_new:
-        k_att, v_att = k_new, v_new
+    k_att, v_att = {
+        "cache and new": (k_all, v_all),
+        "cache": (k_cache, v_cache),  # appended after attending
+        "new": (k_new, v_new),
+    }[attend]
     g = q_new.shape[1] // k_att.shape[1]
-    rep = (lambda t: t.repeat(1, g, 1, 1)) if tile else (lambda t: repeat_kv(t, g))
-    out, _ = scaled_dot_product_attention(
-        q_new, rep(k_att), rep(v_att), is_causal=top_left_causal
-    )  # (B, H, 1, d)
-    if return_repeated:
-        return out, rep(k_all), rep(v_all)  # (B, H, T+1, d): the caches grew G times
+    k_rep = repeat_kv_reference(k_att, g, tiled=tiled)  # (B, H, T+1, d)
+    v_rep = repeat_kv_reference(v_att, g, tiled=tiled)  # (B, H, T+1, d)
+    out, _ = scaled_dot_product_attention(q_new, k_rep, v_rep, is_causal=is_causal)  # (B, H, 1, d)
+    if return_repeated:  # the caches grown G times
+        return out, repeat_kv_reference(k_all, g), repeat_kv_reference(v_all, g)
     return out, k_all, v_all
 
 
@@ -393,101 +307,60 @@ def _decode_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="04.5",
-        title="one cached decoding step",
-        points=2,
-        target="decode_step",
-        cases=_decode_cases,
-        reference=decode_step_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        outputs=("output", "k_cache", "v_cache"),
-        mistakes={
-            Hint(
-                "the new token does not attend to itself.",
-                "Append k_new and v_new to the cache *before* attending (key j <= i includes "
-                "j = i).",
-            ): twin(_decode_wrong, append_first=False),
-            Hint(
-                "the new token attends only to itself.",
-                "It must attend to every cached token plus itself.",
-            ): twin(_decode_wrong, only_new=True),
-            Hint(
-                "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1).",
-                "Query head i reads KV head i // G.",
-            ): twin(_decode_wrong, tile=True),
-            Hint(
-                "you passed is_causal=True: its triangle is aligned top-left, so the single new "
-                "query (row 0) sees only key 0, the oldest cached token.",
-                "The new token is the *last* position, T: it may see all T+1 keys, so no mask is "
-                "needed here (with several new tokens the triangle must be shifted by the cache "
-                "length T, bottom-right).",
-            ): twin(_decode_wrong, top_left_causal=True),
-            Hint(
-                "your attention output is right but you returned the *repeated* caches, "
-                "[B, H, T+1, d]: G times the memory GQA is there to save.",
-                "Repeat the KV heads only for the attention; return the caches with their "
-                "H_kv heads, cat([k_cache, k_new], dim=-2) of shape [B, H_kv, T+1, d].",
-            ): twin(_decode_wrong, return_repeated=True),
-            Hint(
-                "your attention output is right but the returned caches put the new key/value "
-                "first.",
-                "Append at the end, cat([k_cache, k_new], dim=-2), so that position t stays at "
-                "index t.",
-            ): twin(_decode_wrong, prepend=True),
-        },
-        errors={
-            r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
-            r"non-singleton dimension 1": Hint(
-                "torch could not line up the H query heads with the H_kv key/value heads: "
-                "you did not repeat the KV heads.",
-                "With grouped-query attention q_new has H heads and the cache H_kv < H: repeat "
-                "each KV head G = H // H_kv times in place (repeat_kv, or "
-                "repeat_interleave(G, dim=1)) before q_new @ k.transpose(-2, -1).",
-            ),
-        },
-        hint=Hint(
-            "check which keys the new token sees (the cache, and itself?), which KV head each "
-            "query head reads, and the shapes of the caches you return.",
-            "Append, give every query head its KV head, attend over everything, return the "
-            "output and the grown caches. k_all = cat([k_cache, k_new], dim=-2) (the same for "
-            "v); repeat the KV heads for the query heads; attention of q_new over all of them; "
-            "return (out, k_all, v_all).",
-        ),
-    )
+exercise(
+    "04.5",
+    decode_step_reference,
+    target="decode_step",
+    title="one cached decoding step",
+    points=2,
+    cases=_decode_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    outputs=("output", "k_cache", "v_cache"),
+    slips={
+        "not-itself": dict(attend="cache"),
+        "only-itself": dict(attend="new"),
+        "tiled": dict(tiled=True),
+        "top-left-causal": dict(is_causal=True),
+        "repeated-caches": dict(return_repeated=True),
+        "new-first": dict(new_first=True),
+    },
+    errors={"unrepeated-heads": UNREPEATED_HEADS},
 )
 
 
 # --------------------------------------------------------------------------- 04.6 cache bytes
 
 
-def _bytes(
-    config,
-    seq_len,
-    batch_size,
-    bytes_per_value,
-    *,
-    kv_key="num_key_value_heads",
-    kv_factor=2,
-    layers=True,
-    batch=True,
-    bits=False,
-):
-    layers_n = config["num_hidden_layers"] if layers else 1
-    head_dim = config["hidden_size"] // config["num_attention_heads"]
-    b = batch_size if batch else 1
-    unit = 8 if bits else 1
-    return int(
-        kv_factor * layers_n * config[kv_key] * head_dim * seq_len * b * bytes_per_value * unit
-    )
-
-
 def kv_cache_bytes_from_config(
-    config: dict, seq_len: int, batch_size: int = 1, bytes_per_value: int = 2
+    config: dict,
+    seq_len: int,
+    batch_size: int = 1,
+    bytes_per_value: int = 2,
+    *,
+    tensors=2,
+    heads_key="num_key_value_heads",
+    every_layer=True,
+    every_sequence=True,
+    bits=False,
 ) -> int:
-    return _bytes(config, seq_len, batch_size, bytes_per_value)
+    r"""The KV cache's size in bytes: :math:`2 \times L \times H_{kv} \times d_h \times N
+    \times B \times` ``bytes_per_value`` (K and V, every layer, every KV head of
+    :math:`d_h` = ``hidden_size // num_attention_heads``, every token of every sequence)."""
+    layers = config["num_hidden_layers"] if every_layer else 1
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    sequences = batch_size if every_sequence else 1
+    unit = 8 if bits else 1  # bits instead of bytes
+    return int(
+        tensors
+        * layers
+        * config[heads_key]
+        * head_dim
+        * seq_len
+        * sequences
+        * bytes_per_value
+        * unit
+    )
 
 
 def _config(layers, d_model, heads, kv_heads):
@@ -525,61 +398,35 @@ def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-_bytes_compare = byte_compare(
-    "In Python 3, `/` always returns a float (hidden_size / num_attention_heads is 128.0): "
-    "use `//` for head_dim, or wrap the product in int()."
-)
-
-
-register(
-    Exercise(
-        id="04.6",
-        title="KV-cache bytes from a model config",
-        points=1,
-        target="kv_cache_bytes_from_config",
-        cases=_bytes_cases,
-        reference=kv_cache_bytes_from_config,
-        atol=0.0,
-        rtol=1e-12,
-        compare=_bytes_compare,
-        mistakes={
-            Hint(
-                "you counted only the keys (or only the values).",
-                "The cache holds both K and V, a factor 2.",
-            ): twin(_bytes, kv_factor=1),
-            Hint(
-                "your cache is as wide as hidden_size per layer and token, as in plain "
-                "multi-head attention.",
-                "With GQA only num_key_value_heads heads are cached, each of size head_dim = "
-                "hidden_size // num_attention_heads (not hidden_size // num_kv_heads).",
-            ): twin(_bytes, kv_key="num_attention_heads"),
-            Hint("you forgot the layers.", "Every layer caches its own keys and values."): twin(
-                _bytes, layers=False
-            ),
-            Hint(
-                "you forgot the batch.", "Each of the batch_size sequences has its own cache."
-            ): twin(_bytes, batch=False),
-            Hint(
-                "your answer is 8 times too large: that is bits.",
-                "bytes_per_value already counts bytes (2 for bf16/fp16, 4 for fp32).",
-            ): twin(_bytes, bits=True),
-        },
-        hint=Hint(
-            "count what one layer caches for one token (which tensors, how many heads, how "
-            "wide), then check that every factor of the statement is in.",
-            "Count what one layer caches for one token, then multiply by layers, tokens, "
-            "sequences and bytes per value. bytes = 2 (K and V) x layers x KV heads x head_dim x "
-            "tokens x batch x bytes_per_value, with head_dim = hidden_size // "
-            "num_attention_heads.",
-        ),
-    )
+exercise(
+    "04.6",
+    kv_cache_bytes_from_config,
+    target="kv_cache_bytes_from_config",
+    title="KV-cache bytes from a model config",
+    points=1,
+    cases=_bytes_cases,
+    atol=0.0,
+    rtol=1e-12,
+    compare=byte_compare(
+        "In Python 3, `/` always returns a float (hidden_size / num_attention_heads is 128.0): "
+        "use `//` for head_dim, or wrap the product in int()."
+    ),
+    slips={
+        "keys-only": dict(tensors=1),
+        "all-heads": dict(heads_key="num_attention_heads"),
+        "no-layers": dict(every_layer=False),
+        "no-batch": dict(every_sequence=False),
+        "bits": dict(bits=True),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 04.7 MHA -> GQA
 
 
-def mha_to_gqa_weights_reference(W: torch.Tensor, num_heads: int, num_kv_heads: int):
+def mha_to_gqa_weights_reference(
+    W: torch.Tensor, num_heads: int, num_kv_heads: int, *, groups="consecutive", pool="mean"
+):
     r"""Mean-pool the key (or value) heads of each group: ``[D, H d_h] -> [D, H_kv d_h]``.
 
     Group :math:`j` holds the consecutive query heads :math:`jG, \dots, (j+1)G - 1`;
@@ -588,24 +435,18 @@ def mha_to_gqa_weights_reference(W: torch.Tensor, num_heads: int, num_kv_heads: 
     d_model, width = W.shape
     head_dim = width // num_heads
     group = num_heads // num_kv_heads
-    w = W.reshape(d_model, num_kv_heads, group, head_dim)  # (D, Hkv, G, d_h)
-    return w.mean(dim=2).reshape(d_model, num_kv_heads * head_dim)  # (D, Hkv * d_h)
-
-
-def _pool_wrong(W, num_heads, num_kv_heads, *, how):
-    d_model, width = W.shape
-    head_dim = width // num_heads
-    group = num_heads // num_kv_heads
-    if how == "strided":  # groups j, j + Hkv, j + 2 Hkv, ...
-        w = W.reshape(d_model, group, num_kv_heads, head_dim).mean(dim=1)  # (D, Hkv, d_h)
-    elif how == "sum":
-        w = W.reshape(d_model, num_kv_heads, group, head_dim).sum(dim=2)  # (D, Hkv, d_h)
-    elif how == "first":
-        w = W.reshape(d_model, num_kv_heads, group, head_dim)[:, :, 0]  # (D, Hkv, d_h)
-    elif how == "feature_order":  # each group's columns cut as (d_h, G) instead of (G, d_h)
-        w = W.reshape(d_model, num_kv_heads, head_dim, group).mean(dim=-1)  # (D, Hkv, d_h)
-    else:  # pragma: no cover
-        raise ValueError(how)
+    if groups == "strided":  # groups j, j + Hkv, j + 2 Hkv, ...
+        w = W.reshape(d_model, group, num_kv_heads, head_dim).transpose(1, 2)  # (D, Hkv, G, d_h)
+    elif groups == "(d_h, G)":  # each group's columns cut as (d_h, G) instead of (G, d_h)
+        w = W.reshape(d_model, num_kv_heads, head_dim, group).transpose(2, 3)  # (D, Hkv, G, d_h)
+    else:
+        w = W.reshape(d_model, num_kv_heads, group, head_dim)  # (D, Hkv, G, d_h)
+    if pool == "sum":
+        w = w.sum(dim=2)  # (D, Hkv, d_h)
+    elif pool == "first":
+        w = w[:, :, 0]  # (D, Hkv, d_h)
+    else:
+        w = w.mean(dim=2)  # (D, Hkv, d_h)
     return w.reshape(d_model, num_kv_heads * head_dim)  # (D, Hkv * d_h)
 
 
@@ -628,95 +469,61 @@ def _pool_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="04.7",
-        title="turn a multi-head checkpoint into grouped-query attention",
-        points=2,
-        target="mha_to_gqa_weights",
-        cases=_pool_cases,
-        reference=mha_to_gqa_weights_reference,
-        atol=1e-12,
-        rtol=1e-10,
-        mistakes={
-            Hint(
-                "you grouped heads j, j + H_kv, j + 2 H_kv, ... together.",
-                "GQA's groups are *consecutive* query heads (query head i reads KV head i // G, "
-                "as repeat_kv's 0,0,1,1): reshape the columns as (H_kv, G, d_h) and average "
-                "over G.",
-            ): twin(_pool_wrong, how="strided"),
-            Hint(
-                "you added the heads of a group instead of averaging them.",
-                "Mean-pooling divides by G: the pooled head is the average of the group's heads.",
-            ): twin(_pool_wrong, how="sum"),
-            Hint(
-                "you kept the first head of each group.",
-                "That is one of the alternatives Ainslie et al. compare; this exercise asks for "
-                "the mean of the group's G heads, which worked best in their uptraining.",
-            ): twin(_pool_wrong, how="first"),
-            Hint(
-                "you cut each group's columns as (d_h, G), averaging features of one head.",
-                "A group's G·d_h columns are G heads one after the other, each d_h wide: "
-                "reshape to (D, H_kv, G, d_h), then mean over axis 2.",
-            ): twin(_pool_wrong, how="feature_order"),
-        },
-        hint=Hint(
-            "check which query heads form a group (and so share a KV head) and how the group's "
-            "heads are combined into one.",
-            "Every group of G = H / H_kv consecutive heads becomes one head, their average. "
-            "W.reshape(D, H_kv, G, d_h).mean(dim=2).reshape(D, H_kv * d_h).",
-        ),
-    )
+exercise(
+    "04.7",
+    mha_to_gqa_weights_reference,
+    target="mha_to_gqa_weights",
+    title="turn a multi-head checkpoint into grouped-query attention",
+    points=2,
+    cases=_pool_cases,
+    atol=1e-12,
+    rtol=1e-10,
+    slips={
+        "strided": dict(groups="strided"),
+        "sum": dict(pool="sum"),
+        "first-head": dict(pool="first"),
+        "feature-order": dict(groups="(d_h, G)"),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 04.8 sliding window
 
 
-def sliding_window_decode_step_reference(q_new, k_new, v_new, k_cache, v_cache, window):
+def sliding_window_decode_step_reference(
+    q_new,
+    k_new,
+    v_new,
+    k_cache,
+    v_cache,
+    window,
+    *,
+    extra=0,
+    oldest=False,
+    attend_all=False,
+    keep_all=False,
+):
     r"""One decoding step with a sliding-window cache of at most ``window`` tokens.
 
     Append the new key/value, keep the last ``window`` of them (the new one included), and
     attend over what is kept: the new token sees itself and the ``window - 1`` tokens
     before it, as in Mistral 7B's rolling buffer (Jiang et al., 2023).
     """
-    k_all = torch.cat([k_cache, k_new], dim=-2)[..., -window:, :]  # (B, Hkv, <=W, d)
-    v_all = torch.cat([v_cache, v_new], dim=-2)[..., -window:, :]  # (B, Hkv, <=W, d)
-    g = q_new.shape[1] // k_all.shape[1]
-    out, _ = scaled_dot_product_attention(
-        q_new, repeat_kv(k_all, g), repeat_kv(v_all, g)
-    )  # (B, H, 1, d)
-    return out, k_all, v_all
-
-
-def _window_wrong(q_new, k_new, v_new, k_cache, v_cache, window, *, how):
-    k_full = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d)
-    v_full = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
-    keep = {
-        "first": slice(0, window),
-        "one_short": slice(k_full.shape[-2] - window + 1, None)
-        if window > 1
-        else slice(k_full.shape[-2], None),
-    }
-    if how == "truncate_first":  # window of the old cache, then append: window + 1 keys
-        k_att = torch.cat([k_cache[..., -window:, :], k_new], dim=-2)
-        v_att = torch.cat([v_cache[..., -window:, :], v_new], dim=-2)
-        k_ret, v_ret = k_att, v_att
-    elif how in keep:
-        sl = keep[how]
-        k_att, v_att = k_full[..., sl, :], v_full[..., sl, :]
-        k_ret, v_ret = k_att, v_att
-    elif how == "attend_all":  # the cache is trimmed, but the attention saw everything
-        k_att, v_att = k_full, v_full
-        k_ret, v_ret = k_full[..., -window:, :], v_full[..., -window:, :]
-    elif how == "keep_all":  # the attention is windowed, but the cache keeps growing
-        k_att, v_att = k_full[..., -window:, :], v_full[..., -window:, :]
-        k_ret, v_ret = k_full, v_full
-    else:  # pragma: no cover
-        raise ValueError(how)
+    k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d)
+    v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
+    if oldest:  # the first `window` tokens
+        kept = slice(0, window)
+    else:  # the last window + extra (extra=1: the cache trimmed before appending)
+        kept = slice(max(k_all.shape[-2] - window - extra, 0), None)
+    k_win, v_win = k_all[..., kept, :], v_all[..., kept, :]  # (B, Hkv, <=W, d)
+    k_att, v_att = (k_all, v_all) if attend_all else (k_win, v_win)
     g = q_new.shape[1] // k_att.shape[1]
-    out, _ = scaled_dot_product_attention(q_new, repeat_kv(k_att, g), repeat_kv(v_att, g))
-    return out, k_ret, v_ret
+    out, _ = scaled_dot_product_attention(
+        q_new, repeat_kv(k_att, g), repeat_kv(v_att, g)
+    )  # (B, H, 1, d)
+    if keep_all:  # the caches keep growing
+        return out, k_all, v_all
+    return out, k_win, v_win
 
 
 def _window_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -746,101 +553,50 @@ def _window_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="04.8",
-        title="one decoding step with a sliding-window cache",
-        points=2,
-        target="sliding_window_decode_step",
-        cases=_window_cases,
-        reference=sliding_window_decode_step_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        outputs=("output", "k_cache", "v_cache"),
-        mistakes={
-            Hint(
-                "you trimmed the cache before appending: the new token sees window + 1 keys.",
-                "Append first, then keep the last `window` keys, the new one included: "
-                "cat([k_cache, k_new], dim=-2)[..., -window:, :].",
-            ): twin(_window_wrong, how="truncate_first"),
-            Hint(
-                "you kept the *first* `window` tokens: the oldest ones, not the most recent.",
-                "A sliding window keeps the last `window` positions: [..., -window:, :].",
-            ): twin(_window_wrong, how="first"),
-            Hint(
-                "you kept window − 1 tokens: off by one.",
-                "The window counts the new token: it sees itself and the window − 1 tokens "
-                "before it, `window` keys in all.",
-            ): twin(_window_wrong, how="one_short"),
-            Hint(
-                "your returned caches are trimmed, but the attention still used every token.",
-                "Attend over the same `window` keys and values you keep.",
-            ): twin(_window_wrong, how="attend_all"),
-            Hint(
-                "your attention is windowed, but the returned caches keep growing.",
-                "Return the trimmed caches, so that the memory stops growing at `window` "
-                "tokens: that is the point of the rolling buffer.",
-            ): twin(_window_wrong, how="keep_all"),
-        },
-        errors={
-            r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
-            r"non-singleton dimension 1": Hint(
-                "torch could not line up the H query heads with the H_kv key/value heads: "
-                "you did not repeat the KV heads.",
-                "Repeat each KV head G = H // H_kv times in place (repeat_kv, or "
-                "repeat_interleave(G, dim=1)) for the attention, as in 04.5.",
-            ),
-        },
-        hint=Hint(
-            "check which keys the new token sees (how many, and which ones) and the length of "
-            "the caches you return.",
-            "04.5's step, with the cache cut to its last `window` tokens after appending. k = "
-            "cat([k_cache, k_new], dim=-2)[..., -window:, :] (the same for v); repeat the KV "
-            "heads; attend; return (out, k, v).",
-        ),
-    )
+exercise(
+    "04.8",
+    sliding_window_decode_step_reference,
+    target="sliding_window_decode_step",
+    title="one decoding step with a sliding-window cache",
+    points=2,
+    cases=_window_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    outputs=("output", "k_cache", "v_cache"),
+    slips={
+        "trimmed-first": dict(extra=1),
+        "oldest": dict(oldest=True),
+        "one-short": dict(extra=-1),
+        "attends-all": dict(attend_all=True),
+        "keeps-all": dict(keep_all=True),
+    },
+    errors={"unrepeated-heads": UNREPEATED_HEADS},
 )
 
 
 # --------------------------------------------------------------------------- 04.9 predict, measure
 
 
-def _decode_scores(num_tokens, num_heads, head_dim, seed, *, cached, count_fn=None):
-    """Decode ``num_tokens`` tokens (random q, k, v), with or without a KV cache, and count
-    the query-key dot products the score products compute."""
-    rng = np.random.default_rng(seed)
-    q, k, v = (randn(rng, 1, num_heads, num_tokens, head_dim) for _ in range(3))  # (1,H,T,d)
-    count = 0
-    for t in range(1, num_tokens + 1):  # the sequence holds t tokens at this step
-        q_t = q[:, :, t - 1 : t] if cached else q[:, :, :t]  # (1, H, 1 or t, d)
-        scores = q_t @ k[:, :, :t].transpose(-2, -1)  # (1, H, 1 or t, t)
-        count += scores.numel() if count_fn is None else count_fn(scores, t)
-        _ = torch.softmax(scores, -1) @ v[:, :, :t]  # (1, H, 1 or t, d)
-    return count
-
-
-def cache_saving_reference(num_tokens: int, num_heads: int, head_dim: int, seed: int) -> float:
+def cache_saving_reference(
+    num_tokens: int, num_heads: int, head_dim: int, seed: int, *, last_step=False, causal_half=False
+) -> float:
     r"""How many times more query-key dot products decoding computes without a KV cache
     (every step recomputes all :math:`t` queries against :math:`t` keys) than with one
-    (one new query against :math:`t` keys): :math:`\sum t^2 / \sum t = (2T+1)/3`."""
-    full = _decode_scores(num_tokens, num_heads, head_dim, seed, cached=False)
-    return full / _decode_scores(num_tokens, num_heads, head_dim, seed, cached=True)
-
-
-def _saving_last_step(num_tokens, num_heads, head_dim, seed):
-    return float(num_tokens)  # T^2 / T: the last step only
-
-
-def _saving_causal_half(num_tokens, num_heads, head_dim, seed):
-    half = _decode_scores(
-        num_tokens,
-        num_heads,
-        head_dim,
-        seed,
-        cached=False,
-        count_fn=lambda s, t: s.numel() // t * (t + 1) // 2,
-    )
-    return half / _decode_scores(num_tokens, num_heads, head_dim, seed, cached=True)
+    (one new query against :math:`t` keys): :math:`\sum t^2 / \sum t = (2T+1)/3`. Both
+    loops decode ``num_tokens`` tokens of random q, k, v and count what the score products
+    compute."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (randn(rng, 1, num_heads, num_tokens, head_dim) for _ in range(3))  # (1,H,T,d)
+    full = cached = 0
+    for t in [num_tokens] if last_step else range(1, num_tokens + 1):  # t tokens so far
+        k_t, v_t = k[:, :, :t], v[:, :, :t]  # (1, H, t, d)
+        scores = q[:, :, :t] @ k_t.transpose(-2, -1)  # (1, H, t, t) no cache: every query again
+        _ = torch.softmax(scores, -1) @ v_t  # (1, H, t, d)
+        full += scores.numel() // t * (t + 1) // 2 if causal_half else scores.numel()
+        scores = q[:, :, t - 1 : t] @ k_t.transpose(-2, -1)  # (1, H, 1, t) the new query only
+        _ = torch.softmax(scores, -1) @ v_t  # (1, H, 1, d)
+        cached += scores.numel()
+    return full / cached
 
 
 def _saving_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -855,35 +611,16 @@ def _saving_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="04.9",
-        title="predict, then measure: the work a KV cache saves",
-        points=1,
-        target="measure_cache_saving",
-        cases=_saving_cases,
-        reference=cache_saving_reference,
-        atol=0.0,
-        rtol=1e-9,
-        compare=within(1e-9),
-        measures="dot products without a cache / with one",
-        mistakes={
-            Hint(
-                "your ratio is T: you compared the last step alone (T x T against 1 x T).",
-                "Add up every step t = 1 .. T on both sides before dividing.",
-            ): _saving_last_step,
-            Hint(
-                "you counted only the unmasked half of each recomputed score matrix.",
-                "q @ k.T computes all t x t dot products; the causal mask discards half of "
-                "them afterwards, but they were computed. Count scores.numel().",
-            ): _saving_causal_half,
-        },
-        hint=Hint(
-            "check what you count at each step of each loop (every score computed, masked or "
-            "not) and that you add up every step before dividing.",
-            "Run both decoding loops and add up scores.numel() over the steps, then divide. At "
-            "step t (t = 1 .. T tokens) the cache-less loop computes q[:t] @ k[:t].T (t x t per "
-            "head), the cached one q[t-1:t] @ k[:t].T (1 x t); sum t^2 / sum t = (2T+1)/3.",
-        ),
-    )
+exercise(
+    "04.9",
+    cache_saving_reference,
+    target="measure_cache_saving",
+    title="predict, then measure: the work a KV cache saves",
+    points=1,
+    cases=_saving_cases,
+    atol=0.0,
+    rtol=1e-9,
+    compare=within(1e-9),
+    measures="dot products without a cache / with one",
+    slips={"last-step": dict(last_step=True), "causal-half": dict(causal_half=True)},
 )

@@ -1,4 +1,4 @@
-r"""Checks for chapter 07 (a tiny GPT: the loss, the block, sampling, cached decoding, looking inside).
+r"""Checks for chapter 07 (a tiny GPT: the loss, the block, sampling, cached decoding, inside).
 
 Seven exercises, each a function the learner writes:
 
@@ -12,7 +12,8 @@ Seven exercises, each a function the learner writes:
 * 07.7 ``measure_initial_loss(vocab_size, d_model, seed)``: predict, then measure the loss of
   an untrained model
 
-Tensor inputs are float64 (token ids int64); matrices are applied as ``x @ W``.
+Tensor inputs are float64 (token ids int64); matrices are applied as ``x @ W``. The texts
+are in ``ch07.md``.
 """
 
 from __future__ import annotations
@@ -25,34 +26,40 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import scaled_dot_product_attention
-from ..gpt import induction_scores, lr_schedule, top_k_probs
 from ..multihead import merge_heads, repeat_kv, split_heads
 from ..positional import apply_rope
-from .core import Case, Exercise, Hint, register
+from .core import Case
+from .declare import exercise
 from .kit import randn, within
-
-
-def _tokens(rng: np.random.Generator, b: int, n: int, v: int) -> torch.Tensor:
-    return torch.from_numpy(rng.integers(0, v, size=(b, n))).long()
-
 
 # --------------------------------------------------------------------------- 07.1 LM loss
 
 
-def causal_lm_loss_reference(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    pred = logits[:, :-1]  # (B, N-1, V) positions that have a next token
-    targets = tokens[:, 1:]  # (B, N-1)
-    return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), targets.reshape(-1))
-
-
-def _nll(logits, targets, dim=-1):
-    logp = torch.log_softmax(logits, dim=dim)  # (B, n, V)
-    return -logp.gather(-1, targets[..., None])[..., 0]  # (B, n)
+def causal_lm_loss_reference(
+    logits, tokens, *, targets="next", dim=-1, reduce="mean", sign=-1
+) -> torch.Tensor:
+    r"""The mean next-token cross-entropy of ``logits [B, N, V]`` on ``tokens [B, N]``:
+    :math:`-\frac{1}{B(N-1)}\sum_b\sum_{n=0}^{N-2}\log\mathrm{softmax}(z_{b,n})_{t_{b,n+1}}`
+    (the last position has no next token)."""
+    pred, want = {
+        "next": (logits[:, :-1], tokens[:, 1:]),  # (B, N-1, V), (B, N-1)
+        "same": (logits, tokens),  # position n scored on token n
+        "previous": (logits[:, 1:], tokens[:, :-1]),  # shifted the wrong way
+        "rolled": (logits, torch.roll(tokens, -1, dims=1)),  # the last one on token 0
+    }[targets]
+    logp = torch.log_softmax(pred, dim=dim)  # (B, n, V)
+    loss = sign * logp.gather(-1, want[..., None])[..., 0]  # (B, n)
+    if reduce == "sum":
+        return loss.sum()
+    if reduce == "over-bn":  # divided by B*N, one prediction per sequence too many
+        return loss.sum() / tokens.numel()
+    return loss.mean()
 
 
 def _loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     def case(name, b, n, v, std=2.0):
-        return Case(name, (randn(rng, b, n, v, std=std), _tokens(rng, b, n, v)))
+        logits = randn(rng, b, n, v, std=std)  # (B, N, V), drawn before the tokens
+        return Case(name, (logits, torch.from_numpy(rng.integers(0, v, size=(b, n))).long()))
 
     if not hidden:
         return [case("B=1, N=5 tokens, V=7", 1, 5, 7), case("B=2, N=6, V=11", 2, 6, 11)]
@@ -63,120 +70,32 @@ def _loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _loss_unshifted(lo, t):
-    return _nll(lo, t).mean()
-
-
-def _loss_shifted_backwards(lo, t):
-    return _nll(lo[:, 1:], t[:, :-1]).mean()
-
-
-def _loss_softmax_over_sequence(lo, t):
-    return _nll(lo[:, :-1], t[:, 1:], dim=1).mean()
-
-
-def _loss_summed(lo, t):
-    return _nll(lo[:, :-1], t[:, 1:]).sum()
-
-
-def _loss_divided_by_bn(lo, t):
-    return _nll(lo[:, :-1], t[:, 1:]).sum() / t.numel()
-
-
-def _loss_no_minus(lo, t):
-    return -_nll(lo[:, :-1], t[:, 1:]).mean()
-
-
-def _loss_rolled(lo, t):
-    return _nll(lo, torch.roll(t, -1, dims=1)).mean()  # the last position scored on token 0
-
-
-register(
-    Exercise(
-        id="07.1",
-        title="the causal language-modelling loss",
-        points=1,
-        target="causal_lm_loss",
-        cases=_loss_cases,
-        reference=causal_lm_loss_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        mistakes={
-            Hint(
-                "your targets are not shifted: position n was scored on token n itself, which "
-                "it can already see (a model trained so learns to copy its input).",
-                "Position n predicts token n+1: compare logits[:, :-1] with tokens[:, 1:].",
-            ): _loss_unshifted,
-            Hint(
-                "you shifted the wrong way round: each position is asked for the token "
-                "*before* it.",
-                "Use logits[:, :-1] with tokens[:, 1:], not logits[:, 1:] with tokens[:, :-1].",
-            ): _loss_shifted_backwards,
-            Hint(
-                "you rolled the tokens (torch.roll): the last position is then scored on the "
-                "sequence's *first* token, which does not follow it.",
-                "The last position has no target: drop it, logits[:, :-1] against "
-                "tokens[:, 1:], and average over B*(N-1) predictions.",
-            ): _loss_rolled,
-            Hint(
-                "your softmax normalises over the sequence axis (dim=1).",
-                "Each position's logits are a distribution over the vocabulary: normalise over "
-                "the last axis.",
-            ): _loss_softmax_over_sequence,
-            Hint(
-                "you summed the per-token losses.",
-                "The loss is their *mean* over the B*(N-1) predictions, so that it does not grow "
-                "with the batch or the length.",
-            ): _loss_summed,
-            Hint(
-                "you divided by B*N, one prediction per sequence too many.",
-                "The last position has no target and is not counted: divide by B*(N-1) (or take "
-                "the mean over the shifted pairs only).",
-            ): _loss_divided_by_bn,
-            Hint(
-                "your loss is negative.",
-                "Cross-entropy is *minus* the mean log-probability of the targets.",
-            ): _loss_no_minus,
-        },
-        errors={
-            r"Expected target size": Hint(
-                "F.cross_entropy read your [B, N-1, V] logits as [batch, classes, positions]: it "
-                "wants the classes on axis 1.",
-                "Flatten both: F.cross_entropy(logits[:, :-1].reshape(-1, V), "
-                "tokens[:, 1:].reshape(-1)), or pass logits[:, :-1].transpose(1, 2) with "
-                "tokens[:, 1:].",
-            ),
-        },
-        hint=Hint(
-            "check which token each position is scored on, which positions have a target at all, "
-            "and what you average over.",
-            "Position n predicts token n+1: pair every position that has a next token with that "
-            "token, and average the cross-entropy over those pairs. F.cross_entropy(logits[:, "
-            ":-1].reshape(-1, V), tokens[:, 1:].reshape(-1)), or log_softmax over the last axis, "
-            "gather the targets, minus the mean.",
-        ),
-    )
+exercise(
+    "07.1",
+    causal_lm_loss_reference,
+    target="causal_lm_loss",
+    title="the causal language-modelling loss",
+    points=1,
+    cases=_loss_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    slips={
+        "unshifted": dict(targets="same"),
+        "shifted-backwards": dict(targets="previous"),
+        "rolled": dict(targets="rolled"),
+        "softmax-over-sequence": dict(dim=1),
+        "summed": dict(reduce="sum"),
+        "divided-by-bn": dict(reduce="over-bn"),
+        "no-minus": dict(sign=1),
+    },
+    errors={"classes-last": r"Expected target size"},
 )
 
 
 # --------------------------------------------------------------------------- 07.2 the block
 
 
-PARAM_NAMES = (
-    "ln_1.weight",
-    "ln_1.bias",
-    "W_Q",
-    "W_K",
-    "W_V",
-    "W_O",
-    "ln_2.weight",
-    "ln_2.bias",
-    "W_1",
-    "W_2",
-)
-
-
-def _block(
+def block_forward_reference(
     x,
     p,
     num_heads,
@@ -192,7 +111,11 @@ def _block(
     split="heads",
     merge="heads",
     use_W_O=True,
-):
+) -> torch.Tensor:
+    r"""One pre-LayerNorm block on ``x [B, N, D]``: :math:`x \leftarrow x +
+    \mathrm{Attn}(\mathrm{LN}_1(x))`, then :math:`x + \mathrm{GELU}(\mathrm{LN}_2(x) W_1) W_2`;
+    causal multi-head attention with heads of width :math:`d_h = D / H`, merged, then
+    :math:`W_O`."""
     d = x.shape[-1]
 
     def ln(z, i):
@@ -236,10 +159,6 @@ def _block(
     return x + mlp(ln(x, 2))  # (B, N, D)
 
 
-def block_forward_reference(x: torch.Tensor, params: dict, num_heads: int) -> torch.Tensor:
-    return _block(x, params, num_heads)  # (B, N, D)
-
-
 def _block_case(rng, name, b, n, d, h, d_ff):
     p = {
         "ln_1.weight": 1.0 + 0.3 * randn(rng, d),
@@ -269,113 +188,59 @@ def _block_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _tanh_gelu(t):
-    return F.gelu(t, approximate="tanh")
-
-
-register(
-    Exercise(
-        id="07.2",
-        title="one pre-LayerNorm Transformer block",
-        points=2,
-        target="block_forward",
-        cases=_block_cases,
-        reference=block_forward_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        mistakes={
-            Hint(
-                "you normalised after the residual addition, x = LN(x + f(x)): the original "
-                "Transformer's post-LN order.",
-                "A pre-LN block normalises the sub-layer's *input* and adds its output to the "
-                "un-normalised stream: x = x + f(LN(x)).",
-            ): partial(_block, post_ln=True),
-            Hint(
-                "you added the sub-layer's output to LN(x) instead of x, so the residual stream "
-                "itself gets normalised.",
-                "Keep x as it is: x = x + f(LN(x)), not h = LN(x); x = h + f(h).",
-            ): partial(_block, add_to_normed=True),
-            Hint(
-                "your block has no residual connections: it forgets x.",
-                "Each sub-layer *adds* to the stream: x = x + attn(LN_1(x)), then "
-                "x = x + mlp(LN_2(x)).",
-            ): partial(_block, residual=False),
-            Hint(
-                "your MLP reads the block's input, not the stream after attention (a 'parallel' "
-                "block, as in GPT-J).",
-                "The two sub-layers run one after the other: h = x + attn(LN_1(x)), then "
-                "out = h + mlp(LN_2(h)).",
-            ): partial(_block, parallel=True),
-            Hint(
-                "your attention is not causal: token n sees tokens after it.",
-                "Use is_causal=True, or mask with the lower-triangular (N, N) mask (True = may "
-                "attend).",
-            ): partial(_block, causal=False),
-            Hint(
-                "you scaled the scores by 1/sqrt(D), the model width.",
-                "Each head compares vectors of size d_h = D / num_heads: divide by sqrt(d_h).",
-            ): partial(_block, scale_by_width=True),
-            Hint(
-                "your heads take interleaved features (head i gets features i, i+H, ...).",
-                "Head i owns the contiguous features i*d_h .. (i+1)*d_h - 1: reshape to "
-                "(B, N, H, d_h), then transpose to (B, H, N, d_h) (chapter 04's split_heads).",
-            ): partial(_block, split="interleaved"),
-            Hint(
-                "you merged the heads with a reshape of (B, H, N, d_h) straight to (B, N, D), "
-                "which mixes tokens with heads.",
-                "Transpose back to (B, N, H, d_h) first, then reshape to (B, N, D) (chapter 04's "
-                "merge_heads).",
-            ): partial(_block, merge="reshape"),
-            Hint(
-                "your attention output skips the output projection W_O.",
-                "After merging the heads, multiply by params['W_O'] before adding to x.",
-            ): partial(_block, use_W_O=False),
-            Hint(
-                "your MLP uses the tanh approximation of GELU.",
-                "The statement asks for the exact GELU, F.gelu(t) (the erf form), not "
-                "F.gelu(t, approximate='tanh'): they differ by about 1e-4.",
-            ): partial(_block, act=_tanh_gelu),
-            Hint(
-                "your MLP uses ReLU.",
-                "This block uses GELU: torch.nn.functional.gelu (the exact erf form).",
-            ): partial(_block, act=F.relu),
-            Hint(
-                "you used ln_1's weight and bias for both LayerNorms.",
-                "The MLP's LayerNorm has its own parameters, ln_2.weight and ln_2.bias.",
-            ): partial(_block, shared_ln=True),
-        },
-        hint=Hint(
-            "check the order inside each sub-layer (where the LayerNorm sits, what is added to "
-            "the stream) and which parameters each piece uses.",
-            "Two sub-layers, each reading a LayerNorm of the stream and adding its result to the "
-            "stream: causal multi-head attention, then the MLP. x = x + attn(LN_1(x)); x = x + "
-            "gelu(LN_2(x) @ W_1) @ W_2; attn = causal multi-head attention with heads split from "
-            "x @ W_Q etc., merged, then @ W_O.",
-        ),
-    )
+exercise(
+    "07.2",
+    block_forward_reference,
+    target="block_forward",
+    title="one pre-LayerNorm Transformer block",
+    points=2,
+    cases=_block_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    slips={
+        "post-ln": dict(post_ln=True),
+        "added-to-normed": dict(add_to_normed=True),
+        "no-residual": dict(residual=False),
+        "parallel": dict(parallel=True),
+        "not-causal": dict(causal=False),
+        "scaled-by-width": dict(scale_by_width=True),
+        "interleaved-heads": dict(split="interleaved"),
+        "reshape-merge": dict(merge="reshape"),
+        "no-w-o": dict(use_W_O=False),
+        "tanh-gelu": dict(act=partial(F.gelu, approximate="tanh")),
+        "relu": dict(act=F.relu),
+        "shared-ln": dict(shared_ln=True),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 07.3 top-k
 
 
-def top_k_probs_reference(logits: torch.Tensor, k: int | None, temperature: float) -> torch.Tensor:
-    return top_k_probs(logits, k, temperature)  # (B, V)
-
-
-def _topk(
-    logits, k, temperature, *, times=False, renorm=True, keep=None, largest=True, fill=None, dim=-1
-):
+def top_k_probs_reference(
+    logits,
+    k,
+    temperature,
+    *,
+    times=False,
+    keep=0,
+    largest=True,
+    fill=-math.inf,
+    renorm=True,
+    dim=-1,
+) -> torch.Tensor:
+    r"""The sampling distribution of ``logits [B, V]``: the softmax of the top-:math:`k`
+    logits at temperature :math:`\tau`,
+    :math:`p_i = [i \in \mathrm{top}_k]\, e^{z_i/\tau} / \sum_{j \in \mathrm{top}_k} e^{z_j/\tau}`
+    (``k=None`` keeps every token)."""
     z = logits * temperature if times else logits / temperature  # (B, V)
     kk = z.shape[-1] if k is None else min(int(k), z.shape[-1])
-    kk = kk if keep is None else max(1, min(z.shape[-1], kk + keep))
+    kk = max(1, min(z.shape[-1], kk + keep))
     idx = torch.topk(z, kk, dim=-1, largest=largest).indices  # (B, kk)
     kept = torch.zeros_like(z, dtype=torch.bool).scatter(-1, idx, True)  # (B, V)
-    if fill is not None:  # the others set to a finite value, not -inf
-        return torch.softmax(z.masked_fill(~kept, fill), dim=-1)  # (B, V)
-    if renorm:
-        return torch.softmax(z.masked_fill(~kept, float("-inf")), dim=dim)  # (B, V)
-    return torch.softmax(z, dim=-1) * kept  # (B, V)
+    if not renorm:  # the others zeroed after the softmax
+        return torch.softmax(z, dim=-1) * kept  # (B, V)
+    return torch.softmax(z.masked_fill(~kept, fill), dim=dim)  # (B, V)
 
 
 def _topk_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -392,86 +257,32 @@ def _topk_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="07.3",
-        title="the top-k sampling distribution",
-        points=1,
-        target="top_k_probs",
-        cases=_topk_cases,
-        reference=top_k_probs_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        mistakes={
-            Hint(
-                "you multiplied the logits by the temperature.",
-                "Divide them, z / temperature, so that a low temperature sharpens the "
-                "distribution.",
-            ): partial(_topk, times=True),
-            Hint(
-                "your rows do not sum to 1: you zeroed the other tokens' probabilities after "
-                "the softmax without renormalising.",
-                "Set the other logits to -inf *before* the softmax.",
-            ): partial(_topk, renorm=False),
-            Hint(
-                "the tokens outside the top k still get some probability: you set their logits "
-                "to 0, not to -inf.",
-                "exp(0) = 1 is not 0: masked_fill(z < kth, float('-inf')) before the softmax.",
-            ): partial(_topk, fill=0.0),
-            Hint(
-                "you kept one token too few (k-1).",
-                "A strict '>' against the k-th largest logit drops the k-th itself: keep every "
-                "logit >= the k-th largest.",
-            ): partial(_topk, keep=-1),
-            Hint(
-                "you kept one token too many (k+1).",
-                "Keep exactly the k largest logits: the k-th largest is "
-                "torch.topk(z, k).values[..., -1:].",
-            ): partial(_topk, keep=1),
-            Hint(
-                "you kept the k *smallest* logits.",
-                "torch.topk(..., largest=True), the default, gives the largest.",
-            ): partial(_topk, largest=False),
-            Hint(
-                "your softmax runs over the batch axis (dim=0): rows come out NaN or do not "
-                "sum to 1.",
-                "Each row is one distribution over the vocabulary: softmax over the last axis, "
-                "dim=-1.",
-            ): partial(_topk, dim=0),
-        },
-        errors={
-            r"topk\(\).*NoneType": Hint(
-                "k=None means 'keep every token', and torch.topk cannot take None.",
-                "Filter only when k is not None (and k = V keeps everything too); otherwise "
-                "just apply the temperature and the softmax.",
-            ),
-        },
-        hint=Hint(
-            "check what the tokens outside the top k get, how many tokens you keep, and where "
-            "the temperature enters.",
-            "Temperature first, then keep the k largest logits of each row, then normalise. z = "
-            "logits / temperature; kth = torch.topk(z, k).values[..., -1:]; set z < kth to -inf; "
-            "softmax over the last axis. k=None keeps everything.",
-        ),
-    )
+exercise(
+    "07.3",
+    top_k_probs_reference,
+    target="top_k_probs",
+    title="the top-k sampling distribution",
+    points=1,
+    cases=_topk_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    slips={
+        "times-temperature": dict(times=True),
+        "not-renormalised": dict(renorm=False),
+        "zero-fill": dict(fill=0.0),
+        "one-too-few": dict(keep=-1),
+        "one-too-many": dict(keep=1),
+        "smallest": dict(largest=False),
+        "softmax-over-batch": dict(dim=0),
+    },
+    errors={"k-none": r"topk\(\).*NoneType"},
 )
 
 
 # --------------------------------------------------------------------------- 07.4 RoPE decode
 
 
-def rope_decode_step_reference(q_new, k_new, v_new, k_cache, v_cache):
-    t = k_cache.shape[-2]  # tokens cached so far: the new token sits at position t
-    pos = torch.tensor([t])  # (1,)
-    q = apply_rope(q_new, pos)  # (B, H, 1, d)
-    k_all = torch.cat([k_cache, apply_rope(k_new, pos)], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
-    v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, Nk, d), Nk = past + 1
-    g = q_new.shape[1] // k_all.shape[1]
-    out, _ = scaled_dot_product_attention(q, repeat_kv(k_all, g), repeat_kv(v_all, g))
-    return out, k_all, v_all  # (B, H, 1, d), (B, Hkv, Nk, d), (B, Hkv, Nk, d)
-
-
-def _decode(
+def rope_decode_step_reference(
     q_new,
     k_new,
     v_new,
@@ -487,6 +298,10 @@ def _decode(
     interleaved=True,
     causal=False,
 ):
+    r"""One cached decoding step: with :math:`t` = ``k_cache.shape[-2]`` tokens cached, rotate
+    the new query and key at position :math:`t`, append the key and value to the caches, and
+    attend over all :math:`t + 1` keys (each KV head repeated for its :math:`G = H / H_{kv}`
+    query heads). Returns ``(out [B, H, 1, d], k_all, v_all [B, H_kv, t + 1, d])``."""
     t = k_cache.shape[-2]
     pos = torch.tensor([0 if from_zero else t + shift])  # (1,)
     q = apply_rope(q_new, pos, interleaved=interleaved)  # (B, H, 1, d)
@@ -533,98 +348,39 @@ def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="07.4",
-        title="one cached decoding step with rotary positions",
-        points=2,
-        target="rope_decode_step",
-        cases=_rope_cases,
-        reference=rope_decode_step_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        outputs=("output", "k_cache", "v_cache"),
-        mistakes={
-            Hint(
-                "you rotated the new token at position 0: apply_rope on a one-token tensor "
-                "defaults to positions 0..N-1 = [0].",
-                "With past = k_cache.shape[-2] tokens cached, the new token is at position "
-                "past: pass positions=torch.tensor([past]).",
-            ): partial(_decode, from_zero=True),
-            Hint(
-                "your position is off by one (past + 1).",
-                "Positions count from 0: with past cached tokens (positions 0..past-1) the new "
-                "one is at position past.",
-            ): partial(_decode, shift=1),
-            Hint(
-                "your position is off by one (past - 1): that is the last *cached* token's "
-                "position.",
-                "The new token comes after it, at position past = k_cache.shape[-2].",
-            ): partial(_decode, shift=-1),
-            Hint(
-                "you stored the new key unrotated.",
-                "The cache holds rotated keys (each at its own position), so that no cached key "
-                "ever needs rotating again: append the rotated k_new.",
-            ): partial(_decode, store_raw=True),
-            Hint(
-                "you rotated the whole cache again.",
-                "The cached keys are already rotated: rotate only the new query and key.",
-            ): partial(_decode, rerotate=True),
-            Hint(
-                "you rotated the query but not the new key.",
-                "RoPE rotates both q and k (the score then depends on their offset only).",
-            ): partial(_decode, only_q=True),
-            Hint(
-                "you rotated the value.",
-                "RoPE acts on queries and keys only; values are not rotated.",
-            ): partial(_decode, rotate_v=True),
-            Hint(
-                "you paired features (i, i + d/2), the half-split RoPE (interleaved=False).",
-                "The lecture's model and the cached keys use interleaved pairs (2i, 2i+1), "
-                "apply_rope's default.",
-            ): partial(_decode, interleaved=False),
-            Hint(
-                "you passed is_causal=True: its triangle is aligned top-left, so the single new "
-                "query (row 0) sees only key 0, the oldest cached token.",
-                "The new token is the last position: it may see all past + 1 keys, so no mask "
-                "is needed.",
-            ): partial(_decode, causal=True),
-        },
-        errors={
-            r"do not broadcast: got q \(\d+, (\d+), .*k \(\d+, (?!\1\b)\d+,|size of tensor a "
-            r"\(\d+\) must match the size of tensor b \(\d+\) at non-singleton dimension 1": Hint(
-                "the H query heads could not be lined up with the H_kv key/value heads: you did "
-                "not repeat the KV heads.",
-                "With grouped-query attention repeat each KV head G = H // H_kv times in place "
-                "(repeat_kv, or repeat_interleave(G, dim=1)) before attending; return the "
-                "caches with their H_kv heads.",
-            ),
-            r"expected positions of shape .* got shape \(\)": Hint(
-                "apply_rope wants one position per token, a tensor, not a Python int.",
-                "For the one new token: positions=torch.tensor([past]) (shape [1]).",
-            ),
-        },
-        hint=Hint(
-            "check the position you rotate the new token at, what you rotate (and what not), and "
-            "which keys the new query sees.",
-            "Rotate the new query and key at the new token's own position, append, attend over "
-            "everything with each query head reading its KV head. past = k_cache.shape[-2]; pos "
-            "= torch.tensor([past]); rotate q_new and k_new with apply_rope(..., pos); append "
-            "the rotated key and v_new; repeat KV heads; attend without a mask; return (out, "
-            "k_all, v_all).",
-        ),
-    )
+exercise(
+    "07.4",
+    rope_decode_step_reference,
+    target="rope_decode_step",
+    title="one cached decoding step with rotary positions",
+    points=2,
+    cases=_rope_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    outputs=("output", "k_cache", "v_cache"),
+    slips={
+        "position-zero": dict(from_zero=True),
+        "past-plus-one": dict(shift=1),
+        "past-minus-one": dict(shift=-1),
+        "stored-unrotated": dict(store_raw=True),
+        "rerotated-cache": dict(rerotate=True),
+        "only-query": dict(only_q=True),
+        "rotated-value": dict(rotate_v=True),
+        "half-split": dict(interleaved=False),
+        "is-causal": dict(causal=True),
+    },
+    errors={
+        "kv-not-repeated": r"do not broadcast: got q \(\d+, (\d+), .*k \(\d+, (?!\1\b)\d+,|size of "
+        r"tensor a \(\d+\) must match the size of tensor b \(\d+\) at non-singleton dimension 1",
+        "int-position": r"expected positions of shape .* got shape \(\)",
+    },
 )
 
 
 # --------------------------------------------------------------------------- 07.5 induction
 
 
-def induction_score_reference(weights: torch.Tensor, period: int) -> torch.Tensor:
-    return induction_scores(weights, period)  # (H,)
-
-
-def _ind(
+def induction_score_reference(
     weights,
     period,
     *,
@@ -633,16 +389,20 @@ def _ind(
     transpose=False,
     over_heads=False,
     summed=False,
-):
-    w = weights.transpose(-2, -1) if transpose else weights
+) -> torch.Tensor:
+    r"""The per-head induction score of ``weights [B, H, N, N]`` on tokens repeating with
+    period :math:`T`: the mean weight from query :math:`n` on key :math:`n - T + 1`, the token
+    after the previous occurrence,
+    :math:`s_h = \frac{1}{B(N - T)}\sum_b\sum_{n=T}^{N-1} P^{(h)}_{b,n,n-T+1}`. Returns ``[H]``."""
+    w = weights.transpose(-2, -1) if transpose else weights  # (B, H, N, N)
     n = w.shape[-1]
     start = period - 1 if one_query_early else period
     queries = torch.arange(start, n)  # (n_q,)
     keys = queries - period + key_shift  # (n_q,)
     s = w[:, :, queries, keys]  # (B, H, n_q)
     if summed:
-        return s.sum(dim=(0, 2))
-    return s.mean() if over_heads else s.mean(dim=(0, 2))
+        return s.sum(dim=(0, 2))  # (H,)
+    return s.mean() if over_heads else s.mean(dim=(0, 2))  # (H,)
 
 
 def _causal_weights(rng, b, h, n, std=2.0):
@@ -679,53 +439,22 @@ def _ind_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="07.5",
-        title="the induction score of each head",
-        points=1,
-        target="induction_score",
-        cases=_ind_cases,
-        reference=induction_score_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        mistakes={
-            Hint(
-                "you measured the weight on key n - period: the previous occurrence of the "
-                "current token itself (a 'duplicate-token' head).",
-                "An induction head looks one further, at n - period + 1: the token that "
-                "*followed* the previous occurrence.",
-            ): partial(_ind, key_shift=0),
-            Hint(
-                "you also averaged over the query n = period - 1 (a diagonal that starts one "
-                "query too early).",
-                "Its key n - period + 1 = 0 follows no earlier occurrence of anything: start at "
-                "query n = period.",
-            ): partial(_ind, one_query_early=True),
-            Hint(
-                "you read weights[..., key, query].",
-                "The weights are [B, H, query, key]: each row is one query's distribution over "
-                "the keys.",
-            ): partial(_ind, transpose=True),
-            Hint(
-                "you averaged over the heads too.",
-                "Return one score per head, shape [H]: average over the batch and the queries "
-                "only.",
-            ): partial(_ind, over_heads=True),
-            Hint(
-                "you summed the weights instead of averaging them: a perfect head should score 1.",
-                "Average over the batch and the N - period queries.",
-            ): partial(_ind, summed=True),
-        },
-        hint=Hint(
-            "check which key an induction head looks at for query n, which queries have such a "
-            "key, and which axes you average over.",
-            "For each query n >= period, read the weight on the key one after the previous "
-            "occurrence; average per head. queries n = period .. N-1, keys n - period + 1; "
-            "weights[:, :, queries, keys] has shape [B, H, N - period]; average over the batch "
-            "and the queries.",
-        ),
-    )
+exercise(
+    "07.5",
+    induction_score_reference,
+    target="induction_score",
+    title="the induction score of each head",
+    points=1,
+    cases=_ind_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    slips={
+        "duplicate-token": dict(key_shift=0),
+        "one-query-early": dict(one_query_early=True),
+        "transposed": dict(transpose=True),
+        "over-heads": dict(over_heads=True),
+        "summed": dict(summed=True),
+    },
 )
 
 
@@ -733,46 +462,43 @@ register(
 
 
 def lr_schedule_reference(
-    num_steps: int, max_lr: float, min_lr: float, warmup_steps: int
-) -> np.ndarray:
-    return lr_schedule(num_steps, max_lr, min_lr, warmup_steps)  # (num_steps,)
-
-
-def _sched(
     num_steps,
     max_lr,
     min_lr,
     warmup_steps,
     *,
-    warm_from_zero=False,
+    warm="(s+1)/W",
     span_shift=0,
     to_zero=False,
     whole_run=False,
     linear=False,
     unguarded=False,
-    warm_span=0,
-    period=1.0,
-):
+    angle=math.pi,
+) -> np.ndarray:
+    r"""The learning rate of each step ``[num_steps]``: a linear warm-up
+    :math:`\eta_s = \eta_{\max} (s + 1) / W` for :math:`s < W`, then half a cosine down to
+    :math:`\eta_{\min}` at the last step,
+    :math:`\eta_{\min} + \frac12(\eta_{\max} - \eta_{\min})(1 + \cos \pi p)` with
+    :math:`p = (s - W) / \max(S - 1 - W, 1)`."""
     out = []
     lo = 0.0 if to_zero else min_lr
+    w = warmup_steps
     for s in range(num_steps):
-        if s < warmup_steps:
-            if warm_span:  # from 0 at step 0 to max_lr at step W - 1
-                out.append(max_lr * s / max(warmup_steps - warm_span, 1))
-                continue
-            out.append(max_lr * (s if warm_from_zero else s + 1) / warmup_steps)
+        if s < w:  # max_lr * top / span
+            top, span = {"(s+1)/W": (s + 1, w), "s/W": (s, w), "s/(W-1)": (s, max(w - 1, 1))}[warm]
+            out.append(max_lr * top / span)
             continue
         if whole_run:
             progress = s / max(num_steps - 1, 1)
-        elif unguarded and num_steps - 1 - warmup_steps == 0:
-            progress = float("nan")  # numpy's 0 / 0, with a RuntimeWarning
+        elif unguarded and num_steps - 1 - w == 0:
+            progress = float("nan")  # numpy's 0 / 0
         else:
-            progress = (s - warmup_steps) / max(num_steps - 1 - warmup_steps + span_shift, 1)
+            progress = (s - w) / max(num_steps - 1 - w + span_shift, 1)
         progress = progress if math.isnan(progress) else min(progress, 1.0)
         if linear:
             out.append(max_lr - (max_lr - lo) * progress)
         else:
-            out.append(lo + 0.5 * (max_lr - lo) * (1 + math.cos(period * math.pi * progress)))
+            out.append(lo + 0.5 * (max_lr - lo) * (1 + math.cos(angle * progress)))
     return np.array(out)
 
 
@@ -798,84 +524,36 @@ def _sched_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="07.6",
-        title="warm-up and cosine decay",
-        points=1,
-        target="lr_schedule",
-        cases=_sched_cases,
-        reference=lr_schedule_reference,
-        atol=1e-12,
-        rtol=2e-6,  # a float32 schedule is a right answer (float32 rounds to about 6e-8)
-        mistakes={
-            Hint(
-                "your warm-up starts at 0: step 0 then does not move the weights at all.",
-                "Use max_lr * (s + 1) / warmup_steps, so that step warmup_steps - 1 reaches "
-                "max_lr.",
-            ): partial(_sched, warm_from_zero=True),
-            Hint(
-                "your warm-up runs from 0 at step 0 to max_lr at step W - 1: step 0 does not "
-                "move the weights, and each step adds max_lr / (W - 1).",
-                "Step s runs at the fraction of the warm-up completed once it is done: "
-                "(s + 1) / W of max_lr (1/W at step 0, 1 at step W - 1).",
-            ): partial(_sched, warm_span=1),
-            Hint(
-                "your cosine never reaches min_lr: it spans one step too many.",
-                "The last step (s = num_steps - 1) must give exactly min_lr: divide by "
-                "num_steps - 1 - warmup_steps, not num_steps - warmup_steps.",
-            ): partial(_sched, span_shift=1),
-            Hint(
-                "you decay to 0 instead of min_lr.",
-                "The cosine goes from max_lr down to min_lr: min_lr + 0.5 * (max_lr - min_lr) * "
-                "(1 + cos(pi * progress)).",
-            ): partial(_sched, to_zero=True),
-            Hint(
-                "your cosine starts at step 0, not after the warm-up.",
-                "Use the progress (s - warmup_steps) / (num_steps - 1 - warmup_steps), which is "
-                "0 right after the warm-up.",
-            ): partial(_sched, whole_run=True),
-            Hint(
-                "you decay linearly; the schedule is half a cosine.",
-                "min_lr + (max_lr - min_lr) * (1 + cos(pi * progress)) / 2.",
-            ): partial(_sched, linear=True),
-            Hint(
-                "your cosine runs a whole period: it comes back up to max_lr at the last step.",
-                "Half a period: the angle goes from 0 to pi (not 2 pi) over the decay steps, "
-                "cos(pi * progress) with progress from 0 to 1.",
-            ): partial(_sched, period=2.0),
-            Hint(
-                "with a single step after the warm-up, your progress is 0 / 0.",
-                "A single step after the warm-up is at max_lr (progress 0): divide by "
-                "max(num_steps - 1 - warmup_steps, 1).",
-            ): partial(_sched, unguarded=True),
-        },
-        errors={
-            r"ZeroDivisionError": Hint(
-                "you divided by the length of the decay, which is 0 here (a single step after "
-                "the warm-up).",
-                "A single step after the warm-up is at max_lr (progress 0): divide by "
-                "max(num_steps - 1 - warmup_steps, 1).",
-            ),
-        },
-        hint=Hint(
-            "check your schedule at its landmarks: step 0, the last warm-up step, the first step "
-            "after it, and the last step.",
-            "A linear climb for the warm-up steps, then half a cosine from max_lr down to min_lr "
-            "at the last step. for s < W: max_lr * (s+1) / W; else progress = (s - W) / "
-            "max(num_steps - 1 - W, 1) and min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * "
-            "progress)).",
-        ),
-    )
+exercise(
+    "07.6",
+    lr_schedule_reference,
+    target="lr_schedule",
+    title="warm-up and cosine decay",
+    points=1,
+    cases=_sched_cases,
+    atol=1e-12,
+    rtol=2e-6,  # a float32 schedule is a right answer (float32 rounds to about 6e-8)
+    slips={
+        "warm-from-zero": dict(warm="s/W"),
+        "warm-to-w-minus-1": dict(warm="s/(W-1)"),
+        "span-one-too-many": dict(span_shift=1),
+        "to-zero": dict(to_zero=True),
+        "whole-run": dict(whole_run=True),
+        "linear": dict(linear=True),
+        "whole-period": dict(angle=2 * math.pi),
+        "unguarded": dict(unguarded=True),
+    },
+    errors={"zero-division": r"ZeroDivisionError"},
 )
 
 
 # --------------------------------------------------------------------------- 07.7 predict, measure
 
 
-def initial_loss_reference(vocab_size: int, d_model: int, seed: int) -> float:
+def initial_loss_reference(vocab_size, d_model, seed, *, bits=False, summed=False) -> float:
     r"""The language-modelling loss (nats per token) of course_lib's GPT at initialisation:
-    one layer, two heads, ``d_model`` wide, on 8 sequences of 32 uniformly random tokens."""
+    one layer, two heads, ``d_model`` wide, on 8 sequences of 32 uniformly random tokens
+    (about :math:`\log V` when the untrained model's predictions are near uniform)."""
     from .. import gpt
 
     torch.manual_seed(seed)
@@ -885,7 +563,10 @@ def initial_loss_reference(vocab_size: int, d_model: int, seed: int) -> float:
     model = gpt.GPT(cfg)
     tokens = torch.randint(0, vocab_size, (8, 32))  # (B, N)
     with torch.no_grad():
-        return float(gpt.causal_lm_loss(model(tokens), tokens))
+        loss = float(gpt.causal_lm_loss(model(tokens), tokens))
+    if summed:  # the B * (N - 1) predictions added up
+        loss = loss * 8 * 31
+    return loss / math.log(2) if bits else loss
 
 
 def _initial_loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -900,37 +581,16 @@ def _initial_loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="07.7",
-        title="predict, then measure: the loss of an untrained model",
-        points=1,
-        target="measure_initial_loss",
-        cases=_initial_loss_cases,
-        reference=initial_loss_reference,
-        atol=0.0,
-        rtol=0.03,
-        compare=within(0.03),
-        measures="the loss at initialisation (nats per token)",
-        mistakes={
-            Hint(
-                "your loss is in bits (log base 2).",
-                "The course's loss, like F.cross_entropy, is in nats (natural log).",
-            ): lambda v, d, seed: initial_loss_reference(v, d, seed) / math.log(2),
-            Hint(
-                "you added the losses of the tokens instead of averaging them.",
-                "The loss is per predicted token: the mean over the B x (N - 1) positions "
-                "(gpt.causal_lm_loss, or F.cross_entropy's default reduction).",
-            ): lambda v, d, seed: initial_loss_reference(v, d, seed) * 8 * 31,
-        },
-        hint=Hint(
-            "check the loss you compute: the course's next-token loss (a mean, natural log) of "
-            "the untrained model, built and seeded as the statement says.",
-            "Build the small model, feed it random tokens, and compute the next-token loss "
-            "without training. torch.manual_seed(seed); model = "
-            "gpt.GPT(gpt.GPTConfig(vocab_size=V, seq_len=32, d_model=d, num_layers=1, "
-            "num_heads=2)); tokens = torch.randint(0, V, (8, 32)); return "
-            "float(gpt.causal_lm_loss(model(tokens), tokens)).",
-        ),
-    )
+exercise(
+    "07.7",
+    initial_loss_reference,
+    target="measure_initial_loss",
+    title="predict, then measure: the loss of an untrained model",
+    points=1,
+    cases=_initial_loss_cases,
+    atol=0.0,
+    rtol=0.03,
+    compare=within(0.03),
+    measures="the loss at initialisation (nats per token)",
+    slips={"bits": dict(bits=True), "summed": dict(summed=True)},
 )

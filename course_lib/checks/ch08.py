@@ -23,17 +23,33 @@ import torch.nn.functional as F
 
 from ..attention import masked_softmax
 from ..multihead import repeat_kv
-from ..variants.alibi import alibi_slopes as lib_alibi_slopes
 from ..variants.flex import tile_map
 from ..variants.mask_mods import document_ids, index_grids
-from .core import Case, Exercise, Hint, NotThisMistake, register
-from .kit import BROADCAST_ERROR, DT, byte_compare, randn, twin, unless_different, within
+from .core import Case
+from .declare import exercise
+from .kit import BROADCAST_ERROR, DT, byte_compare, randn, within
 
 # --------------------------------------------------------------------------- 08.1 document mask
 
 
-def document_causal_reference(b, h, q_idx, kv_idx, doc_ids):
-    return (doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx)
+def document_causal_reference(
+    b, h, q_idx, kv_idx, doc_ids, *, docs="of-b", causal=">=", join="and"
+):
+    r"""The mask_mod of causal attention inside each packed document: query :math:`i` of
+    sequence :math:`b` sees key :math:`j` when :math:`D_{b,i} = D_{b,j} \wedge j \le i`
+    (tensor operators only, so that it works on index grids and on single indices)."""
+    if docs == "ignored":  # no document condition (b >= 0 keeps the batch axis)
+        same = b >= 0
+    elif docs == "of-sequence-0":
+        same = (doc_ids[0, q_idx] == doc_ids[0, kv_idx]) & (b >= 0)
+    elif docs == "by-token":  # doc_ids[q_idx] picks rows (sequences), not tokens
+        same = doc_ids[q_idx] == doc_ids[kv_idx]
+    else:
+        same = doc_ids[b, q_idx] == doc_ids[b, kv_idx]
+    if causal is None:
+        return same
+    seen = {">=": q_idx >= kv_idx, "<=": q_idx <= kv_idx, ">": q_idx > kv_idx}[causal]
+    return (same | seen) if join == "or" else (same & seen)
 
 
 def _doc_case(name: str, lengths: list[list[int]], seq_len: int, num_heads: int = 1) -> Case:
@@ -55,113 +71,69 @@ def _doc_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     lengths = [[int(n) for n in rng.integers(1, 7, size=4)] for _ in range(3)]
     n = max(sum(ls) for ls in lengths)
     doc = torch.tensor([[0, 0, 1, 1, 1, 2]])
-    scalar = lambda i: torch.tensor(i)  # noqa: E731 - how FlexAttention's vmap calls it
     return [
         _doc_case("three random packings of four documents, 2 heads", lengths, n, 2),
         _doc_case("a single document: plain causal", [[7]], 7),
         Case(
             "0-dimensional indices, as FlexAttention passes them: q=4, kv=2 (same document)",
-            (scalar(0), scalar(0), scalar(4), scalar(2), doc),
+            (torch.tensor(0), torch.tensor(0), torch.tensor(4), torch.tensor(2), doc),
         ),
         Case(
             "0-dimensional indices: q=4, kv=1 (another document)",
-            (scalar(0), scalar(0), scalar(4), scalar(1), doc),
+            (torch.tensor(0), torch.tensor(0), torch.tensor(4), torch.tensor(1), doc),
         ),
     ]
 
 
-def _doc_forgot_batch(b, h, q, kv, d):
-    return (d[q] == d[kv]) & (q >= kv)  # doc_ids indexed without the sequence b
-
-
-register(
-    Exercise(
-        id="08.1",
-        title="a mask_mod for packed documents, causal",
-        points=2,
-        target="document_causal",
-        cases=_doc_cases,
-        reference=document_causal_reference,
-        mistakes={
-            Hint(
-                "your mask is causal but lets tokens attend across document boundaries.",
-                "Also require doc_ids[b, q_idx] == doc_ids[b, kv_idx].",
-            ): lambda b, h, q, kv, d: (q >= kv) & (b >= 0),
-            Hint(
-                "your mask keeps each token inside its document but is not causal: a token sees "
-                "later tokens of its own document.",
-                "Combine with q_idx >= kv_idx, using `&`.",
-            ): lambda b, h, q, kv, d: d[b, q] == d[b, kv],
-            Hint(
-                "you combined the two conditions with `|` (or): a token then sees every earlier "
-                "token of any document.",
-                "Both must hold: `&`.",
-            ): lambda b, h, q, kv, d: (d[b, q] == d[b, kv]) | (q >= kv),
-            Hint(
-                "your causal condition is reversed.",
-                "Query i may see keys j <= i: q_idx >= kv_idx.",
-            ): lambda b, h, q, kv, d: (d[b, q] == d[b, kv]) & (q <= kv),
-            Hint(
-                "a token cannot see itself.",
-                "Use q_idx >= kv_idx, not q_idx > kv_idx.",
-            ): lambda b, h, q, kv, d: (d[b, q] == d[b, kv]) & (q > kv),
-            Hint(
-                "you used the documents of sequence 0 for every sequence.",
-                "Index doc_ids with b: doc_ids[b, q_idx].",
-            ): lambda b, h, q, kv, d: (d[0, q] == d[0, kv]) & (q >= kv) & (b >= 0),
-            Hint(
-                "you indexed doc_ids with the token index alone, doc_ids[q_idx]: that picks "
-                "*sequences* (rows), not tokens.",
-                "doc_ids is [B, N]: doc_ids[b, q_idx] is the document of token q_idx of "
-                "sequence b.",
-            ): _doc_forgot_batch,
-        },
-        errors={
-            r"Boolean value of Tensor with more than one value is ambiguous": Hint(
-                "you used Python's `and`, `or`, `not` or an `if` on the index tensors: they ask "
-                "for one True/False, and a grid of indices has many.",
-                "Use tensor operators only, which work elementwise on a whole grid and on single "
-                "indices alike: `&`, `|`, `~`, comparisons.",
-            ),
-        },
-        hint=Hint(
-            "check your mask on pairs of tokens: two in the same document (in both orders) and "
-            "two in different documents.",
-            "Two conditions, both elementwise: same document, and the key not after the query. "
-            "(doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx): tensor operators "
-            "only (`&`, not `and`), so that it works on whole index grids and on single indices.",
-        ),
-    )
+exercise(
+    "08.1",
+    document_causal_reference,
+    target="document_causal",
+    title="a mask_mod for packed documents, causal",
+    points=2,
+    cases=_doc_cases,
+    errors={"python-and": r"Boolean value of Tensor with more than one value is ambiguous"},
+    slips={
+        "no-document": dict(docs="ignored"),
+        "not-causal": dict(causal=None),
+        "or": dict(join="or"),
+        "reversed": dict(causal="<="),
+        "strict": dict(causal=">"),
+        "sequence-zero": dict(docs="of-sequence-0"),
+        "token-index": dict(docs="by-token"),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 08.2 ALiBi slopes
 
 
-def alibi_slopes_reference(num_heads: int) -> torch.Tensor:
-    return lib_alibi_slopes(num_heads, dtype=DT)  # (H,)
-
-
 def _geometric(n: int, start: int = 1) -> torch.Tensor:
+    """The slopes of ``n`` heads, :math:`2^{-8h/n}` for ``h = start .. start + n - 1``."""
     return torch.tensor([2.0 ** (-8.0 * h / n) for h in range(start, start + n)], dtype=DT)
 
 
-def _slopes_wrong(num_heads: int, *, how: str) -> torch.Tensor:
+def alibi_slopes_reference(
+    num_heads: int, *, recipe="split", extra=slice(0, None, 2), order="recipe"
+) -> torch.Tensor:
+    r"""ALiBi's slopes ``[H]`` (Press et al., 2022): :math:`m_h = 2^{-8h/H}`, :math:`h = 1
+    \dots H`, for :math:`H` a power of two; otherwise the :math:`H_0 = 2^{\lfloor \log_2 H
+    \rfloor}` slopes of :math:`H_0` heads, then the first :math:`H - H_0` slopes of
+    :math:`2 H_0` heads at odd :math:`h` (those that fall between the first ones)."""
     n = int(num_heads)
-    p = 2 ** int(math.floor(math.log2(n)))
-    if how == "same formula":
-        return _geometric(n)
-    if how == "from zero":
+    p = 2 ** int(math.floor(math.log2(n)))  # H_0, the largest power of two <= H
+    if recipe == "from-zero":  # h = 0 .. H - 1, one formula for every H
         return _geometric(n, start=0)
-    if how == "truncate next power":
+    if recipe == "one-formula":  # the powers-of-two recipe for every H
+        return _geometric(n)
+    if recipe == "next-power":  # the slopes of the power of two above H, cut
         return _geometric(p if p == n else 2 * p)[:n]
-    if how == "sorted":
-        return torch.sort(lib_alibi_slopes(n, dtype=DT), descending=True).values
-    extra = {
-        "first ones": _geometric(2 * p)[: n - p],
-        "odd positions": _geometric(2 * p)[1::2][: n - p],
-    }[how]
-    return torch.cat([_geometric(p), extra]) if p < n else _geometric(n)
+    slopes = _geometric(p)  # (H_0,)
+    if p < n:
+        slopes = torch.cat([slopes, _geometric(2 * p)[extra][: n - p]])  # (H,)
+    if order == "sorted":
+        return torch.sort(slopes, descending=True).values
+    return slopes  # (H,)
 
 
 def _slopes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -181,104 +153,73 @@ def _slopes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="08.2",
-        title="ALiBi slopes for any number of heads",
-        points=2,
-        target="alibi_slopes",
-        cases=_slopes_cases,
-        reference=alibi_slopes_reference,
-        atol=1e-7,
-        rtol=1e-5,
-        mistakes={
-            Hint(
-                "your slopes start at 2^0 = 1.",
-                "The sequence starts at h = 1: m_h = 2^(-8h/H), so the first slope is 2^(-8/H) "
-                "(1/2 for 8 heads).",
-            ): twin(_slopes_wrong, how="from zero"),
-            Hint(
-                "you used 2^(-8h/H) for every H: the recipe for powers of two only.",
-                "For other H take the H_0 = 2^floor(log2 H) slopes of H_0 heads, then fill up "
-                "with slopes of 2 H_0 heads.",
-            ): twin(_slopes_wrong, how="same formula"),
-            Hint(
-                "you took the slopes of the next power of two and cut them.",
-                "The paper starts from the power of two *below* H (all its slopes) and adds "
-                "slopes of twice as many heads.",
-            ): twin(_slopes_wrong, how="truncate next power"),
-            Hint(
-                "the extra slopes are the first H - H_0 slopes of 2 H_0 heads.",
-                "Take *every other* slope of 2 H_0 heads (h = 1, 3, 5, ...: the ones step 1 "
-                "does not already have), the first H - H_0 of those.",
-            ): twin(_slopes_wrong, how="first ones"),
-            Hint(
-                "your extra slopes repeat slopes you already have: at even h the slopes of "
-                "2 H_0 heads equal those of H_0 heads.",
-                "Take the odd h = 1, 3, 5, ... (list indices 0, 2, 4, ...).",
-            ): twin(_slopes_wrong, how="odd positions"),
-            Hint(
-                "you have the right slopes in the wrong order: you sorted them.",
-                "The order is the recipe's: first the H_0 slopes of H_0 heads, then the extra "
-                "ones (head h of the model gets slope h of this list).",
-            ): twin(_slopes_wrong, how="sorted"),
-        },
-        hint=Hint(
-            "check your slopes for a power of two first (8 heads), then for a head count that is "
-            "not one (6 heads), against the statement's recipe.",
-            "Start from the largest power of two H_0 <= H; if H_0 < H, borrow the missing slopes "
-            "from the recipe for 2 H_0 heads. H_0 = 2 ** floor(log2(H)); slopes(n) = [2 ** (-8 * "
-            "h / n) for h in 1..n]; slopes(H_0) + slopes(2 * H_0)[0::2][:H - H_0].",
-        ),
-    )
+exercise(
+    "08.2",
+    alibi_slopes_reference,
+    target="alibi_slopes",
+    title="ALiBi slopes for any number of heads",
+    points=2,
+    cases=_slopes_cases,
+    atol=1e-7,
+    rtol=1e-5,
+    slips={
+        "from-zero": dict(recipe="from-zero"),
+        "one-formula": dict(recipe="one-formula"),
+        "next-power": dict(recipe="next-power"),
+        "first-extras": dict(extra=slice(None)),
+        "even-h": dict(extra=slice(1, None, 2)),
+        "sorted": dict(order="sorted"),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 08.3 tiles
 
 
-def classify_tiles_reference(mask: torch.Tensor, block_m: int, block_n: int):
-    tiles = tile_map(mask, block_m, block_n)  # (Tq, Tk)
-    return tiles, float((tiles == 0).sum()) / tiles.numel()
-
-
-def _tiles_wrong(mask, block_m, block_n, *, how: str):
-    if how == "swap":
+def classify_tiles_reference(
+    mask,
+    block_m,
+    block_n,
+    *,
+    count="ceil",
+    swap=False,
+    codes=(0, 1, 2),
+    edge="cut",
+    share="skipped",
+):
+    r"""The tiles of ``mask [Nq, Nk]`` (``block_m`` queries by ``block_n`` keys, the last ones
+    cut at the edges), each 0 (no entry True: skipped), 2 (every entry True: full) or 1
+    (partial), and the fraction of tiles skipped. ``codes`` are those of (skipped, partial,
+    full)."""
+    if swap:
         block_m, block_n = block_n, block_m
-    n_q, n_k = mask.shape
-    if how == "floor":
-        mask = mask[: n_q // block_m * block_m, : n_k // block_n * block_n]
-        n_q, n_k = mask.shape
-    t_q, t_k = -(-n_q // block_m), -(-n_k // block_n)
-    tiles = torch.zeros(t_q, t_k, dtype=torch.long)
+    if count == "floor":  # the last, smaller tiles dropped
+        mask = mask[: mask.shape[0] // block_m * block_m, : mask.shape[1] // block_n * block_n]
+    t_q, t_k = -(-mask.shape[0] // block_m), -(-mask.shape[1] // block_n)  # ceil
+    tiles = torch.zeros(t_q, t_k, dtype=torch.long)  # (Tq, Tk)
     for i in range(t_q):
         for j in range(t_k):
             tile = mask[i * block_m : (i + 1) * block_m, j * block_n : (j + 1) * block_n]
-            full_size = tile.shape == (block_m, block_n)
-            if how == "all or nothing":
-                tiles[i, j] = 2 if tile.all() else 0
-            elif how == "any":
-                tiles[i, j] = 1 if tile.any() else 0
-            elif how == "edge partial":
-                tiles[i, j] = 0 if not tile.any() else (2 if tile.all() and full_size else 1)
-            else:
-                tiles[i, j] = 0 if not tile.any() else (2 if tile.all() else 1)
-    frac = float((tiles == 0).sum()) / tiles.numel()
-    if how == "elements":
-        frac = 1.0 - mask.double().mean().item()
-    if how == "computed":
-        frac = 1.0 - frac
-    return tiles, frac
+            full = bool(tile.all())
+            if edge == "padded":  # a cut edge tile counted with its missing entries as False
+                full = full and tile.shape == (block_m, block_n)
+            tiles[i, j] = codes[0] if not tile.any() else codes[2] if full else codes[1]
+    skipped = float((tiles == 0).sum()) / tiles.numel()
+    if share == "entries":
+        return tiles, 1.0 - mask.double().mean().item()
+    if share == "computed":
+        return tiles, 1.0 - skipped
+    return tiles, skipped
 
 
 def _causal(n_q, n_k=None):
     n_k = n_q if n_k is None else n_k
-    return torch.ones(n_q, n_k, dtype=torch.bool).tril()
+    return torch.ones(n_q, n_k, dtype=torch.bool).tril()  # (Nq, Nk)
 
 
 def _window(n, w):
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    return (j <= i) & (i - j < w)
+    return (j <= i) & (i - j < w)  # (N, N)
 
 
 def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -311,118 +252,76 @@ def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="08.3",
-        title="the tiles a block mask skips",
-        points=2,
-        target="classify_tiles",
-        cases=_tiles_cases,
-        reference=classify_tiles_reference,
-        atol=1e-9,
-        rtol=1e-6,
-        outputs=("tiles", "fraction_skipped"),
-        mistakes={
-            Hint(
-                "your tile map has one tile too few along an axis whose length is not a "
-                "multiple of the tile size.",
-                "The last, smaller tile still counts: ceil division, -(-n // block).",
-            ): twin(_tiles_wrong, how="floor"),
-            Hint(
-                "you swapped the tile sizes.",
-                "block_m counts queries (rows), block_n keys (columns).",
-            ): twin(_tiles_wrong, how="swap"),
-            Hint(
-                "you skip every tile that is not entirely True.",
-                "A partial tile (some True, some False) must be computed (1); only an all-False "
-                "tile is skipped (0).",
-            ): twin(_tiles_wrong, how="all or nothing"),
-            Hint(
-                "you never mark a tile as full (2).",
-                "A tile whose entries are all True is full (2); one with both True and False "
-                "entries is partial (1).",
-            ): twin(_tiles_wrong, how="any"),
-            Hint(
-                "you classified a cut edge tile by its missing entries too.",
-                "Look only at the tile's real entries: an edge tile whose real entries are all "
-                "True is full.",
-            ): twin(_tiles_wrong, how="edge partial"),
-            Hint(
-                "your fraction counts masked-out *entries*.",
-                "The exercise asks for the fraction of *tiles* that are skipped (classified 0).",
-            ): twin(_tiles_wrong, how="elements"),
-            Hint(
-                "your fraction is the share of tiles that are computed.",
-                "The exercise asks for the share that is skipped (partial and full tiles are "
-                "computed).",
-            ): twin(_tiles_wrong, how="computed"),
-        },
-        errors={
-            r"shape '\[.*\]' is invalid for input of size": Hint(
-                "a reshape into whole tiles fails when the mask's side is not a multiple of the "
-                "tile size.",
-                "The last tiles are smaller: loop over ceil(Nq / block_m) x ceil(Nk / block_n) "
-                "tiles and slice, mask[i*block_m:(i+1)*block_m, j*block_n:(j+1)*block_n] (a "
-                "slice past the end stops at the edge).",
-            ),
-        },
-        hint=Hint(
-            "check a tile at the edge of the mask (it may be smaller), what each class 0, 1, 2 "
-            "means, and which tiles the fraction counts.",
-            "Slice the mask into tiles (the last ones may be smaller) and ask of each: no True, "
-            "all True, or some? For tile (i, j) take mask[i*block_m:(i+1)*block_m, "
-            "j*block_n:(j+1)*block_n]: 0 if not any(), 2 if all(), else 1; ceil division for the "
-            "number of tiles.",
-        ),
-    )
+exercise(
+    "08.3",
+    classify_tiles_reference,
+    target="classify_tiles",
+    title="the tiles a block mask skips",
+    points=2,
+    cases=_tiles_cases,
+    atol=1e-9,
+    rtol=1e-6,
+    outputs=("tiles", "fraction_skipped"),
+    errors={"reshape": r"shape '\[.*\]' is invalid for input of size"},
+    slips={
+        "floor": dict(count="floor"),
+        "swapped": dict(swap=True),
+        "all-or-nothing": dict(codes=(0, 0, 2)),
+        "never-full": dict(codes=(0, 1, 1)),
+        "edge-partial": dict(edge="padded"),
+        "entries": dict(share="entries"),
+        "computed": dict(share="computed"),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 08.4 ring buffer
 
 
-def _ring_attend(q_new, k_cache, v_cache, valid, tile=False):
-    g = q_new.shape[1] // k_cache.shape[1]
-    rep = (lambda t: t.repeat(1, g, 1, 1)) if tile else (lambda t: repeat_kv(t, g))
-    k, v = rep(k_cache), rep(v_cache)  # (B, H, W, d)
-    scores = q_new @ k.transpose(-2, -1) / math.sqrt(q_new.shape[-1])  # (B, H, 1, W)
-    weights = masked_softmax(scores, valid)  # (B, H, 1, W)
-    return weights @ v  # (B, H, 1, d)
-
-
-def ring_decode_step_reference(q_new, k_new, v_new, k_cache, v_cache, position):
+def ring_decode_step_reference(
+    q_new,
+    k_new,
+    v_new,
+    k_cache,
+    v_cache,
+    position,
+    *,
+    store="ring",
+    slot_shift=0,
+    attend="after-write",
+    slots="by-position",
+    kv_heads="repeat",
+):
+    r"""One decoding step of sliding-window attention from a ring of :math:`W` slots: write
+    ``k_new, v_new`` into slot :math:`p \bmod W`, then let ``q_new [B, H, 1, d]`` attend over
+    the slots written so far (:math:`s \le p`), KV head :math:`\lfloor i / G \rfloor` for query
+    head :math:`i`. Returns the output and the new caches (the inputs are left unchanged)."""
     w = k_cache.shape[2]
-    slot = position % w
-    k_cache, v_cache = k_cache.clone(), v_cache.clone()
-    k_cache[:, :, slot] = k_new[:, :, 0]  # (B, H_kv, d)
-    v_cache[:, :, slot] = v_new[:, :, 0]
-    valid = torch.arange(w) <= position  # (W,) slots written so far
-    return _ring_attend(q_new, k_cache, v_cache, valid), k_cache, v_cache
-
-
-def _ring_wrong(q_new, k_new, v_new, k_cache, v_cache, position, *, how: str):
-    w = k_cache.shape[2]
-    k_old, v_old = k_cache.clone(), v_cache.clone()
-    k_cache, v_cache = k_cache.clone(), v_cache.clone()
-    if how == "roll":
+    old_k, old_v = k_cache, v_cache
+    if store == "queue":  # shift left, append at the end
         k_cache = torch.cat([k_cache[:, :, 1:], k_new], dim=2)  # (B, H_kv, W, d)
         v_cache = torch.cat([v_cache[:, :, 1:], v_new], dim=2)
-        valid = torch.arange(w) >= w - 1 - position
+        keep = torch.arange(w) >= w - 1 - position  # (W,)
     else:
-        slot = {"off by one": (position + 1) % w}.get(how, position % w)
-        k_cache[:, :, slot] = k_new[:, :, 0]
+        slot = (position + slot_shift) % w
+        k_cache, v_cache = k_cache.clone(), v_cache.clone()
+        k_cache[:, :, slot] = k_new[:, :, 0]  # (B, H_kv, d)
         v_cache[:, :, slot] = v_new[:, :, 0]
-        valid = torch.arange(w) <= position
-    if how == "all slots":
-        valid = torch.ones(w, dtype=torch.bool)
-    if how == "strict":
-        valid = torch.arange(w) < position
-    if how == "nonzero keys":  # a slot is 'a token' when its key is not all zeros
-        valid = k_cache.abs().sum(-1)[:, :, None, :] > 0  # (B, H_kv, 1, W)
-        valid = repeat_kv(valid, q_new.shape[1] // k_cache.shape[1])  # (B, H, 1, W)
-    if how == "read first":
-        return _ring_attend(q_new, k_old, v_old, valid), k_cache, v_cache
-    return _ring_attend(q_new, k_cache, v_cache, valid, tile=how == "tile"), k_cache, v_cache
+        keep = torch.arange(w) <= position  # (W,) the slots written so far
+    g = q_new.shape[1] // k_cache.shape[1]
+    if slots == "before-self":
+        keep = torch.arange(w) < position  # (W,)
+    elif slots == "all":
+        keep = torch.ones(w, dtype=torch.bool)  # (W,)
+    elif slots == "nonzero-keys":  # a slot is 'a token' when its key is not all zeros
+        keep = repeat_kv(k_cache.abs().sum(-1)[:, :, None, :] > 0, g)  # (B, H, 1, W)
+    k, v = (old_k, old_v) if attend == "before-write" else (k_cache, v_cache)
+    if kv_heads == "tiled":  # KV heads 0, 1, 0, 1 rather than 0, 0, 1, 1
+        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)  # (B, H, W, d)
+    else:
+        k, v = repeat_kv(k, g), repeat_kv(v, g)  # (B, H, W, d)
+    scores = q_new @ k.transpose(-2, -1) / math.sqrt(q_new.shape[-1])  # (B, H, 1, W)
+    return masked_softmax(scores, keep) @ v, k_cache, v_cache  # (B, H, 1, d), caches
 
 
 def _ring_case(rng, name, b, h, h_kv, w, d, position, zero_key=False):
@@ -483,97 +382,60 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="08.4",
-        title="one decoding step from a ring-buffer KV cache",
-        points=2,
-        target="ring_decode_step",
-        cases=_ring_cases,
-        reference=ring_decode_step_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        outputs=("output", "k_cache", "v_cache"),
-        mistakes={
-            Hint(
-                "the new token attends before it is written into the ring.",
-                "Write k_new, v_new into slot position % W first, then attend: the token sees "
-                "itself, not the token it overwrites.",
-            ): twin(_ring_wrong, how="read first"),
-            Hint(
-                "the new token does not see itself while the ring is filling up: you kept slots "
-                "s < position.",
-                "Slot s holds a token when s <= position (the new token's own slot included).",
-            ): twin(_ring_wrong, how="strict"),
-            Hint(
-                "you attend to slots that were never written: they hold zeros, not tokens.",
-                "Mask out slot s while s > position.",
-            ): twin(_ring_wrong, how="all slots"),
-            Hint(
-                "you decide which slots hold a token by looking at their values (a key of "
-                "zeros = empty), so a real token whose key is zero is dropped.",
-                "Decide by position alone: slot s holds a token when s <= position.",
-            ): twin(_ring_wrong, how="nonzero keys"),
-            Hint(
-                "you write into slot (position + 1) % W.",
-                "Token t goes to slot t % W.",
-            ): twin(_ring_wrong, how="off by one"),
-            Hint(
-                "you shift the cache and append the new token at the end, like a queue.",
-                "The cache is a ring (token t sits in slot t % W): shifting drops the wrong "
-                "token and copies W entries per token. Write the new token into slot "
-                "position % W.",
-            ): twin(_ring_wrong, how="roll"),
-            Hint(
-                "you tiled the KV heads (0,1,0,1) instead of repeating each in place (0,0,1,1).",
-                "Query head i reads KV head i // G (chapter 04's repeat_kv).",
-            ): twin(_ring_wrong, how="tile"),
-        },
-        hint=Hint(
-            "check which slot the new token goes into, and which slots hold a token while the "
-            "ring is still filling up.",
-            "Write the new token into its slot, then let the query attend to every slot that "
-            "holds a token. slot = position % W; write k_new[:, :, 0] and v_new[:, :, 0] there; "
-            "valid = arange(W) <= position; softmax over the valid slots with repeated KV heads.",
-        ),
-    )
+exercise(
+    "08.4",
+    ring_decode_step_reference,
+    target="ring_decode_step",
+    title="one decoding step from a ring-buffer KV cache",
+    points=2,
+    cases=_ring_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    outputs=("output", "k_cache", "v_cache"),
+    slips={
+        "read-first": dict(attend="before-write"),
+        "strict": dict(slots="before-self"),
+        "all-slots": dict(slots="all"),
+        "nonzero-keys": dict(slots="nonzero-keys"),
+        "off-by-one": dict(slot_shift=1),
+        "queue": dict(store="queue"),
+        "tiled-heads": dict(kv_heads="tiled"),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 08.5 MLA bytes
 
 
-def _mla_bytes(config, seq_len, batch_size, bytes_per_value, *, how: str = ""):
-    c = config
-    per_layer = c["kv_lora_rank"] + c["qk_rope_head_dim"]
-    if how == "kv twice":
-        per_layer = 2 * c["kv_lora_rank"] + c["qk_rope_head_dim"]
-    elif how == "rope per head":
-        per_layer = c["kv_lora_rank"] + c["num_attention_heads"] * c["qk_rope_head_dim"]
-    elif how == "no rope":
-        per_layer = c["kv_lora_rank"]
-    elif how == "mha":
-        per_layer = c["num_attention_heads"] * (
-            c["qk_nope_head_dim"] + c["qk_rope_head_dim"] + c["v_head_dim"]
-        )
-    layers = 1 if how == "no layers" else c["num_hidden_layers"]
-    batch = 1 if how == "no batch" else batch_size
-    unit = 8 if how == "bits" else 1
-    out = int(layers * per_layer * seq_len * batch * bytes_per_value * unit)
-    if how and out == _mla_bytes(config, seq_len, batch_size, bytes_per_value):
-        raise NotThisMistake  # e.g. "forgot the batch" when batch_size is 1
-    return out
-
-
-_bytes_compare = byte_compare(
-    "Every factor is an int; keep it so (no `/`, or int() around the product)."
-)
-
-
 def mla_cache_bytes_from_config(
-    config: dict, seq_len: int, batch_size: int = 1, bytes_per_value: int = 2
+    config: dict,
+    seq_len: int,
+    batch_size: int = 1,
+    bytes_per_value: int = 2,
+    *,
+    cached="latent+rope",
+    layers=True,
+    batch=True,
+    unit=1,
 ) -> int:
-    return _mla_bytes(config, seq_len, batch_size, bytes_per_value)
+    r"""The bytes of an MLA model's KV cache: each layer caches, per token, one latent
+    :math:`c_t` and one RoPE key :math:`k^R_t` shared by all heads:
+    :math:`L\,(d_c + d_h^R)\,N\,B` values of ``bytes_per_value`` bytes."""
+    c = config
+    if cached == "latent-twice":  # once for keys, once for values
+        per_token = 2 * c["kv_lora_rank"] + c["qk_rope_head_dim"]
+    elif cached == "rope-per-head":
+        per_token = c["kv_lora_rank"] + c["num_attention_heads"] * c["qk_rope_head_dim"]
+    elif cached == "latent":
+        per_token = c["kv_lora_rank"]
+    elif cached == "mha":  # every head's keys and values
+        head = c["qk_nope_head_dim"] + c["qk_rope_head_dim"] + c["v_head_dim"]
+        per_token = c["num_attention_heads"] * head
+    else:
+        per_token = c["kv_lora_rank"] + c["qk_rope_head_dim"]
+    num_layers = c["num_hidden_layers"] if layers else 1
+    sequences = batch_size if batch else 1
+    return int(num_layers * per_token * seq_len * sequences * bytes_per_value * unit)
 
 
 def _mla_config(layers, d_model, heads, kv_rank, rope, nope=128, v=128):
@@ -615,73 +477,52 @@ def _mla_bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="08.5",
-        title="the MLA cache of a real config",
-        points=1,
-        target="mla_cache_bytes_from_config",
-        cases=_mla_bytes_cases,
-        reference=mla_cache_bytes_from_config,
-        atol=0.0,
-        rtol=1e-12,
-        compare=_bytes_compare,
-        mistakes={
-            Hint(
-                "you counted the latent twice, once for keys and once for values.",
-                "One latent c_t serves both: MLA has no factor 2.",
-            ): twin(_mla_bytes, how="kv twice"),
-            Hint(
-                "you cached the RoPE key once per head.",
-                "k^R is shared by all heads: qk_rope_head_dim numbers per token and layer.",
-            ): twin(_mla_bytes, how="rope per head"),
-            Hint(
-                "you forgot the decoupled RoPE key.",
-                "Each token caches kv_lora_rank + qk_rope_head_dim numbers per layer.",
-            ): twin(_mla_bytes, how="no rope"),
-            Hint(
-                "that is the cache of the same model with plain multi-head attention.",
-                "MLA caches only the latent and the RoPE key, not every head's keys and values.",
-            ): twin(_mla_bytes, how="mha"),
-            Hint(
-                "you forgot the layers.",
-                "Every layer caches its own latent and RoPE key: multiply by num_hidden_layers.",
-            ): twin(_mla_bytes, how="no layers"),
-            Hint(
-                "you forgot the batch.",
-                "Each of the batch_size sequences has its own cache.",
-            ): twin(_mla_bytes, how="no batch"),
-            Hint(
-                "your answer is 8 times too large: that is bits.",
-                "bytes_per_value already counts bytes.",
-            ): twin(_mla_bytes, how="bits"),
-        },
-        hint=Hint(
-            "count what MLA caches for one token in one layer (which vectors, shared by the "
-            "heads or not), then check that every factor of the statement is in.",
-            "Per token and layer MLA caches one latent and one RoPE key, shared by all heads. "
-            "bytes = num_hidden_layers x (kv_lora_rank + qk_rope_head_dim) x seq_len x "
-            "batch_size x bytes_per_value.",
-        ),
-    )
+exercise(
+    "08.5",
+    mla_cache_bytes_from_config,
+    target="mla_cache_bytes_from_config",
+    title="the MLA cache of a real config",
+    points=1,
+    cases=_mla_bytes_cases,
+    atol=0.0,
+    rtol=1e-12,
+    compare=byte_compare(
+        "Every factor is an int; keep it so (no `/`, or int() around the product)."
+    ),
+    slips={
+        "latent-twice": dict(cached="latent-twice"),
+        "rope-per-head": dict(cached="rope-per-head"),
+        "no-rope": dict(cached="latent"),
+        "mha": dict(cached="mha"),
+        "no-layers": dict(layers=False),
+        "no-batch": dict(batch=False),
+        "bits": dict(unit=8),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 08.6 absorbed
 
 
-def _absorbed(q_nope, q_rope, c_kv, k_rope, W_UK, *, scale_dim=None, rope=True, head0=False):
-    w = W_UK[:1].expand_as(W_UK) if head0 else W_UK  # (H, d_h, d_c)
+def absorbed_scores_reference(
+    q_nope, q_rope, c_kv, k_rope, W_UK, *, rope=True, scale="d_h + d_h^R", w_uk="own"
+):
+    r"""MLA's attention scores at decode with :math:`W^{UK}` absorbed into the query:
+    :math:`s_{h,n} = \big((W^{UK}_h{}^\top q^C_h) \cdot c_n + q^R_h \cdot k^R_n\big) /
+    \sqrt{d_h + d_h^R}`, ``[B, H, 1, N]`` for ``q_nope [B, H, 1, d_h]``, ``q_rope [B, H, 1,
+    d_h^R]``, ``c_kv [B, N, d_c]``, ``k_rope [B, N, d_h^R]``, ``W_UK [H, d_h, d_c]``."""
+    w = W_UK[:1].expand_as(W_UK) if w_uk == "head-0" else W_UK  # (H, d_h, d_c)
     q_lat = torch.einsum("bhqe,hec->bhqc", q_nope, w)  # (B, H, 1, d_c)
     scores = q_lat @ c_kv[:, None].transpose(-2, -1)  # (B, H, 1, N)
     if rope:
         scores = scores + q_rope @ k_rope[:, None].transpose(-2, -1)  # (B, H, 1, N)
-    d = q_nope.shape[-1] + q_rope.shape[-1] if scale_dim is None else scale_dim
-    return scores / math.sqrt(d) if d else scores
-
-
-def absorbed_scores_reference(q_nope, q_rope, c_kv, k_rope, W_UK):
-    return _absorbed(q_nope, q_rope, c_kv, k_rope, W_UK)  # (B, H, 1, N)
+    if scale == "none":
+        return scores
+    if scale == "d_h":
+        return scores / math.sqrt(q_nope.shape[-1])
+    if scale == "d_c":
+        return scores / math.sqrt(c_kv.shape[-1])
+    return scores / math.sqrt(q_nope.shape[-1] + q_rope.shape[-1])  # (B, H, 1, N)
 
 
 def _absorbed_case(rng, name, b, h, n, head_dim, d_r, d_c):
@@ -714,57 +555,23 @@ def _absorbed_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="08.6",
-        title="MLA's absorbed scores at decode",
-        points=2,
-        target="absorbed_scores",
-        cases=_absorbed_cases,
-        reference=absorbed_scores_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        mistakes={
-            Hint(
-                "you left out the RoPE part, q^R . k^R.",
-                "The score is the sum of the latent part and the rotary part.",
-            ): twin(_absorbed, rope=False),
-            Hint(
-                "you scaled by 1/sqrt(d_h).",
-                "MLA's query and key heads have d_h + d_h^R components, so the scale is "
-                "1/sqrt(d_h + d_h^R).",
-            ): lambda *a: _absorbed(*a, scale_dim=a[0].shape[-1]),
-            Hint(
-                "you scaled by 1/sqrt(d_c).",
-                "The latent is not a head: the scale is 1/sqrt(d_h + d_h^R).",
-            ): lambda *a: _absorbed(*a, scale_dim=a[2].shape[-1]),
-            Hint(
-                "you forgot the scale.",
-                "Divide the scores by sqrt(d_h + d_h^R).",
-            ): twin(_absorbed, scale_dim=0),
-            Hint(
-                "you used head 0's W_UK for every head.",
-                "Head h needs W_UK[h].",
-            ): twin(_absorbed, head0=True),
-        },
-        errors={
-            r"einsum\(\).*does not broadcast": Hint(
-                "your einsum's letters do not line up with the shapes: q_nope is "
-                "[B, H, 1, d_h] and W_UK is [H, d_h, d_c].",
-                "Contract over d_h and keep d_c: einsum('bhqe,hec->bhqc', q_nope, W_UK) gives "
-                "[B, H, 1, d_c].",
-            ),
-        },
-        hint=Hint(
-            "check which W_UK each head uses, the two parts a score is made of, and the width "
-            "the scale uses.",
-            "Move each head's query into the latent space with that head's W_UK, then dot it "
-            "with every cached latent; add the rotary part; scale. q_lat = "
-            "einsum('bhqe,hec->bhqc', q_nope, W_UK); scores = (q_lat @ c_kv[:, "
-            "None].transpose(-2, -1) + q_rope @ k_rope[:, None].transpose(-2, -1)) / sqrt(d_h + "
-            "d_h^R).",
-        ),
-    )
+exercise(
+    "08.6",
+    absorbed_scores_reference,
+    target="absorbed_scores",
+    title="MLA's absorbed scores at decode",
+    points=2,
+    cases=_absorbed_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    errors={"einsum-letters": r"einsum\(\).*does not broadcast"},
+    slips={
+        "no-rope": dict(rope=False),
+        "scale-d-h": dict(scale="d_h"),
+        "scale-d-c": dict(scale="d_c"),
+        "unscaled": dict(scale="none"),
+        "head-zero": dict(w_uk="head-0"),
+    },
 )
 
 
@@ -775,7 +582,7 @@ def _phi(x):
     return F.elu(x) + 1.0
 
 
-def _lin_step(
+def linear_attention_step_reference(
     q_t,
     k_t,
     v_t,
@@ -788,20 +595,20 @@ def _lin_step(
     phi_v=False,
     transposed=False,
 ):
-    fq, fk = phi(q_t), phi(k_t)  # (B, H, d_k)
+    r"""One step of causal linear attention (Katharopoulos et al., 2020), :math:`\phi(x) =
+    \mathrm{elu}(x) + 1`: :math:`S_t = S_{t-1} + \phi(k_t) v_t^\top`, :math:`z_t = z_{t-1} +
+    \phi(k_t)`, :math:`o_t = S_t^\top \phi(q_t) / \phi(q_t)^\top z_t`. Returns ``(o_t, S_t,
+    z_t)``; ``phi=None`` is no feature map."""
+    fq, fk = (q_t, k_t) if phi is None else (phi(q_t), phi(k_t))  # (B, H, d_k)
     v = phi(v_t) if phi_v else v_t  # (B, H, d_v)
     new_state = state + fk[..., :, None] * v[..., None, :]  # (B, H, d_k, d_v)
     new_norm = normalizer + fk  # (B, H, d_k)
     s, z = (state, normalizer) if read_first else (new_state, new_norm)
     num = (fq[..., None, :] @ s)[..., 0, :]  # (B, H, d_v)
-    out = num / (fq * z).sum(-1, keepdim=True) if norm else num
+    out = num / (fq * z).sum(-1, keepdim=True) if norm else num  # (B, H, d_v)
     if transposed:
         new_state = new_state.transpose(-2, -1)  # (B, H, d_v, d_k)
     return out, new_state, new_norm
-
-
-def linear_attention_step_reference(q_t, k_t, v_t, state, normalizer):
-    return _lin_step(q_t, k_t, v_t, state, normalizer)
 
 
 def _lin_case(rng, name, b, h, d_k, d_v, steps):
@@ -828,86 +635,42 @@ def _lin_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-register(
-    Exercise(
-        id="08.7",
-        title="linear attention's recurrent step",
-        points=2,
-        target="linear_attention_step",
-        cases=_lin_cases,
-        reference=linear_attention_step_reference,
-        atol=1e-9,
-        rtol=1e-7,
-        outputs=("output", "state", "normalizer"),
-        mistakes={
-            Hint(
-                "you read the state before adding the new token.",
-                "Update S and z first, then compute o_t, so that the token attends to itself "
-                "(j <= t).",
-            ): twin(_lin_step, read_first=True),
-            Hint(
-                "you forgot the denominator phi(q)^T z.",
-                "Without it the output grows with the number of tokens: divide by "
-                "(phi(q) * z).sum(-1, keepdim=True).",
-            ): twin(_lin_step, norm=False),
-            Hint(
-                "you used q and k without the feature map.",
-                "phi(x) = elu(x) + 1 keeps every weight phi(q)^T phi(k) positive.",
-            ): lambda *a: _lin_step(*a, phi=lambda x: x),
-            Hint(
-                "your feature map is elu(x), without the + 1: it is negative for x < 0.",
-                "phi(x) = elu(x) + 1 > 0, so that every weight phi(q)^T phi(k) is positive.",
-            ): twin(_lin_step, phi=F.elu),
-            Hint(
-                "your feature map is relu(x).",
-                "This exercise uses phi(x) = elu(x) + 1 (Katharopoulos et al., 2020): positive "
-                "everywhere, where relu is 0 for half of its inputs.",
-            ): twin(_lin_step, phi=F.relu),
-            Hint(
-                "you used exp as the feature map.",
-                "This exercise uses phi(x) = elu(x) + 1.",
-            ): twin(_lin_step, phi=torch.exp),
-            Hint(
-                "you applied the feature map to v as well.",
-                "Only queries and keys go through phi.",
-            ): twin(_lin_step, phi_v=True),
-            Hint(
-                "your state is transposed, [d_v, d_k] (v phi(k)^T).",
-                "The state is S = sum_j phi(k_j) v_j^T of shape [..., d_k, d_v].",
-            ): twin(_lin_step, transposed=True),
-        },
-        errors={
-            BROADCAST_ERROR + r" at non-singleton dimension 2": Hint(
-                "your numerator [B, H, d_v] and denominator [B, H] do not line up.",
-                "Keep the summed axis: (phi(q) * z).sum(-1, keepdim=True) is [B, H, 1].",
-            ),
-        },
-        hint=Hint(
-            "check the order (update the state, then read it), the feature map applied to q and "
-            "k, and the denominator.",
-            "Add this token's phi(k) v^T to the state and phi(k) to the normaliser, then read "
-            "both with phi(q). fk = elu(k_t) + 1; state = state + fk[..., :, None] * v_t[..., "
-            "None, :]; normalizer = normalizer + fk; o = (fq[..., None, :] @ state)[..., 0, :] / "
-            "(fq * normalizer).sum(-1, keepdim=True).",
-        ),
-    )
+exercise(
+    "08.7",
+    linear_attention_step_reference,
+    target="linear_attention_step",
+    title="linear attention's recurrent step",
+    points=2,
+    cases=_lin_cases,
+    atol=1e-9,
+    rtol=1e-7,
+    outputs=("output", "state", "normalizer"),
+    errors={"no-keepdim": BROADCAST_ERROR + r" at non-singleton dimension 2"},
+    slips={
+        "read-first": dict(read_first=True),
+        "no-denominator": dict(norm=False),
+        "no-feature-map": dict(phi=None),
+        "elu": dict(phi=F.elu),
+        "relu": dict(phi=F.relu),
+        "exp": dict(phi=torch.exp),
+        "phi-v": dict(phi_v=True),
+        "transposed-state": dict(transposed=True),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 08.8 predict, measure
 
 
-def _skipped(seq_len, window, block, *, elements=False, causal_only=False):
-    mask = _causal(seq_len) if causal_only else _window(seq_len, window)  # (N, N)
-    if elements:
-        return 1.0 - mask.double().mean().item()
-    return float((tile_map(mask, block, block) == 0).double().mean())
-
-
-def skipped_tiles_reference(seq_len: int, window: int, block: int) -> float:
+def skipped_tiles_reference(
+    seq_len: int, window: int, block: int, *, count="tiles", windowed=True
+) -> float:
     r"""The fraction of ``block`` x ``block`` tiles a causal sliding-window mask (query
     :math:`i` sees keys :math:`i - w < j \le i`) lets FlexAttention skip entirely."""
-    return _skipped(seq_len, window, block)
+    mask = _window(seq_len, window) if windowed else _causal(seq_len)  # (N, N)
+    if count == "entries":
+        return 1.0 - mask.double().mean().item()
+    return float((tile_map(mask, block, block) == 0).double().mean())
 
 
 def _skipped_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -917,50 +680,25 @@ def _skipped_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             Case("N = 2048, window 256, tiles of 128", (2048, 256, 128)),
             Case("N = 512, window 512 (as causal), tiles of 64", (512, 512, 64)),
         ]
+    n = int(rng.integers(128, 1600))  # a length, window and tile size drawn from the seed
+    window, block = int(rng.integers(8, n)), int(rng.choice([16, 32, 64, 128]))
     return [
         Case("N = 1536, window 100, tiles of 64 (a window not a multiple)", (1536, 100, 64)),
         Case("N = 1000, window 64, tiles of 32 (N not a multiple)", (1000, 64, 32)),
-        _skipped_drawn(rng),
+        Case(f"N = {n}, window {window}, tiles of {block}", (n, window, block)),
     ]
 
 
-def _skipped_drawn(rng: np.random.Generator) -> Case:
-    """A length, window and tile size drawn from ``rng`` (the grader's seed)."""
-    n = int(rng.integers(128, 1600))
-    window, block = int(rng.integers(8, n)), int(rng.choice([16, 32, 64, 128]))
-    return Case(f"N = {n}, window {window}, tiles of {block}", (n, window, block))
-
-
-register(
-    Exercise(
-        id="08.8",
-        title="predict, then measure: how much of the score matrix a sliding window skips",
-        points=1,
-        target="measure_skipped_tiles",
-        cases=_skipped_cases,
-        reference=skipped_tiles_reference,
-        atol=1e-9,
-        rtol=0.0,
-        compare=within(1e-9, relative=False),
-        measures="the fraction of tiles skipped",
-        mistakes={
-            Hint(
-                "you measured the masked *entries*, not the skipped tiles.",
-                "A kernel skips a whole tile only when none of its entries may attend: a tile "
-                "the window's edge crosses is computed (and masked) in full. Count tiles with "
-                "tile_map(mask, B, B) == 0.",
-            ): twin(_skipped, elements=True),
-            Hint(
-                "your mask is causal only: the window is missing.",
-                "Query i sees keys i - window < j <= i: both conditions.",
-            ): unless_different(twin(_skipped, causal_only=True), skipped_tiles_reference),
-        },
-        hint=Hint(
-            "check your mask (causal and windowed) and what you count: whole tiles with nothing "
-            "to compute, not masked entries.",
-            "Build the causal sliding-window mask, classify its tiles, and take the share of "
-            "empty ones. i, j = arange(N)[:, None], arange(N)[None, :]; mask = (j <= i) & (i - j "
-            "< window); return float((tile_map(mask, block, block) == 0).double().mean()).",
-        ),
-    )
+exercise(
+    "08.8",
+    skipped_tiles_reference,
+    target="measure_skipped_tiles",
+    title="predict, then measure: how much of the score matrix a sliding window skips",
+    points=1,
+    cases=_skipped_cases,
+    atol=1e-9,
+    rtol=0.0,
+    compare=within(1e-9, relative=False),
+    measures="the fraction of tiles skipped",
+    slips={"entries": dict(count="entries"), "causal-only": dict(windowed=False)},
 )

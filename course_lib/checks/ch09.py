@@ -23,27 +23,11 @@ import math
 import numpy as np
 import torch
 
-from ..context_parallel.comm import ring_comm_bytes, ulysses_comm_bytes
-from ..context_parallel.merge import (
-    block_attention,
-    block_attention_backward,
-    causal_mask_from_positions,
-)
-from ..context_parallel.merge import merge_attention as _merge
+from ..context_parallel.merge import block_attention, causal_mask_from_positions
 from ..context_parallel.sharding import shard_positions
-from ..context_parallel.ulysses import all_to_all_seq_to_head
-from .core import Case, Exercise, Hint, NotThisMistake, register
-from .kit import (
-    BROADCAST_ERROR,
-    DT,
-    NEG_INF,
-    byte_compare,
-    integer_compare,
-    randn,
-    twin,
-    unless_different,
-    within,
-)
+from .core import Case
+from .declare import exercise
+from .kit import BROADCAST_ERROR, DT, NEG_INF, byte_compare, integer_compare, randn, within
 
 
 def _partial(rng, n_q, n_k, d, d_v, mask=None, scale=1.0):
@@ -55,9 +39,36 @@ def _partial(rng, n_q, n_k, d, d_v, mask=None, scale=1.0):
 # --------------------------------------------------------------------------- 09.1 the merge
 
 
-def merge_attention_reference(out_a, lse_a, out_b, lse_b):
-    r""":math:`L = m + \log(e^{L_a-m} + e^{L_b-m})`, :math:`O = e^{L_a-L}O_a + e^{L_b-L}O_b`."""
-    return _merge(out_a, lse_a, out_b, lse_b)
+def merge_attention_reference(
+    out_a, lse_a, out_b, lse_b, *, shift=True, guard=True, weights="share", lse="logsumexp"
+):
+    r"""Merge two partial attentions over disjoint key sets: the denominators
+    :math:`e^{L_a}, e^{L_b}` add, and each output counts by its share of the sum,
+    :math:`L = m + \log(e^{L_a-m} + e^{L_b-m})`, :math:`O = e^{L_a-L}O_a + e^{L_b-L}O_b`,
+    :math:`m = \max(L_a, L_b)`, or 0 where both are :math:`-\infty` (such a row stays 0 with
+    :math:`L = -\infty`)."""
+    m = torch.maximum(lse_a, lse_b) if shift else torch.zeros_like(lse_a)  # (..., Nq)
+    if guard:  # both -inf: any finite shift
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)  # (..., Nq) l_a / e^m, l_b / e^m
+    total = w_a + w_b  # (..., Nq)
+    merged = {
+        "logsumexp": m + torch.log(total),  # -inf where nothing was seen
+        "max": torch.maximum(lse_a, lse_b),
+        "sum": lse_a + lse_b,
+    }[lse]  # (..., Nq)
+    if guard:
+        total = torch.where(total > 0, total, torch.ones_like(total))
+    if weights == "share":
+        w_a, w_b = w_a / total, w_b / total  # (..., Nq)
+    elif weights == "swapped":
+        w_a, w_b = w_b / total, w_a / total
+    elif weights == "half":
+        w_a = w_b = torch.full_like(w_a, 0.5)
+    elif weights == "lse":
+        w_a, w_b = lse_a / (lse_a + lse_b), lse_b / (lse_a + lse_b)
+    # weights == "unnormalised": w_a, w_b as they are
+    return w_a[..., None] * out_a + w_b[..., None] * out_b, merged  # (..., Nq, d_v), (..., Nq)
 
 
 def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -124,137 +135,68 @@ def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _merge_average(out_a, lse_a, out_b, lse_b):
-    return (out_a + out_b) / 2, torch.logaddexp(lse_a, lse_b)
-
-
-def _merge_unnormalised(out_a, lse_a, out_b, lse_b):
-    m = torch.maximum(lse_a, lse_b)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
-    return w_a[..., None] * out_a + w_b[..., None] * out_b, _merge(out_a, lse_a, out_b, lse_b)[1]
-
-
-def _merge_lse_max(out_a, lse_a, out_b, lse_b):
-    return _merge(out_a, lse_a, out_b, lse_b)[0], torch.maximum(lse_a, lse_b)
-
-
-def _merge_swapped(out_a, lse_a, out_b, lse_b):
-    out, lse = _merge(out_a, lse_a, out_b, lse_b)
-    w_a = torch.exp(lse_a - lse).nan_to_num(0.0)
-    w_b = torch.exp(lse_b - lse).nan_to_num(0.0)
-    return w_b[..., None] * out_a + w_a[..., None] * out_b, lse
-
-
-def _merge_nan_when_empty(out_a, lse_a, out_b, lse_b):
-    """The safe formula without the guard: max(-inf, -inf) = -inf, and -inf - -inf = NaN."""
-    m = torch.maximum(lse_a, lse_b)
-    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
-    lse = m + torch.log(w_a + w_b)
-    return (w_a / (w_a + w_b))[..., None] * out_a + (w_b / (w_a + w_b))[..., None] * out_b, lse
-
-
-def _merge_lse_added(out_a, lse_a, out_b, lse_b):
-    """The LSEs added: the product of the two denominators, not their sum."""
-    return _merge(out_a, lse_a, out_b, lse_b)[0], lse_a + lse_b
-
-
-def _merge_weighted_by_lse(out_a, lse_a, out_b, lse_b):
-    """Each output weighted by its LSE itself, L_a / (L_a + L_b), instead of by e^L."""
-    total = lse_a + lse_b
-    w_a, w_b = lse_a / total, lse_b / total  # (..., Nq)
-    return w_a[..., None] * out_a + w_b[..., None] * out_b, _merge(out_a, lse_a, out_b, lse_b)[1]
-
-
-def _merge_raw_exp(out_a, lse_a, out_b, lse_b):
-    l_a, l_b = torch.exp(lse_a), torch.exp(lse_b)
-    total = l_a + l_b
-    return (l_a / total)[..., None] * out_a + (l_b / total)[..., None] * out_b, torch.log(total)
-
-
-register(
-    Exercise(
-        id="09.1",
-        title="merge two partial attentions",
-        points=2,
-        target="merge_attention",
-        cases=_merge_cases,
-        reference=merge_attention_reference,
-        atol=1e-12,
-        rtol=1e-10,
-        outputs=("output", "lse"),
-        mistakes={
-            Hint(
-                "you averaged the two outputs.",
-                "Each part is weighted by its share of the softmax denominator, "
-                "exp(lse_a - lse) and exp(lse_b - lse), which are 1/2 only when the two LSEs are "
-                "equal.",
-            ): _merge_average,
-            Hint(
-                "your weights exp(lse_a - m), exp(lse_b - m) do not add up to 1.",
-                "Divide by their sum (equivalently, use exp(lse_a - lse) with the merged lse).",
-            ): _merge_unnormalised,
-            Hint(
-                "your merged lse is the larger of the two.",
-                "The denominators add: lse = log(exp(lse_a) + exp(lse_b)) = m + "
-                "log(exp(lse_a - m) + exp(lse_b - m)).",
-            ): _merge_lse_max,
-            Hint(
-                "you added the two LSEs: that is the log of the *product* of the denominators.",
-                "The denominators add, so their logs combine by log-sum-exp: "
-                "lse = log(exp(lse_a) + exp(lse_b)), computed as m + log(exp(lse_a - m) + "
-                "exp(lse_b - m)).",
-            ): _merge_lse_added,
-            Hint(
-                "you weighted each output by its LSE, L_a / (L_a + L_b).",
-                "A part's share of the denominator is e^{L_a} / (e^{L_a} + e^{L_b}) = "
-                "exp(lse_a - lse): the LSE is a log, so exponentiate (differences of) it.",
-            ): _merge_weighted_by_lse,
-            Hint(
-                "you swapped the weights.",
-                "out_a gets exp(lse_a - lse), the share of part a.",
-            ): _merge_swapped,
-            Hint(
-                "rows where both LSEs are -inf (no key seen yet) become NaN: max is -inf, and "
-                "-inf - (-inf) is NaN.",
-                "Replace an infinite max by 0 before subtracting (torch.where), and divide by "
-                "the weights' sum only where it is > 0; such rows stay out = 0, lse = -inf.",
-            ): _merge_nan_when_empty,
-            Hint(
-                "you exponentiated the LSEs themselves: exp(1000) overflows to inf, and inf/inf "
-                "is NaN.",
-                "Subtract m = max(lse_a, lse_b) first; every exponent is then <= 0.",
-            ): _merge_raw_exp,
-        },
-        errors={
-            BROADCAST_ERROR + r" at non-singleton dimension": Hint(
-                "your weights (..., Nq) and outputs (..., Nq, d_v) do not line up.",
-                "Give the weights a last axis of 1 before multiplying: w_a[..., None] * out_a.",
-            ),
-        },
-        hint=Hint(
-            "check the weight each part's output gets (its share of the combined softmax "
-            "denominator), and rows in which neither part saw a key.",
-            "Each part's output counts in proportion to its softmax denominator e^L; compute the "
-            "proportions without ever exponentiating an L itself. m = torch.maximum(lse_a, "
-            "lse_b) (0 where it is -inf); w_a = exp(lse_a - m), w_b = exp(lse_b - m); lse = m + "
-            "log(w_a + w_b); out = (w_a * out_a + w_b * out_b) / (w_a + w_b) with [..., None] on "
-            "the weights, 0 where w_a + w_b == 0.",
-        ),
-    )
+exercise(
+    "09.1",
+    merge_attention_reference,
+    target="merge_attention",
+    title="merge two partial attentions",
+    points=2,
+    cases=_merge_cases,
+    atol=1e-12,
+    rtol=1e-10,
+    outputs=("output", "lse"),
+    slips={
+        "average": dict(weights="half"),
+        "unnormalised": dict(weights="unnormalised"),
+        "lse-max": dict(lse="max"),
+        "lse-added": dict(lse="sum"),
+        "weighted-by-lse": dict(weights="lse"),
+        "swapped": dict(weights="swapped"),
+        "empty-rows-nan": dict(guard=False),
+        "exp-overflow": dict(shift=False, guard=False),
+    },
+    errors={"weights-axis": BROADCAST_ERROR + r" at non-singleton dimension"},
 )
 
 # --------------------------------------------------------------------------- 09.2 one ring step
 
 
-def ring_step_reference(q, k_block, v_block, out, lse, mask):
-    r"""Partial attention over the block (scale $1/\sqrt d$, ``mask`` True = may attend),
-    merged into ``(out, lse)``."""
-    out_b, lse_b = block_attention(q, k_block, v_block, mask=mask)
-    return _merge(out, lse, out_b, lse_b)
+def ring_step_reference(
+    q,
+    k_block,
+    v_block,
+    out,
+    lse,
+    mask,
+    *,
+    scale="d_k",
+    fill=NEG_INF,
+    invert=False,
+    softmax=False,
+    block_lse="logsumexp",
+    merge=True,
+):
+    r"""Partial attention over the block, :math:`S = q k^\top / \sqrt{d_k}` (``mask`` True =
+    may attend), :math:`L_b = \log \sum_j e^{S_j}`, :math:`O_b = e^{S - L_b} V` (0 for a row
+    that sees no key), merged into ``(out, lse)``."""
+    d = {"d_k": q.shape[-1], "d_v": v_block.shape[-1], None: 1}[scale]
+    s = (q @ k_block.transpose(-2, -1)) * (1.0 / math.sqrt(d))  # (Nq, Nk)
+    if mask is not None:
+        s = s.masked_fill(mask if invert else ~mask, fill)  # (Nq, Nk)
+    lse_b = torch.logsumexp(s, dim=-1)  # (Nq,) -inf for a row that sees no key
+    if softmax:  # 0/0 = NaN in a row of -inf
+        out_b = torch.softmax(s, dim=-1) @ v_block  # (Nq, d_v)
+    else:
+        shift = torch.where(torch.isfinite(lse_b), lse_b, torch.zeros_like(lse_b))  # (Nq,)
+        out_b = torch.exp(s - shift[..., None]) @ v_block  # (Nq, d_v) 0 for such a row
+    if block_lse == "max":
+        lse_b = s.amax(dim=-1)  # (Nq,)
+    if not merge:
+        return out_b, lse_b
+    return merge_attention_reference(out, lse, out_b, lse_b)
 
 
-def _empty_state(n_q, d_v):
+def _empty_state(n_q: int, d_v: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.zeros(n_q, d_v, dtype=DT), torch.full((n_q,), NEG_INF, dtype=DT)
 
 
@@ -323,114 +265,41 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _ring_unscaled(q, k, v, out, lse, mask):
-    return ring_step_reference(q * math.sqrt(q.shape[-1]), k, v, out, lse, mask)
-
-
-def _ring_scale_dv(q, k, v, out, lse, mask):
-    if v.shape[-1] == q.shape[-1]:
-        raise NotThisMistake
-    return ring_step_reference(q * math.sqrt(q.shape[-1] / v.shape[-1]), k, v, out, lse, mask)
-
-
-def _ring_finite_fill(q, k, v, out, lse, mask):
-    """Masked scores set to -1e9: an all-masked row gets a uniform average and a finite lse."""
-    s = q @ k.T / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(~mask, -1e9)
-    return _merge(out, lse, torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1))
-
-
-def _ring_no_merge(q, k, v, out, lse, mask):
-    return block_attention(q, k, v, mask=mask)
-
-
-def _ring_nan_masked_rows(q, k, v, out, lse, mask):
-    s = q @ k.T / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(~mask, NEG_INF)
-    out_b = torch.softmax(s, dim=-1) @ v  # NaN in rows with no visible key
-    return _merge(out, lse, out_b, torch.logsumexp(s, dim=-1))
-
-
-def _ring_mask_inverted(q, k, v, out, lse, mask):
-    return ring_step_reference(q, k, v, out, lse, None if mask is None else ~mask)
-
-
-def _ring_lse_is_max(q, k, v, out, lse, mask):
-    s = q @ k.T / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(~mask, NEG_INF)
-    out_b, _ = block_attention(q, k, v, mask=mask)
-    return _merge(out, lse, out_b, s.amax(dim=-1))
-
-
-register(
-    Exercise(
-        id="09.2",
-        title="one step of ring attention",
-        points=3,
-        target="ring_step",
-        cases=_ring_cases,
-        reference=ring_step_reference,
-        atol=1e-12,
-        rtol=1e-10,
-        outputs=("output", "lse"),
-        mistakes={
-            Hint(
-                "you forgot the scale of the scores.",
-                "S = q k_block^T / sqrt(d_k).",
-            ): _ring_unscaled,
-            Hint(
-                "you scaled the scores by 1/sqrt(d_v), the width of the values.",
-                "The scale belongs to the dot product q . k: 1/sqrt(d_k), with d_k = q.shape[-1].",
-            ): _ring_scale_dv,
-            Hint(
-                "you returned the new block's partial result only: every earlier block is lost.",
-                "Merge it into the running (out, lse) with merge_attention.",
-            ): _ring_no_merge,
-            Hint(
-                "your mask is inverted.",
-                "mask=True means 'may attend' (torch SDPA's convention): fill the scores where "
-                "the mask is False, scores.masked_fill(~mask, -inf).",
-            ): _ring_mask_inverted,
-            Hint(
-                "rows whose keys are all masked out become NaN: a softmax over a row of -inf is "
-                "0/0.",
-                "Such a row's partial result is out_b = 0, lse_b = -inf (so the merge ignores "
-                "it): compute lse_b = torch.logsumexp(scores, -1) first, then the weights "
-                "exp(scores - lse_b) with lse_b replaced by 0 where it is -inf.",
-            ): _ring_nan_masked_rows,
-            Hint(
-                "you masked with a large negative number (-1e9) instead of -inf: a row that "
-                "sees none of the block gets a uniform average of its values and a finite lse, "
-                "as if it had seen them.",
-                "Use -inf (chapter 02); then such a row's lse_b is -inf and its out_b must be 0 "
-                "(exponentiate scores - lse_b with lse_b replaced by 0 there).",
-            ): _ring_finite_fill,
-            Hint(
-                "the block's lse is its row maximum.",
-                "The log-sum-exp is logsumexp(scores, -1), not the row maximum.",
-            ): _ring_lse_is_max,
-        },
-        hint=Hint(
-            "check the block's own partial result (masked, scaled, and a row that sees nothing), "
-            "and that you merge it into the running state.",
-            "Attend to the block alone (masked scores, its log-sum-exp, its normalised output), "
-            "then merge that partial result into the running state. scores = q @ k_block.T / "
-            "sqrt(d), masked with -inf where mask is False; lse_b = torch.logsumexp(scores, -1); "
-            "out_b = exp(scores - lse_b[:, None]) @ v_block (0 for rows with lse_b = -inf); "
-            "return merge_attention(out, lse, out_b, lse_b).",
-        ),
-    )
+exercise(
+    "09.2",
+    ring_step_reference,
+    target="ring_step",
+    title="one step of ring attention",
+    points=3,
+    cases=_ring_cases,
+    atol=1e-12,
+    rtol=1e-10,
+    outputs=("output", "lse"),
+    slips={
+        "unscaled": dict(scale=None),
+        "scaled-by-dv": dict(scale="d_v"),
+        "no-merge": dict(merge=False),
+        "mask-inverted": dict(invert=True),
+        "empty-rows-nan": dict(softmax=True),
+        "finite-fill": dict(fill=-1e9, softmax=True),
+        "lse-is-max": dict(block_lse="max"),
+    },
 )
 
 # --------------------------------------------------------------------------- 09.3 zigzag
 
 
-def zigzag_positions_reference(seq_len: int, world_size: int, rank: int) -> torch.Tensor:
+def zigzag_positions_reference(
+    seq_len: int, world_size: int, rank: int, *, layout="zigzag", mirror="2P-1-r", front_first=True
+) -> torch.Tensor:
     """Chunk ``rank`` then chunk ``2P - 1 - rank`` of ``2P`` chunks of ``seq_len / (2P)``."""
-    return shard_positions(seq_len, world_size, rank, "zigzag")
+    if layout != "zigzag":  # another split of chapter 09: "contiguous" or "striped"
+        return shard_positions(seq_len, world_size, rank, layout)
+    P = world_size
+    c = seq_len // (2 * P)  # tokens per chunk
+    back = {"2P-1-r": 2 * P - 1 - rank, "2P-r": 2 * P - rank, "P-1-r": P - 1 - rank}[mirror]
+    chunks = [torch.arange(rank * c, (rank + 1) * c), torch.arange(back * c, (back + 1) * c)]
+    return torch.cat(chunks if front_first else chunks[::-1])  # (2c,)
 
 
 def _zigzag_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -464,91 +333,50 @@ _positions_compare = integer_compare(
     accept_lists=True,  # a list of ints is a right answer too (torch.tensor(list) indexes)
 )
 
-
-def _zigzag_contiguous(seq_len, world_size, rank):
-    n = seq_len // world_size
-    return torch.arange(rank * n, (rank + 1) * n)
-
-
-def _zigzag_off_by_one(seq_len, world_size, rank):
-    c = seq_len // (2 * world_size)
-    back = 2 * world_size - rank
-    return torch.cat(
-        [torch.arange(rank * c, (rank + 1) * c), torch.arange(back * c, (back + 1) * c)]
-    )
-
-
-def _zigzag_reversed(seq_len, world_size, rank):
-    pos = zigzag_positions_reference(seq_len, world_size, rank)
-    c = len(pos) // 2
-    return torch.cat([pos[c:], pos[:c]])
-
-
-def _zigzag_p_chunks(seq_len, world_size, rank):
-    c = seq_len // world_size // 2  # half a shard, but counted from P chunks of N/P
-    return torch.cat(
-        [
-            torch.arange(rank * c, (rank + 1) * c),
-            torch.arange((world_size - 1 - rank) * c, (world_size - rank) * c),
-        ]
-    )
-
-
-def _zigzag_striped(seq_len, world_size, rank):
-    return torch.arange(rank, seq_len, world_size)
-
-
-register(
-    Exercise(
-        id="09.3",
-        title="the tokens of a zigzag shard",
-        points=1,
-        target="zigzag_positions",
-        cases=_zigzag_cases,
-        reference=zigzag_positions_reference,
-        atol=0.0,
-        rtol=0.0,
-        compare=_positions_compare,
-        mistakes={
-            Hint(
-                "that is the plain (contiguous) split.",
-                "Zigzag cuts the sequence into 2P chunks and gives rank r chunks r and 2P - 1 - r.",
-            ): _zigzag_contiguous,
-            Hint(
-                "your second chunk is one chunk too far.",
-                "Chunks are numbered 0 .. 2P - 1: the mirror of chunk r is 2P - 1 - r, not 2P - r.",
-            ): _zigzag_off_by_one,
-            Hint(
-                "the chunks are in the wrong order.",
-                "Chunk r (the early tokens) first, then chunk 2P - 1 - r.",
-            ): _zigzag_reversed,
-            Hint(
-                "you mirrored among P chunks.",
-                "The second chunk is counted from the end of the whole sequence: chunk "
-                "2P - 1 - r of 2P chunks of seq_len / (2P) tokens.",
-            ): _zigzag_p_chunks,
-            Hint(
-                "that is the striped layout (token t on rank t mod P), not zigzag.",
-                "Zigzag gives each rank two contiguous chunks, r and 2P - 1 - r.",
-            ): _zigzag_striped,
-        },
-        hint=Hint(
-            "work P = 2 and 8 tokens by hand: how many chunks are there, and which two does each "
-            "rank hold, in which order?",
-            "2P chunks of equal length; rank r takes one from the front and its mirror image "
-            "from the back. c = seq_len // (2 * world_size); torch.cat([torch.arange(rank * c, "
-            "(rank + 1) * c), torch.arange(b * c, (b + 1) * c)]) with b = 2 * world_size - 1 - "
-            "rank.",
-        ),
-    )
+exercise(
+    "09.3",
+    zigzag_positions_reference,
+    target="zigzag_positions",
+    title="the tokens of a zigzag shard",
+    points=1,
+    cases=_zigzag_cases,
+    atol=0.0,
+    rtol=0.0,
+    compare=_positions_compare,
+    slips={
+        "contiguous": dict(layout="contiguous"),
+        "mirror-too-far": dict(mirror="2P-r"),
+        "chunks-reversed": dict(front_first=False),
+        "mirror-among-p": dict(mirror="P-1-r"),
+        "striped": dict(layout="striped"),
+    },
 )
 
 # --------------------------------------------------------------------------- 09.4 all-to-all
 
 
-def seq_to_head_all_to_all_reference(xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``xs[i] (B, H, n, d_h)`` → ``ys[j] (B, H/P, P*n, d_h)``: head group j, all ranks' tokens."""
-    return all_to_all_seq_to_head(list(xs))
+def seq_to_head_all_to_all_reference(
+    xs: list[torch.Tensor], *, heads="blocks", join="tokens", reverse=False, stack=False
+) -> list[torch.Tensor] | torch.Tensor:
+    """``xs[i] (B, H, n, d_h)`` → ``ys[j] (B, H/P, P*n, d_h)``: head group j of every rank's
+    tokens, rank 0's first."""
+    P = len(xs)
+    B, H, n, d_h = xs[0].shape
+    h = H // P
+    xs = list(xs)[::-1] if reverse else list(xs)
+    ys = []
+    for j in range(P):
+        if heads == "blocks":
+            parts = [x[:, j * h : (j + 1) * h] for x in xs]  # P x (B, H/P, n, d_h)
+        else:  # heads == "strided": every P-th head
+            parts = [x[:, j::P] for x in xs]
+        if join == "tokens":
+            ys.append(torch.cat(parts, dim=2))  # (B, H/P, P*n, d_h) rank 0's tokens first
+        elif join == "heads":
+            ys.append(torch.cat(parts, dim=1))  # (B, H, n, d_h)
+        else:  # join == "interleaved": the rank axis after the token axis
+            ys.append(torch.stack(parts, dim=3).reshape(B, h, P * n, d_h))
+    return torch.stack(ys) if stack else ys
 
 
 def _a2a_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -574,94 +402,56 @@ def _a2a_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _a2a_stacked(xs):
-    return torch.stack(seq_to_head_all_to_all_reference(xs))  # (P, B, H/P, P*n, d_h)
-
-
-def _a2a_strided_heads(xs):
-    P = len(xs)
-    return [torch.cat([x[:, j::P] for x in xs], dim=2) for j in range(P)]
-
-
-def _a2a_head_dim(xs):
-    P = len(xs)
-    h = xs[0].shape[1] // P
-    return [torch.cat([x[:, j * h : (j + 1) * h] for x in xs], dim=1) for j in range(P)]
-
-
-def _a2a_reversed_ranks(xs):
-    return seq_to_head_all_to_all_reference(list(reversed(xs)))
-
-
-def _a2a_interleaved_tokens(xs):
-    P = len(xs)
-    B, H, n, head_dim = xs[0].shape
-    h = H // P
-    return [
-        torch.stack([x[:, j * h : (j + 1) * h] for x in xs], dim=3).reshape(B, h, P * n, head_dim)
-        for j in range(P)
-    ]
-
-
-register(
-    Exercise(
-        id="09.4",
-        title="Ulysses' all-to-all: from a sequence split to a head split",
-        points=2,
-        target="seq_to_head_all_to_all",
-        cases=_a2a_cases,
-        reference=seq_to_head_all_to_all_reference,
-        atol=0.0,
-        rtol=0.0,
-        mistakes={
-            Hint(
-                "you returned one stacked tensor.",
-                "Return a list with one tensor per rank, ys[j] of shape (B, H/P, P*n, d_h): "
-                "each rank holds its own tensor.",
-            ): _a2a_stacked,
-            Hint(
-                "rank j got every P-th head (x[:, j::P]).",
-                "Rank j gets the contiguous head group j*H/P .. (j+1)*H/P - 1.",
-            ): _a2a_strided_heads,
-            Hint(
-                "you concatenated along the head axis.",
-                "The pieces from different ranks are different tokens: they go along the "
-                "sequence axis (dim 2), giving (B, H/P, P*n, d_h).",
-            ): _a2a_head_dim,
-            Hint(
-                "the sequence is not in rank order.",
-                "Rank 0's tokens first, then rank 1's (that is position order for a contiguous "
-                "split).",
-            ): _a2a_reversed_ranks,
-            Hint(
-                "the tokens of different ranks are interleaved: you stacked the rank axis after "
-                "the token axis before reshaping.",
-                "Stack (or concatenate) so that all of rank 0's n tokens come first, then "
-                "rank 1's.",
-            ): _a2a_interleaved_tokens,
-        },
-        hint=Hint(
-            "check what rank j holds after the exchange: which heads, which tokens, and in what "
-            "order along the sequence.",
-            "Rank j collects head group j from every rank and lines the pieces up along the "
-            "sequence, in rank order. h = H // P; ys[j] = torch.cat([x[:, j*h:(j+1)*h] for x in "
-            "xs], dim=2) for j in range(P).",
-        ),
-    )
+exercise(
+    "09.4",
+    seq_to_head_all_to_all_reference,
+    target="seq_to_head_all_to_all",
+    title="Ulysses' all-to-all: from a sequence split to a head split",
+    points=2,
+    cases=_a2a_cases,
+    atol=0.0,
+    rtol=0.0,
+    slips={
+        "stacked": dict(stack=True),
+        "strided-heads": dict(heads="strided"),
+        "head-axis": dict(join="heads"),
+        "ranks-reversed": dict(reverse=True),
+        "tokens-interleaved": dict(join="interleaved"),
+    },
 )
 
 # --------------------------------------------------------------------------- 09.5 bytes
 
 
 def forward_comm_bytes_reference(
-    seq_len, world_size, num_heads, head_dim, bytes_per_element
+    seq_len,
+    world_size,
+    num_heads,
+    head_dim,
+    bytes_per_element,
+    *,
+    hops="P-1",
+    ring_tensors=2,
+    message="shard",
+    all_to_alls=4,
+    sent="(P-1)/P",
 ) -> tuple[int, int]:
-    """(ring, Ulysses) bytes one rank sends in the forward pass, B = 1, H_kv = H."""
-    kw = dict(num_heads=num_heads, head_dim=head_dim, bytes_per_element=bytes_per_element)
-    return (
-        ring_comm_bytes(seq_len, world_size, **kw),
-        ulysses_comm_bytes(seq_len, world_size, **kw),
-    )
+    r"""(ring, Ulysses) bytes one rank sends in the forward pass, B = 1, H_kv = H: with a
+    shard of :math:`s = H (N/P) d_h b` bytes, the ring sends K and V on :math:`P - 1` hops,
+    :math:`2 (P-1) s`; Ulysses' four all-to-alls (Q, K, V in, O out) each send
+    :math:`(P-1)/P` of a shard, :math:`4 s (P-1) / P`."""
+    P = world_size
+    tokens = seq_len // P if message == "shard" else seq_len  # in one ring message
+    shard = num_heads * (seq_len // P) * head_dim * bytes_per_element  # one (H, N/P, d_h)
+    n_hops = P - 1 if hops == "P-1" else P
+    ring = ring_tensors * n_hops * num_heads * tokens * head_dim * bytes_per_element
+    if sent == "(P-1)/P":  # each rank keeps the 1/P addressed to itself
+        ulysses = all_to_alls * shard * (P - 1) // P
+    elif sent == "all":
+        ulysses = all_to_alls * shard
+    else:  # sent == "all to each": the whole tensor to each other rank
+        ulysses = all_to_alls * (P - 1) * shard
+    return ring, ulysses
 
 
 def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -687,105 +477,76 @@ def _bytes_drawn(rng: np.random.Generator) -> Case:
     return Case(f"N = {n}, P = {p}, H = {h}, d_h = {d}, {b} bytes", (n, p, h, d, b))
 
 
-def _per(seq_len, world_size, num_heads, head_dim, b):
-    return num_heads * (seq_len // world_size) * head_dim * b  # one (H, n, d_h) tensor
-
-
-def _bytes_ring_p_hops(n, p, h, d, b):
-    return 2 * p * _per(n, p, h, d, b), forward_comm_bytes_reference(n, p, h, d, b)[1]
-
-
-def _bytes_ring_k_only(n, p, h, d, b):
-    return (p - 1) * _per(n, p, h, d, b), forward_comm_bytes_reference(n, p, h, d, b)[1]
-
-
-def _bytes_ring_full_sequence(n, p, h, d, b):
-    return 2 * (p - 1) * h * n * d * b, forward_comm_bytes_reference(n, p, h, d, b)[1]
-
-
-def _bytes_ulysses_keeps_nothing(n, p, h, d, b):
-    return forward_comm_bytes_reference(n, p, h, d, b)[0], 4 * _per(n, p, h, d, b)
-
-
-def _bytes_ulysses_to_each(n, p, h, d, b):
-    return forward_comm_bytes_reference(n, p, h, d, b)[0], 4 * (p - 1) * _per(n, p, h, d, b)
-
-
-def _bytes_ulysses_kv_only(n, p, h, d, b):
-    return forward_comm_bytes_reference(n, p, h, d, b)[0], 2 * (p - 1) * _per(n, p, h, d, b) // p
-
-
 _bytes_compare = byte_compare(
     "Divide with `//` (N // P, and (P - 1) // P only after multiplying), as the statement asks.",
     names=("ring", "ulysses"),
 )
 
-
-def _bytes_ulysses_no_output(n, p, h, d, b):
-    return forward_comm_bytes_reference(n, p, h, d, b)[0], 3 * (p - 1) * _per(n, p, h, d, b) // p
-
-
-register(
-    Exercise(
-        id="09.5",
-        title="communication volume of ring attention and Ulysses",
-        points=2,
-        target="forward_comm_bytes",
-        cases=_bytes_cases,
-        reference=forward_comm_bytes_reference,
-        atol=0.5,
-        rtol=0.0,
-        outputs=("ring", "ulysses"),
-        compare=_bytes_compare,
-        mistakes={
-            Hint(
-                "your ring makes P hops, one too many.",
-                "After P - 1 shifts every rank has seen every block, and a rank's own block "
-                "needs no message.",
-            ): _bytes_ring_p_hops,
-            Hint(
-                "your ring passes only K.",
-                "Both K and V travel: two tensors of H * (N / P) * d_h numbers per hop.",
-            ): _bytes_ring_k_only,
-            Hint(
-                "each of your ring messages holds the whole sequence.",
-                "A message is one shard, N / P tokens.",
-            ): _bytes_ring_full_sequence,
-            Hint(
-                "in your all-to-all a rank sends its whole tensor.",
-                "A rank keeps the 1/P addressed to itself and sends (P - 1) / P of it.",
-            ): _bytes_ulysses_keeps_nothing,
-            Hint(
-                "in your all-to-all a rank sends its whole tensor to *each* other rank.",
-                "It sends each rank only the chunk addressed to it, 1/P of the tensor: "
-                "(P - 1) / P of the tensor in all.",
-            ): _bytes_ulysses_to_each,
-            Hint(
-                "your Ulysses forward has three all-to-alls.",
-                "Four: Q, K and V to the head split, and the output back to the sequence split.",
-            ): _bytes_ulysses_no_output,
-            Hint(
-                "your Ulysses forward moves only K and V.",
-                "The queries need the head split too, and the output goes back: four "
-                "all-to-alls (Q, K, V in; O out).",
-            ): _bytes_ulysses_kv_only,
-        },
-        hint=Hint(
-            "count one rank's shard first (its size in bytes), then how many shards (or which "
-            "fraction of one) leave the rank in each scheme.",
-            "Count one rank's tensor of H * (N/P) * d_h numbers, then how many times (or what "
-            "fraction of it) leaves the rank. shard = H * (N // P) * d_h * bytes; ring = 2 * (P "
-            "- 1) * shard; ulysses = 4 * shard * (P - 1) // P.",
-        ),
-    )
+exercise(
+    "09.5",
+    forward_comm_bytes_reference,
+    target="forward_comm_bytes",
+    title="communication volume of ring attention and Ulysses",
+    points=2,
+    cases=_bytes_cases,
+    atol=0.5,
+    rtol=0.0,
+    outputs=("ring", "ulysses"),
+    compare=_bytes_compare,
+    slips={
+        "ring-p-hops": dict(hops="P"),
+        "ring-k-only": dict(ring_tensors=1),
+        "ring-whole-sequence": dict(message="sequence"),
+        "ulysses-sends-all": dict(sent="all"),
+        "ulysses-to-each": dict(sent="all to each"),
+        "ulysses-no-output": dict(all_to_alls=3),
+        "ulysses-kv-only": dict(all_to_alls=2),
+    },
 )
 
 # --------------------------------------------------------------------------- 09.6 backward step
 
 
-def ring_backward_step_reference(q, k_block, v_block, out, lse, dout, mask):
-    r"""``(dq_part, dk_block, dv_block)`` with $P = e^{S - L}$ from the *final* LSE."""
-    return block_attention_backward(q, k_block, v_block, out, lse, dout, mask=mask)
+def ring_backward_step_reference(
+    q,
+    k_block,
+    v_block,
+    out,
+    lse,
+    dout,
+    mask,
+    *,
+    lse_of="final",
+    out_of="final",
+    delta="dO*O",
+    masked=True,
+    scaled=True,
+    dv_transposed=True,
+):
+    r"""``(dq_part, dk_block, dv_block)``, chapter 06's backward on this block's keys with
+    :math:`P = e^{S - L}` from the *final* LSE: :math:`dV = P^\top dO`, :math:`dP = dO\,V^\top`,
+    :math:`D = \mathrm{rowsum}(dO \circ O)` (final O), :math:`dS = P \circ (dP - D)`,
+    :math:`dQ = dS\,K / \sqrt d`, :math:`dK = dS^\top Q / \sqrt d`."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = (q @ k_block.transpose(-2, -1)) * scale  # (Nq, Nk)
+    if mask is not None and masked:
+        s = s.masked_fill(~mask, NEG_INF)
+    if lse_of == "block":
+        lse = torch.logsumexp(s, dim=-1)  # (Nq,) over this block alone
+    if out_of == "block":
+        out = block_attention(q, k_block, v_block, mask=mask)[0]  # (Nq, d_v) the partial one
+    lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))  # (Nq,)
+    p = torch.exp(s - lse_safe[..., None])  # (Nq, Nk) the true weights of these keys
+    dv = p.transpose(-2, -1) @ dout if dv_transposed else p @ dout  # (Nk, d_v)
+    dp = dout @ v_block.transpose(-2, -1)  # (Nq, Nk)
+    d_row = {
+        "dO*O": (dout * out).sum(dim=-1),  # rowsum(dO * O)
+        "dO": dout.sum(dim=-1),
+        "block": (p * dp).sum(dim=-1),  # rowsum(P * dP) over this block's keys only
+    }[delta]  # (Nq,)
+    ds = p * (dp - d_row[..., None])  # (Nq, Nk)
+    g = scale if scaled else 1.0
+    return g * ds @ k_block, g * ds.transpose(-2, -1) @ q, dv  # (Nq, d), (Nk, d), (Nk, d_v)
 
 
 def _backward_case(rng, name, n_q, n_k, d, split, mask_fn=None, scale=1.0):
@@ -822,128 +583,44 @@ def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     ]
 
 
-def _bwd_local_lse(q, k, v, out, lse, dout, mask):
-    s = q @ k.T / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(~mask, NEG_INF)
-    return block_attention_backward(q, k, v, out, torch.logsumexp(s, -1), dout, mask=mask)
-
-
-def _bwd_no_mask(q, k, v, out, lse, dout, mask):
-    return block_attention_backward(q, k, v, out, lse, dout, mask=None)
-
-
-def _bwd_local_out(q, k, v, out, lse, dout, mask):
-    out_b, _ = block_attention(q, k, v, mask=mask)
-    return block_attention_backward(q, k, v, out_b, lse, dout, mask=mask)
-
-
-def _bwd_weights(q, k, lse, mask):
-    s = q @ k.T / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(~mask, NEG_INF)
-    return torch.exp(s - lse[:, None])  # (Nq, Nk)
-
-
-def _bwd_with_D(q, k, v, out, lse, dout, mask, D):
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    p = _bwd_weights(q, k, lse, mask)  # (Nq, Nk)
-    ds = p * (dout @ v.T - D[:, None])  # (Nq, Nk)
-    return ds @ k * scale, ds.T @ q * scale, p.T @ dout
-
-
-def _bwd_D_rowsum_dout(q, k, v, out, lse, dout, mask):
-    return _bwd_with_D(q, k, v, out, lse, dout, mask, dout.sum(-1))
-
-
-def _bwd_D_from_block(q, k, v, out, lse, dout, mask):
-    p = _bwd_weights(q, k, lse, mask)
-    return _bwd_with_D(q, k, v, out, lse, dout, mask, (p * (dout @ v.T)).sum(-1))
-
-
-def _bwd_dv_untransposed(q, k, v, out, lse, dout, mask):
-    dq, dk, _ = block_attention_backward(q, k, v, out, lse, dout, mask=mask)
-    return dq, dk, _bwd_weights(q, k, lse, mask) @ dout  # (Nq, Nk) @ (Nq, d_v)
-
-
-def _bwd_unscaled(q, k, v, out, lse, dout, mask):
-    dq, dk, dv = block_attention_backward(q, k, v, out, lse, dout, mask=mask)
-    return dq * math.sqrt(q.shape[-1]), dk * math.sqrt(q.shape[-1]), dv
-
-
-register(
-    Exercise(
-        id="09.6",
-        title="one block of the ring backward",
-        points=2,
-        target="ring_backward_step",
-        cases=_backward_cases,
-        reference=ring_backward_step_reference,
-        atol=1e-12,
-        rtol=1e-10,
-        outputs=("dq_part", "dk_block", "dv_block"),
-        mistakes={
-            Hint(
-                "you recomputed the weights with the block's own log-sum-exp: they then sum to "
-                "1 over this block alone.",
-                "Use the final lse you were given (over all keys), so that P = exp(S - lse) are "
-                "the true attention weights of these keys.",
-            ): _bwd_local_lse,
-            Hint(
-                "D must use the final output (given), not the block's partial output.",
-                "D = rowsum(dout * out) with the out argument.",
-            ): _bwd_local_out,
-            Hint(
-                "your D is rowsum(dO): the output O is missing.",
-                "D = rowsum(dO ∘ O) = (dout * out).sum(-1), with the final out.",
-            ): _bwd_D_rowsum_dout,
-            Hint(
-                "your D sums P ∘ dP over this block only.",
-                "D = rowsum(P ∘ dP) holds over *all* keys, which this rank does not have; the "
-                "equal form rowsum(dO ∘ O) needs only the final output: (dout * out).sum(-1).",
-            ): _bwd_D_from_block,
-            Hint(
-                "masked-out keys got a weight.",
-                "Apply the mask to the scores (-inf where it is False) before exponentiating.",
-            ): _bwd_no_mask,
-            Hint(
-                "your dq and dk miss the scale 1/sqrt(d).",
-                "S = scale * q k^T, so dq = scale * dS k and dk = scale * dS^T q.",
-            ): _bwd_unscaled,
-            Hint(
-                "your dv is P @ dout: the weights are not transposed.",
-                "dV_j = sum_i P_ij dO_i: dv = P.T @ dout, shape (Nk, d_v).",
-            ): _bwd_dv_untransposed,
-        },
-        hint=Hint(
-            "check which log-sum-exp and which output your weights and D use: the final ones you "
-            "are given, not this block's own.",
-            "Chapter 06's backward restricted to this block's keys, with the *final* lse and out "
-            "given to you. S = q @ k_block.T / sqrt(d) (masked with -inf); P = exp(S - lse[:, "
-            "None]); dv = P.T @ dout; dP = dout @ v_block.T; D = (dout * out).sum(-1); dS = P * "
-            "(dP - D[:, None]); dq = dS @ k_block / sqrt(d); dk = dS.T @ q / sqrt(d).",
-        ),
-    )
+exercise(
+    "09.6",
+    ring_backward_step_reference,
+    target="ring_backward_step",
+    title="one block of the ring backward",
+    points=2,
+    cases=_backward_cases,
+    atol=1e-12,
+    rtol=1e-10,
+    outputs=("dq_part", "dk_block", "dv_block"),
+    slips={
+        "block-lse": dict(lse_of="block"),
+        "block-out": dict(out_of="block"),
+        "d-without-out": dict(delta="dO"),
+        "d-from-block": dict(delta="block"),
+        "unmasked": dict(masked=False),
+        "unscaled": dict(scaled=False),
+        "dv-untransposed": dict(dv_transposed=False),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 09.7 predict, measure
 
 
-def _work(seq_len, world_size, layout, *, causal=True, ratio=lambda w: w.max() / w.min()):
+def load_imbalance_reference(
+    seq_len: int, world_size: int, layout: str, *, causal=True, inverted=False
+) -> float:
+    r"""Causal attention's work on the busiest rank over the least busy one: the query-key
+    pairs each rank's queries may attend to, for the ``"contiguous"`` or ``"zigzag"`` split."""
     work = []
     for rank in range(world_size):
         pos = shard_positions(seq_len, world_size, rank, layout)  # (N / P,) this rank's queries
         keys = torch.arange(seq_len)  # every key of the sequence reaches the rank in a ring
         mask = causal_mask_from_positions(pos, keys) if causal else torch.ones(len(pos), seq_len)
         work.append(int(mask.sum()))  # query-key pairs this rank must score
-    return float(ratio(np.array(work, dtype=np.float64)))
-
-
-def load_imbalance_reference(seq_len: int, world_size: int, layout: str) -> float:
-    r"""Causal attention's work on the busiest rank over the least busy one: the query-key
-    pairs each rank's queries may attend to, for the ``"contiguous"`` or ``"zigzag"`` split."""
-    return _work(seq_len, world_size, layout)
+    w = np.array(work, dtype=np.float64)
+    return float(w.min() / w.max() if inverted else w.max() / w.min())
 
 
 def _imbalance_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -968,38 +645,16 @@ def _imbalance_drawn(rng: np.random.Generator, layout: str) -> Case:
     return Case(f"N = {n}, P = {p}, {layout}", (n, p, layout))
 
 
-register(
-    Exercise(
-        id="09.7",
-        title="predict, then measure: the busiest rank's share of causal attention",
-        points=1,
-        target="measure_load_imbalance",
-        cases=_imbalance_cases,
-        reference=load_imbalance_reference,
-        atol=0.0,
-        rtol=1e-9,
-        compare=within(1e-9),
-        measures="the busiest rank's work over the least busy rank's",
-        mistakes={
-            Hint(
-                "you counted every key for every query: without the causal mask all ranks "
-                "do the same work whatever the split.",
-                "Count only the pairs a query may attend to (key position <= query position).",
-            ): unless_different(twin(_work, causal=False), load_imbalance_reference),
-            Hint(
-                "your ratio is the least busy rank over the busiest (below 1).",
-                "Divide the busiest rank's work by the least busy rank's: max / min.",
-            ): unless_different(
-                twin(_work, ratio=lambda w: w.min() / w.max()), load_imbalance_reference
-            ),
-        },
-        hint=Hint(
-            "check what you count per rank (the pairs the causal mask allows) and which way "
-            "round your ratio goes.",
-            "For each rank, count the (query, key) pairs its queries may attend to; divide the "
-            "largest count by the smallest. pos = shard_positions(N, P, rank, layout); work = "
-            "causal_mask_from_positions(pos, torch.arange(N)).sum(); return max(work) / "
-            "min(work).",
-        ),
-    )
+exercise(
+    "09.7",
+    load_imbalance_reference,
+    target="measure_load_imbalance",
+    title="predict, then measure: the busiest rank's share of causal attention",
+    points=1,
+    cases=_imbalance_cases,
+    atol=0.0,
+    rtol=1e-9,
+    compare=within(1e-9),
+    measures="the busiest rank's work over the least busy rank's",
+    slips={"not-causal": dict(causal=False), "inverted": dict(inverted=True)},
 )

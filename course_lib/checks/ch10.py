@@ -16,80 +16,41 @@ Three exercises, each a function the learner writes:
   so a threshold written into the function fails; feedback shows the scores to three decimals.
 
 The cases are built with torch alone (no ``transformers``): tensors named as in a GPT-2
-checkpoint, random rows of a projection, attention weights with planted heads.
+checkpoint, random rows of a projection, attention weights with planted heads. Each reference
+function takes a keyword for each common mistake (a *slip*); what the checks say is in
+``ch10.md``.
 """
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import torch
 
-from ..gpt.pretrained import gpt2_block_state_dict, half_to_interleaved_rows
+from ..gpt.hf_checkpoint import gpt2_block_state_dict, half_to_interleaved_rows
 from ..gpt.probes import induction_scores
 from ..positional import rope_permutation
-from .core import (
-    Case,
-    Diagnosed,
-    Exercise,
-    Hint,
-    compare_values,
-    register,
-    to_numpy,
-)
-
-DT = torch.float64
-
-
-def _t(rng: np.random.Generator, *shape: int, std: float = 1.0) -> torch.Tensor:
-    return torch.from_numpy(rng.normal(scale=std, size=shape)).to(DT)
-
+from .core import Case, Diagnosed, compare_values, get_exercise, to_numpy
+from .declare import exercise
+from .kit import randn
+from .texts import text
 
 # --------------------------------------------------------------------------- 10.1 GPT-2 block
 
 
-def gpt2_block_reference(tensors: dict, i: int, d_model: int) -> list:
-    prefix = f"blocks.{i}."
+def gpt2_block_reference(tensors, i, d_model, *, transpose="all", split_dim=1) -> list:
+    r"""Block ``i`` of a GPT-2 checkpoint under the course's names, as ``(key, tensor)`` pairs,
+    by the loader's own table: a Conv1D weight :math:`W \in \mathbb{R}^{d_{in} \times d_{out}}`
+    becomes :math:`W^\top` (``nn.Linear``'s ``[out, in]``), ``c_attn`` :math:`[d, 3d]` is split
+    along its output axis into :math:`W_Q, W_K, W_V`, biases and LayerNorms are copied."""
+    if split_dim != 1:  # along the input axis: one part of [d, 3d], so unpacking three fails
+        _q, _k, _v = tensors[f"h.{i}.attn.c_attn.weight"].split(d_model, dim=split_dim)
     block = gpt2_block_state_dict(tensors, i, d_model)  # the loader's own table
-    return [(k.removeprefix(prefix), v) for k, v in block.items()]
-
-
-def _gpt2_block_twin(tensors, i, d_model, *, transpose="all", split_axis=1):
-    """A learner's mapping with one switch per mistake."""
-    p = f"h.{i}."
-
-    def lin(w, square):
-        if transpose == "none" or (transpose == "non_square" and square):
-            return w
-        return w.T
-
-    qkv = tensors[p + "attn.c_attn.weight"]  # (d, 3d)
-    if split_axis == 0:
-        qkv = qkv.T  # (3d, d), then split along the wrong axis
-        q, k, v = qkv.split(d_model, dim=1)
-    else:
-        q, k, v = qkv.split(d_model, dim=1)  # 3 x (d, d)
-    bq, bk, bv = tensors[p + "attn.c_attn.bias"].split(d_model)
-    out = {
-        "ln_1.weight": tensors[p + "ln_1.weight"],
-        "ln_1.bias": tensors[p + "ln_1.bias"],
-        "attn.W_Q.weight": lin(q, True),
-        "attn.W_K.weight": lin(k, True),
-        "attn.W_V.weight": lin(v, True),
-        "attn.W_Q.bias": bq,
-        "attn.W_K.bias": bk,
-        "attn.W_V.bias": bv,
-        "attn.W_O.weight": lin(tensors[p + "attn.c_proj.weight"], True),
-        "attn.W_O.bias": tensors[p + "attn.c_proj.bias"],
-        "ln_2.weight": tensors[p + "ln_2.weight"],
-        "ln_2.bias": tensors[p + "ln_2.bias"],
-        "mlp.W_1.weight": lin(tensors[p + "mlp.c_fc.weight"], False),
-        "mlp.W_1.bias": tensors[p + "mlp.c_fc.bias"],
-        "mlp.W_2.weight": lin(tensors[p + "mlp.c_proj.weight"], False),
-        "mlp.W_2.bias": tensors[p + "mlp.c_proj.bias"],
-    }
-    return list(out.items())
+    pairs = [(key.removeprefix(f"blocks.{i}."), w) for key, w in block.items()]
+    if transpose == "none":  # every Conv1D weight as stored, [in, out]
+        return [(key, w.T if w.ndim == 2 else w) for key, w in pairs]
+    if transpose == "non-square":  # only the MLP's transposed: W_Q, W_K, W_V, W_O as stored
+        return [(key, w.T if w.ndim == 2 and key.startswith("attn.") else w) for key, w in pairs]
+    return pairs
 
 
 def gpt2_tensors(rng: np.random.Generator, num_layers: int, d_model: int) -> dict:
@@ -98,15 +59,21 @@ def gpt2_tensors(rng: np.random.Generator, num_layers: int, d_model: int) -> dic
     out = {}
     for i in range(num_layers):
         p = f"h.{i}."
-        out[p + "ln_1.weight"], out[p + "ln_1.bias"] = 1 + _t(rng, d, std=0.1), _t(rng, d)
+        out[p + "ln_1.weight"], out[p + "ln_1.bias"] = 1 + randn(rng, d, std=0.1), randn(rng, d)
         out[p + "attn.c_attn.weight"], out[p + "attn.c_attn.bias"] = (
-            _t(rng, d, 3 * d),
-            _t(rng, 3 * d),
+            randn(rng, d, 3 * d),
+            randn(rng, 3 * d),
         )
-        out[p + "attn.c_proj.weight"], out[p + "attn.c_proj.bias"] = _t(rng, d, d), _t(rng, d)
-        out[p + "ln_2.weight"], out[p + "ln_2.bias"] = 1 + _t(rng, d, std=0.1), _t(rng, d)
-        out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = _t(rng, d, 4 * d), _t(rng, 4 * d)
-        out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = _t(rng, 4 * d, d), _t(rng, d)
+        out[p + "attn.c_proj.weight"], out[p + "attn.c_proj.bias"] = randn(rng, d, d), randn(rng, d)
+        out[p + "ln_2.weight"], out[p + "ln_2.bias"] = 1 + randn(rng, d, std=0.1), randn(rng, d)
+        out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = (
+            randn(rng, d, 4 * d),
+            randn(rng, 4 * d),
+        )
+        out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = (
+            randn(rng, 4 * d, d),
+            randn(rng, d),
+        )
         out[p + "attn.bias"] = torch.ones(1, 1, 8, 8).tril()  # the stored causal mask: no weight
     return out
 
@@ -121,28 +88,6 @@ def _gpt2_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case("block 2 of 3, d_model=16", (gpt2_tensors(rng, 3, 16), 2, 16)),
         Case("block 0 of 2, d_model=4", (gpt2_tensors(rng, 2, 4), 0, 4)),
     ]
-
-
-_GPT2_MISTAKES = {
-    Hint(
-        "your square matrices (W_Q, W_K, W_V, W_O) are GPT-2's Conv1D weights as stored: only "
-        "the MLP's were transposed. load_state_dict accepts a square matrix either way round, "
-        "so it never complained: the Conv1D trap.",
-        "Conv1D stores [in, out] and computes x @ W; nn.Linear stores [out, in] and computes "
-        "x @ W.T. Transpose every Conv1D weight, square or not.",
-    ): partial(_gpt2_block_twin, transpose="non_square"),
-    Hint(
-        "no weight is transposed: GPT-2's Conv1D stores [in, out], nn.Linear [out, in].",
-        "Take .T of c_attn's three parts, c_proj, c_fc and the MLP's c_proj; biases and "
-        "LayerNorm parameters are copied as they are.",
-    ): partial(_gpt2_block_twin, transpose="none"),
-    Hint(
-        "you split c_attn along its input axis: it is [d_model, 3 d_model], queries, keys and "
-        "values side by side along the *output* axis.",
-        "q, k, v = w.split(d_model, dim=1), then transpose each (or transpose first and split "
-        "along dim=0).",
-    ): partial(_gpt2_block_twin, split_axis=0),
-}
 
 
 def _as_pairs(got) -> dict | None:
@@ -181,20 +126,20 @@ def _compare_state_dict(got, expected, case) -> str | None:
             )
         return Diagnosed(msg + f" The keys are those of Block.state_dict(): {sorted(expected)}.")
     for key in expected:
-        msg = compare_values(pairs[key], expected[key], 1e-12, 0.0, where=key)
-        if msg:
+        off = compare_values(pairs[key], expected[key], 1e-12, 0.0, where=key)
+        if off:
             mistake = _likely_block_mistake(pairs, case)
             if mistake is None:
-                return Diagnosed(msg, cause=_GPT2_HINT, label="Hint")
-            return Diagnosed(msg, cause=mistake)
+                return Diagnosed(off, cause=text("10.1"), label="Hint")
+            return Diagnosed(off, cause=mistake)
     return None
 
 
 def _likely_block_mistake(pairs: dict, case) -> str | None:
     """The declared mistake whose pairs the learner's match, key by key in any order."""
-    for hint, twin in _GPT2_MISTAKES.items():
+    for hint, slip in get_exercise("10.1").mistakes.items():
         try:
-            out = dict(twin(*case.args, **case.kwargs))
+            out = dict(slip(*case.args, **case.kwargs))
         except Exception:
             continue
         if all(compare_values(pairs[k], out[k], 1e-12, 0.0) is None for k in out):
@@ -202,63 +147,56 @@ def _likely_block_mistake(pairs: dict, case) -> str | None:
     return None
 
 
-_GPT2_HINT = Hint(
-    "check each GPT-2 weight's layout against the course's (which axis is in, which is out), "
-    "and the axis along which c_attn holds queries, keys and values side by side.",
-    "Map each checkpoint tensor by the table: Conv1D weights are [in, out] and nn.Linear's "
-    "[out, in], so transpose every Conv1D weight, square ones included; split c_attn along "
-    "dim=1, its output axis, into queries, keys and values; copy everything else as it is.",
-)
-
-
-register(
-    Exercise(
-        id="10.1",
-        title="one GPT-2 block under the course's names",
-        points=2,
-        target="gpt2_block_to_course",
-        cases=_gpt2_cases,
-        reference=gpt2_block_reference,
-        atol=1e-12,
-        rtol=0.0,
-        compare=_compare_state_dict,
-        mistakes=_GPT2_MISTAKES,
-        hint=_GPT2_HINT,
-    )
+exercise(
+    "10.1",
+    gpt2_block_reference,
+    target="gpt2_block_to_course",
+    title="one GPT-2 block under the course's names",
+    points=2,
+    cases=_gpt2_cases,
+    atol=1e-12,
+    rtol=0.0,
+    compare=_compare_state_dict,
+    slips={
+        "square-as-stored": dict(transpose="non-square"),
+        "none-transposed": dict(transpose="none"),
+        "split-input-axis": dict(split_dim=0),
+    },
 )
 
 
 # --------------------------------------------------------------------------- 10.2 RoPE rows
 
 
-def rope_rows_reference(w: torch.Tensor, num_heads: int) -> torch.Tensor:
-    return half_to_interleaved_rows(w, num_heads)  # (H d_h, d)
-
-
-def _rope_rows_twin(w, num_heads, *, forward=False, whole=False, columns=False, head_minor=False):
-    out_features, d = w.shape
-    head_dim = out_features // num_heads
-    perm = rope_permutation(head_dim)  # (d_h,) 2i -> i, i + d_h/2 -> 2i+1 read the other way
-    index = perm if forward else torch.argsort(perm)  # (d_h,)
-    if columns:
-        return w[:, torch.argsort(rope_permutation(d))]  # (H d_h, d) the input features moved
-    if whole:
-        return w[torch.argsort(rope_permutation(out_features))]  # (H d_h, d) across heads
-    if head_minor:
-        heads = w.reshape(head_dim, num_heads, d)  # (d_h, H, d) the wrong split of the rows
-        return heads[index].reshape(out_features, d)
-    return w.reshape(num_heads, head_dim, d)[:, index].reshape(out_features, d)  # (H d_h, d)
+def rope_rows_reference(
+    w, num_heads, *, forward=False, across_heads=False, columns=False, head_minor=False
+) -> torch.Tensor:
+    r"""The rows of a Llama :math:`W_Q` or :math:`W_K` ``[H d_h, d]`` for the interleaved RoPE:
+    within each head, new row :math:`2i` is old row :math:`i` and new row :math:`2i+1` old row
+    :math:`i + d_h/2`, the inverse of :func:`~course_lib.positional.rope_permutation`."""
+    rows, d = w.shape
+    head_dim = rows // num_heads
+    back = torch.argsort(rope_permutation(head_dim))  # (d_h,) the inverse permutation
+    if forward:  # rope_permutation itself, the way there
+        return w.reshape(num_heads, head_dim, d)[:, rope_permutation(head_dim)].reshape(rows, d)
+    if across_heads:  # all H d_h rows permuted at once
+        return w[torch.argsort(rope_permutation(rows))]  # (H d_h, d)
+    if columns:  # the input features moved
+        return w[:, torch.argsort(rope_permutation(d))]  # (H d_h, d)
+    if head_minor:  # the rows split as [d_h, H]
+        return w.reshape(head_dim, num_heads, d)[back].reshape(rows, d)  # (H d_h, d)
+    return half_to_interleaved_rows(w, num_heads)  # (H d_h, d), the loader's own
 
 
 def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("W_Q of 2 heads, d_h=8, d_model=16", (_t(rng, 16, 16), 2)),
-            Case("W_K of 3 key/value heads, d_h=8, d_model=24", (_t(rng, 24, 24), 3)),
+            Case("W_Q of 2 heads, d_h=8, d_model=16", (randn(rng, 16, 16), 2)),
+            Case("W_K of 3 key/value heads, d_h=8, d_model=24", (randn(rng, 24, 24), 3)),
         ]
     return [
-        Case("4 heads of d_h=16, d_model=32", (_t(rng, 64, 32), 4)),
-        Case("1 head of d_h=12", (_t(rng, 12, 10), 1)),
+        Case("4 heads of d_h=16, d_model=32", (randn(rng, 64, 32), 4)),
+        Case("1 head of d_h=12", (randn(rng, 12, 10), 1)),
     ]
 
 
@@ -303,49 +241,22 @@ def _compare_rope_rows(got, expected, case) -> str | None:
     return msg
 
 
-register(
-    Exercise(
-        id="10.2",
-        title="Llama's half-split RoPE rows for the course's interleaved RoPE",
-        points=1,
-        target="half_to_interleaved_rows",
-        cases=_rope_cases,
-        reference=rope_rows_reference,
-        atol=0.0,
-        rtol=0.0,
-        compare=_compare_rope_rows,
-        mistakes={
-            Hint(
-                "you applied rope_permutation itself: it maps the interleaved order *to* the "
-                "half split, and you need the way back.",
-                "Indexing with a permutation p moves row p[j] to place j; the permutation that "
-                "undoes p is its inverse, and torch.argsort of a permutation is its inverse.",
-            ): partial(_rope_rows_twin, forward=True),
-            Hint(
-                "you permuted all H·d_h rows at once: rows of different heads were mixed.",
-                "RoPE pairs features within one head. Give the rows a head axis first, permute "
-                "along the axis within a head, then flatten back.",
-            ): partial(_rope_rows_twin, whole=True),
-            Hint(
-                "you permuted the columns (the input features): RoPE pairs the *output* "
-                "features of W_Q and W_K, which are its rows.",
-                "nn.Linear stores its weight [out, in]: the features a head rotates are rows.",
-            ): partial(_rope_rows_twin, columns=True),
-            Hint(
-                "you split the rows as [d_h, H]: the heads are the slow axis, rows h·d_h to "
-                "(h+1)·d_h - 1 belong to head h.",
-                "When you give the rows a head axis, the head axis comes first and the "
-                "features within a head second.",
-            ): partial(_rope_rows_twin, head_minor=True),
-        },
-        hint=Hint(
-            "write down, for one head of d_h = 8, which old row each new row comes from, and "
-            "compare it with what your code does.",
-            "Within each head, new row 2i is old row i and new row 2i+1 is old row i + d_h/2. "
-            "Write that list of source rows for one head (d_h = 8: 0, 4, 1, 5, 2, 6, 3, 7) and "
-            "compare it with rope_permutation(8); then apply it to every head at once.",
-        ),
-    )
+exercise(
+    "10.2",
+    rope_rows_reference,
+    target="half_to_interleaved_rows",
+    title="Llama's half-split RoPE rows for the course's interleaved RoPE",
+    points=1,
+    cases=_rope_cases,
+    atol=0.0,
+    rtol=0.0,
+    compare=_compare_rope_rows,
+    slips={
+        "forward": dict(forward=True),
+        "across-heads": dict(across_heads=True),
+        "columns": dict(columns=True),
+        "head-minor": dict(head_minor=True),
+    },
 )
 
 
@@ -361,30 +272,28 @@ register(
 KINDS = {"induction": 1, "duplicate": 0, "previous": None}
 
 
-def induction_heads_reference(weights, period: int, threshold: float = 0.4) -> list:
-    scores = torch.stack([induction_scores(w, period) for w in weights])  # (L, H)
-    found = [(int(layer), int(head)) for layer, head in (scores > threshold).nonzero()]
-    return sorted(found, key=lambda lh: -float(scores[lh]))
-
-
-def _heads_twin(
-    weights, period, threshold=0.4, *, offset=None, ascending=False, swap=False, fixed=None
-):
+def induction_heads_reference(
+    weights, period, threshold=0.4, *, attends="induction", ascending=False, swap=False, fixed=None
+) -> list:
+    r"""The heads whose induction score passes ``threshold``, strongest first, as
+    ``(layer, head)``: head :math:`h` of layer :math:`\ell` scores the mean weight its queries
+    :math:`n \ge T` of the second copy put on key :math:`n - T + 1`, the token after the
+    previous occurrence of the current one (:func:`~course_lib.gpt.induction_scores`)."""
     rows = []
-    for w in weights:
-        n = w.shape[-1]
-        if offset is None:
+    for w in weights:  # (B, H, N, N)
+        if attends == "induction":
             rows.append(induction_scores(w, period))  # (H,)
-            continue
-        shift = period if offset == "dup" else offset  # key n - period, or n - 1
-        queries = torch.arange(shift, n)  # (n_q,)
-        rows.append(w[:, :, queries, queries - shift].mean(dim=(0, 2)))  # (H,)
+        else:  # the duplicate-token heads' key n - T, or the previous-token heads' n - 1
+            shift = period if attends == "duplicate" else 1
+            queries = torch.arange(shift, w.shape[-1])  # (n_q,)
+            rows.append(w[:, :, queries, queries - shift].mean(dim=(0, 2)))  # (H,)
     scores = torch.stack(rows)  # (L, H)
-    if fixed is not None:
-        threshold = fixed  # the threshold argument ignored
-    found = [(int(layer), int(head)) for layer, head in (scores > threshold).nonzero()]
-    found = sorted(found, key=lambda lh: float(scores[lh]) * (1 if ascending else -1))
-    return [(h, layer) for layer, h in found] if swap else found
+    if fixed is not None:  # the threshold argument ignored
+        threshold = fixed
+    above = (scores > threshold).nonzero()  # (K, 2) the (layer, head) places above it
+    order = scores[above[:, 0], above[:, 1]].argsort(descending=not ascending, stable=True)
+    found = [(int(layer), int(head)) for layer, head in above[order]]  # strongest first
+    return [(head, layer) for layer, head in found] if swap else found
 
 
 # The strengths of the planted induction heads. Over 200 seeds their scores landed in
@@ -413,7 +322,7 @@ def planted_weights(
     mask = torch.ones(n, n, dtype=torch.bool).tril()  # (N, N)
     layers = []
     for _ in range(num_layers):
-        scores = _t(rng, b, num_heads, n, n, std=0.5)  # (B, H, N, N)
+        scores = randn(rng, b, num_heads, n, n, std=0.5)  # (B, H, N, N)
         layers.append(torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1))
     for (layer, head), (kind, strength) in planted.items():
         back = KINDS[kind]
@@ -514,49 +423,19 @@ def _compare_heads(got, expected, case) -> str | None:
     return msg
 
 
-register(
-    Exercise(
-        id="10.3",
-        title="finding the induction heads",
-        points=1,
-        target="induction_heads",
-        cases=_heads_cases,
-        reference=induction_heads_reference,
-        compare=_compare_heads,
-        mistakes={
-            Hint(
-                "you found the duplicate-token heads: heads that attend to the previous "
-                "occurrence of the current token itself (key n - period), not to the token "
-                "after it.",
-                "An induction head attends to the token *after* the previous occurrence, key "
-                "n - period + 1: course_lib.gpt.induction_scores measures exactly that.",
-            ): partial(_heads_twin, offset="dup"),
-            Hint(
-                "you found the previous-token heads (weight on key n - 1).",
-                "That is the first half of the induction circuit; the induction score reads key "
-                "n - period + 1, for the queries of the second copy.",
-            ): partial(_heads_twin, offset=1),
-            Hint(
-                "your heads are sorted weakest first.",
-                "Strongest first: sort by the score, descending.",
-            ): partial(_heads_twin, ascending=True),
-            Hint(
-                "your pairs are (head, layer): the layer comes first.",
-                "The scores stacked layer by layer have shape [L, H]: index them (layer, head).",
-            ): partial(_heads_twin, swap=True),
-            Hint(
-                "your function ignores its threshold argument: it answers as if it were 0.4.",
-                "Compare the scores with the `threshold` the function is given; the cases use "
-                "0.25, 0.4, 0.6 and 0.75.",
-            ): partial(_heads_twin, fixed=0.4),
-        },
-        hint=Hint(
-            "check the pairs you return: which heads pass the threshold, in which order, and "
-            "written as (layer, head).",
-            "Score each layer with induction_scores(w, period) (a [H] tensor), keep the heads "
-            "above the threshold, strongest first. Stack the layers' scores into [L, H], find "
-            "the (layer, head) places above the threshold, and order them by their scores, "
-            "largest first.",
-        ),
-    )
+exercise(
+    "10.3",
+    induction_heads_reference,
+    target="induction_heads",
+    title="finding the induction heads",
+    points=1,
+    cases=_heads_cases,
+    compare=_compare_heads,
+    slips={
+        "duplicate-token": dict(attends="duplicate"),
+        "previous-token": dict(attends="previous"),
+        "weakest-first": dict(ascending=True),
+        "head-layer": dict(swap=True),
+        "fixed-threshold": dict(fixed=0.4),
+    },
 )

@@ -184,8 +184,8 @@ def _coin_heads(rng: np.random.Generator, sentences: int, heads: int, planted=No
             right[:, 0] = rng.random(sentences) < planted
         acc = right[:half].mean(0)  # (K,)
         if (acc == acc.max()).sum() == 1:
-            right = torch.as_tensor(right).float()  # (S, K) 0/1, as the notebook's
-            return right, list(range(half)), list(range(half, sentences))
+            as_floats = torch.as_tensor(right).float()  # (S, K) 0/1, as the notebook's
+            return as_floats, list(range(half)), list(range(half, sentences))
 
 
 _LUCK = {

@@ -428,8 +428,7 @@ def _compare_floats(got_f: np.ndarray, exp_f: np.ndarray, atol, rtol, label) -> 
     if not close.all():
         err = np.asarray(np.abs(got_f - exp_f))  # an array also for 0-d inputs
         err[np.isnan(err)] = 0.0
-        idx = np.unravel_index(int(np.argmax(err)), err.shape)
-        idx = tuple(int(i) for i in idx)
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape))
         return (
             f"{label}{int((~close).sum())} of {close.size} values are off. Largest "
             f"error {err[idx]:.3g} at index {idx}: expected {exp_f[idx]:.6g}, got "
@@ -1014,7 +1013,7 @@ def check(
         if not hidden:
             LAST_REPORTS[ex.id] = CheckReport(ex, [CaseResult("function", False, message)])
         raise CheckFailed(f"{head}: {message}")
-    results = []
+    results: list[CaseResult] = []
     predicted: dict[int, str] = {}  # case index -> the prediction beside its measurement
     for case in _cases(ex, hidden, VISIBLE_SEED if seed is None else seed):
         got, failure = run_case(ex, fn, case, full)

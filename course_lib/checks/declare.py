@@ -57,7 +57,7 @@ def exercise(
     """Declare and register exercise ``id``: ``fn`` with its keyword defaults is the
     reference, ``fn(..., **slips[name])`` the mistake called ``name``."""
     texts = chapter_texts(id.split(".")[0])
-    mistakes = {}
+    mistakes: dict[str, Callable[..., Any]] = {}
     for name, keywords in slips.items():
         if not isinstance(keywords, dict):
             raise TypeError(f"{id}/{name}: a slip is a dict of keywords for {fn.__name__}")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 from course_lib import rnn as R
 from course_lib.checks import CheckFailed, check, core, get_exercise
-from course_lib.checks.ch01 import clip_grad_norm_reference
+from course_lib.checks.ch01 import clip_grad_norm_reference, jacobian_norms_reference
 from course_lib.checks.core import Hint
 
 IDS = ["01.1", "01.2", "01.3", "01.4", "01.5", "01.6"]
@@ -82,28 +84,25 @@ def test_summing_the_parents_depths_is_named_not_called_counting_every_node():
 
 
 @pytest.mark.parametrize(
-    "twin,named",
+    "slip,named",
     [
-        ("_per_tensor", "clipped each tensor by its own norm"),
-        ("_always_rescale", "already small enough"),
-        ("_value_clipping", "clamped each entry"),
-        ("_sum_of_norms", "adds up the tensors' norms"),
-        ("_norm_after_clipping", "norm after clipping"),
-        ("_squared_total", "squared norm"),
+        (dict(clip="per tensor"), "clipped each tensor by its own norm"),
+        (dict(shrink_only=False), "already small enough"),
+        (dict(clip="value"), "clamped each entry"),
+        (dict(norm="sum of norms"), "adds up the tensors' norms"),
+        (dict(report="after"), "norm after clipping"),
+        (dict(squared=True), "squared norm"),
     ],
 )
-def test_each_clipping_mistake_is_named_on_the_visible_cases(twin, named):
-    from course_lib.checks import ch01
-
+def test_each_clipping_mistake_is_named_on_the_visible_cases(slip, named):
     with pytest.raises(CheckFailed, match=named):
-        check("01.5", getattr(ch01, twin), quiet=True)
+        check("01.5", functools.partial(clip_grad_norm_reference, **slip), quiet=True)
 
 
 def test_clipping_by_zero_norm_is_named():
-    from course_lib.checks import ch01
-
+    unguarded = functools.partial(clip_grad_norm_reference, guard=False)
     with pytest.raises(CheckFailed, match=r"(?s)all-zero gradients.*ZeroDivisionError.*norm is 0"):
-        check("01.5", ch01._divides_by_zero, quiet=True)
+        check("01.5", unguarded, quiet=True)
 
 
 def test_torchs_clip_grad_norm_passes_and_feedback_names_the_outputs():
@@ -175,12 +174,8 @@ def test_the_visible_check_includes_the_empty_graph():
         check("01.4", critical_path)
 
 
-def test_the_cheap_01_3_twins_equal_their_definitions():
-    """Some wrong twins use closed forms for speed; they must still be the mistake they name."""
-    import torch
-
-    from course_lib.checks import ch01
-
+def test_the_01_3_slips_equal_their_definitions():
+    """The reference's slips that differentiate another state are the mistakes they name."""
     g = torch.Generator().manual_seed(0)
     seq_len, d_in, d_hidden = 7, 3, 4
     x, W_xh, b = (
@@ -193,10 +188,12 @@ def test_the_cheap_01_3_twins_equal_their_definitions():
     )  # (N, d_hidden, N, d_in)
     t = torch.arange(seq_len)
     torch.testing.assert_close(
-        ch01._local_jacobian(x, W_xh, W_hh, b), J[t, :, t].pow(2).sum(dim=(1, 2)).sqrt()
+        jacobian_norms_reference(x, W_xh, W_hh, b, of="h_t"),
+        J[t, :, t].pow(2).sum(dim=(1, 2)).sqrt(),
     )  # dh_t/dx_t
     torch.testing.assert_close(
-        ch01._previous_state(x, W_xh, W_hh, b), J[-2].pow(2).sum(dim=(0, 2)).sqrt()
+        jacobian_norms_reference(x, W_xh, W_hh, b, of="h_N-1"),
+        J[-2].pow(2).sum(dim=(0, 2)).sqrt(),
     )  # dh_{N-1}/dx_t
 
 

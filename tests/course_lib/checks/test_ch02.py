@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
+from course_lib.attention import numpy_attention, numpy_masked_softmax
 from course_lib.checks import CheckFailed, ch02, check, core, get_exercise
 from course_lib.checks.core import Hint
 
@@ -155,7 +158,7 @@ def test_a_masked_softmax_that_warns_fails_even_with_the_right_numbers():
 
 def test_masked_softmax_over_axis_0_is_named():
     def masked_softmax(scores, mask):
-        return ch02.numpy_masked_softmax(scores, np.broadcast_to(mask, scores.shape), axis=0)
+        return numpy_masked_softmax(scores, np.broadcast_to(mask, scores.shape), axis=0)
 
     with pytest.raises(CheckFailed, match="columns sum to 1"):
         check("02.4", masked_softmax, quiet=True)
@@ -171,7 +174,7 @@ def test_a_B_by_Nk_mask_is_caught_when_B_equals_N():
         keep = tokens != pad_id  # (B, Nk): broadcasts as (Nq, Nk)
         if is_causal:
             keep = keep & np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool))
-        return ch02.numpy_attention(q, k, v, keep)
+        return numpy_attention(q, k, v, keep)
 
     with pytest.raises(CheckFailed) as failure:
         check("02.6", padded_attention, quiet=True)
@@ -183,19 +186,20 @@ def test_a_B_by_Nk_mask_is_caught_when_B_equals_N():
 
 
 @pytest.mark.parametrize(
-    "twin,named",
+    "slip,named",
     [
-        (ch02._padded_wrong(keep_fn=lambda t, p: (t != p)[:, :, None]), "padded QUERIES"),
-        (ch02._padded_wrong(keep_fn=lambda t, p: (t == p)[:, None, :]), "keeps the padding"),
-        (ch02._padded_wrong(keep_fn=lambda t, p: (t != 0)[:, None, :]), "not with pad_id"),
-        (ch02._padded_wrong(causal=False), "still see later keys"),
-        (ch02._padded_wrong(causal=True), "see only earlier keys"),
-        (ch02._padded_mask_or, "combined the masks with OR"),
-        (ch02._padded_wrong(fill=-1e9), "filling with -1e9"),
-        (ch02._padded_wrong(scale=False), "factor sqrt"),
+        (dict(mask_axis=2), "padded QUERIES"),
+        (dict(inverted=True), "keeps the padding"),
+        (dict(pad_zero=True), "not with pad_id"),
+        (dict(causal=False), "still see later keys"),
+        (dict(causal=True), "see only earlier keys"),
+        (dict(combine="or"), "combined the masks with OR"),
+        (dict(fill=-1e9), "filling with -1e9"),
+        (dict(power=0), "factor sqrt"),
     ],
 )
-def test_each_padded_attention_mistake_is_named(twin, named):
+def test_each_padded_attention_mistake_is_named(slip, named):
+    twin = functools.partial(ch02.padded_attention_reference, **slip)
     with np.errstate(all="ignore"), pytest.raises(CheckFailed, match=named):
         check("02.6", twin, quiet=True)
 

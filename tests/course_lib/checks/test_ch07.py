@@ -278,11 +278,11 @@ def test_07_4_reference_is_the_models_cached_step():
 
 def test_07_4_position_zero_is_right_only_for_an_empty_cache():
     """The 'rotated at position 0' mistake passes the empty-cache case and fails the rest."""
-    from course_lib.checks.ch07 import _decode
+    from course_lib.checks.ch07 import rope_decode_step_reference
 
     ex = get_exercise("07.4")
     for case in cases_for("07.4", hidden=True):
-        wrong = _decode(*case.args, from_zero=True)
+        wrong = rope_decode_step_reference(*case.args, from_zero=True)
         right = ex.reference(*case.args)
         same = all(torch.allclose(a, b) for a, b in zip(wrong, right))
         assert same == (case.args[3].shape[-2] == 0), case.name

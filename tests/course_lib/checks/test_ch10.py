@@ -14,10 +14,11 @@ from course_lib.checks import CheckFailed, check
 from course_lib.checks.ch10 import gpt2_tensors, planted_weights
 from course_lib.checks.core import cases_for, get_exercise
 from course_lib.gpt import pretrained as P
+from course_lib.gpt.tiny_checkpoints import make_tiny_checkpoint
 from course_lib.positional import apply_rope
 
 IDS = ["10.1", "10.2", "10.3"]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("ex_id", IDS)
@@ -74,7 +75,7 @@ def test_10_1_reference_loads_a_real_checkpoint_block(tmp_path):
     """The exercise's answer, loaded into block 1, reproduces the loader's model."""
     from safetensors.torch import load_file
 
-    folder = P.make_tiny_checkpoint("gpt2", tmp_path)
+    folder = make_tiny_checkpoint("gpt2", tmp_path)
     tensors = {
         k.removeprefix("transformer."): v
         for k, v in load_file(folder / "model.safetensors").items()

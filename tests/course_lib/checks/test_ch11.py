@@ -69,7 +69,7 @@ def test_11_2_a_window_one_too_wide_is_named():
 
 def test_11_2_the_reference_matches_the_library_mask():
     from course_lib.checks.ch11 import kept_pairs_reference
-    from course_lib.gpt.claims import sliding_window_mask
+    from course_lib.gpt.transparent import sliding_window_mask
 
     for n, w, s in ((1024, 64, 4), (10, 3, 2), (64, 100, 4), (5, 1, 1)):
         assert kept_pairs_reference(n, w, s) == int(sliding_window_mask(n, w, s).sum())
