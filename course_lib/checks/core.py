@@ -1,14 +1,19 @@
 """The exercise-check framework: every chapter's checks are a few declarations.
 
-An exercise is declared once, in ``course_lib/checks/chNN.py``::
+An exercise is declared once, in ``course_lib/checks/chNN.py``, as its reference function with
+a keyword per common mistake (:mod:`course_lib.checks.declare`), its words in ``chNN.md``
+(:mod:`course_lib.checks.texts`)::
 
-    register(Exercise(
-        id="02.1", title="Attention in numpy", points=2, target="numpy_attention",
-        cases=my_cases,            # (rng, hidden) -> list[Case]: the inputs
-        reference=my_reference,    # the correct function, run on the same inputs
-        mistakes={"you forgot to divide by sqrt(d_k)": unscaled_version},
-    ))
+    def attention_reference(q, k, v, *, scale="sqrt"):      # the defaults: the right answer
+        ...
 
+    exercise(
+        "02.1", attention_reference, target="attention", title="...", points=2,
+        cases=attention_cases,         # (rng, hidden) -> list[Case]: the inputs
+        slips={"unscaled": dict(scale=None)},   # its text: "## 02.1/unscaled" in ch02.md
+    )
+
+which builds the :class:`Exercise` this module runs,
 and used twice:
 
 * in the notebook, ``check("02.1", numpy_attention)`` runs the learner's function on
@@ -41,11 +46,6 @@ from typing import Any
 import numpy as np
 
 # --------------------------------------------------------------------------- declarations
-
-
-class NotThisMistake(Exception):
-    """Raised by a wrong twin on an input where its mistake makes no difference: there it
-    can explain nothing, so it is never named (neither by output nor by exception)."""
 
 
 class Hint(str):
@@ -623,8 +623,6 @@ def _diagnose_error(
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 wrong(*c.args, **c.kwargs)
-        except NotThisMistake:
-            continue
         except Exception as twin_err:
             if type(twin_err).__name__ == kind and str(twin_err) == message:
                 return _likely(hint, ex, full)

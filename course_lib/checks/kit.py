@@ -5,9 +5,6 @@ several chapters' declarations are built from:
 
 * inputs: :func:`randn` (a float64 tensor of normal draws), :func:`softmax_rows` (rows of
   attention weights), ``DT`` and ``NEG_INF``;
-* wrong twins: :func:`twin` (one wrong function with its mistake chosen by keywords,
-  ``twin(_pool_wrong, how="sum")``) and :func:`unless_different` (a twin that refuses on
-  inputs where its mistake changes nothing, so it is never named there);
 * comparisons for ``Exercise.compare``: :func:`byte_compare` (a byte count, or a tuple of
   named counts, must be an int), :func:`with_note` (the usual comparison plus a diagnosis
   of one tell-tale pattern), :func:`refuse_complex`, :func:`integer_compare`, and
@@ -18,7 +15,6 @@ several chapters' declarations are built from:
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,7 +25,6 @@ import torch
 from .core import (
     Case,
     Diagnosed,
-    NotThisMistake,
     byte_count_message,
     compare_values,
     to_numpy,
@@ -54,36 +49,6 @@ def randn(rng: np.random.Generator, *shape: int, std: float = 1.0) -> torch.Tens
 def softmax_rows(rng: np.random.Generator, shape: Sequence[int], scale: float = 1.0):
     """Rows of attention weights: the softmax of N(0, scale²) scores over the last axis."""
     return torch.softmax(torch.tensor(rng.normal(scale=scale, size=shape)), -1)
-
-
-# --------------------------------------------------------------------------- wrong twins
-
-
-def twin(wrong: Callable[..., Any], **mistake: Any) -> Callable[..., Any]:
-    """One wrong function, its mistake chosen by keywords: ``twin(_bytes, batch=False)``.
-
-    A chapter writes one ``_x_wrong(..., *, how)`` that knows several mistakes and
-    declares each as ``Hint(...): twin(_x_wrong, how="swap")``."""
-    return functools.partial(wrong, **mistake)
-
-
-def unless_different(
-    wrong: Callable[..., Any], reference: Callable[..., Any], atol: float = 1e-9
-) -> Callable[..., Any]:
-    """``wrong``, refusing (:class:`NotThisMistake`) where it agrees with ``reference``.
-
-    On such an input the mistake makes no difference, so it cannot explain a failure: without
-    the refusal a learner's other mistake could be named after it (a batch of one hides "you
-    forgot the batch")."""
-
-    @functools.wraps(wrong)
-    def refusing(*args: Any, **kwargs: Any) -> Any:
-        out = wrong(*args, **kwargs)
-        if compare_values(out, reference(*args, **kwargs), atol, 0.0) is None:
-            raise NotThisMistake("this mistake makes no difference on this input")
-        return out
-
-    return refusing
 
 
 # --------------------------------------------------------------------------- comparisons

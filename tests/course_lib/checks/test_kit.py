@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
-from course_lib.checks.core import Case, NotThisMistake
+from course_lib.checks.core import Case
 from course_lib.checks.kit import (
     DT,
     byte_compare,
@@ -14,8 +13,6 @@ from course_lib.checks.kit import (
     randn,
     refuse_complex,
     softmax_rows,
-    twin,
-    unless_different,
     with_note,
     within,
 )
@@ -33,20 +30,6 @@ def test_randn_draws_float64_normals_from_the_generator():
 def test_softmax_rows_sum_to_one():
     w = softmax_rows(np.random.default_rng(1), (2, 5), scale=3.0)
     assert torch.allclose(w.sum(-1), torch.ones(2, dtype=w.dtype))
-
-
-def test_twin_fixes_the_mistake_by_keyword():
-    def wrong(x, *, how):
-        return {"double": 2 * x, "negate": -x}[how]
-
-    assert twin(wrong, how="double")(3) == 6 and twin(wrong, how="negate")(3) == -3
-
-
-def test_unless_different_refuses_where_the_mistake_changes_nothing():
-    forgot_batch = unless_different(lambda n, b: n, lambda n, b: n * b)
-    assert forgot_batch(5, 3) == 5
-    with pytest.raises(NotThisMistake):
-        forgot_batch(5, 1)  # a batch of one: forgetting it changes nothing
 
 
 def test_byte_compare_wants_ints_and_names_each_count():
