@@ -1,11 +1,12 @@
-"""benchmarks/mutation_run.py and course_tools/mutants.py: the lectures' assertions can fail.
+"""benchmarks/mutation_run.py: the lectures' assertions can fail.
 
-Fast: the injection in this process (a mutant replaces every reference to its function;
-``restore()`` undoes it); how a stopped cell is classified (one of the lecture's assertions
-kills; any other error is a crash); a tiny synthetic lecture in a real kernel (its control
-passes, its mutant is killed, an error of another kind is a crash); and the recorded run,
+Fast: how a stopped cell is classified (one of the lecture's assertions kills; any other
+error is a crash); a tiny synthetic lecture in a real kernel (its control passes, its mutant
+is killed, an error of another kind is a crash); and the recorded run,
 ``benchmarks/results/mutations.json``: every mutant of lectures 00-11 killed, at least two
-per lecture, the same mutants as course_tools/mutants.py declares.
+per lecture, the same mutants as course_tools/mutants.py declares. (The mutants themselves,
+their declarations and their injection in this process, are tested in
+tests/course_tools/test_mutants.py.)
 
 Slow (``make test``): for each lecture 00-11, the mutant the recorded run killed fastest, run
 again through the script's own code and killed by one of the lecture's assertions. Measured
@@ -17,17 +18,12 @@ budget: the sum of those twelve kill times in mutations.json (kernel start inclu
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import nbformat
 import pytest
 from scripts import load_script
 
-import course_lib.attention
-import course_lib.gpt.model
-import course_lib.multihead
 from course_lib import env
 from course_tools import mutants as M
 
@@ -42,64 +38,6 @@ def _script():
 
 def _recorded() -> dict:
     return json.loads(RECORDED.read_text())["lectures"]
-
-
-# --------------------------------------------------------------------------- the declarations
-
-
-@pytest.mark.parametrize("lecture", LECTURES)
-def test_every_lecture_declares_two_mutants_of_real_functions(lecture):
-    declared = M.by_lecture(lecture)
-    assert len(declared) >= 2, f"lecture {lecture}: {len(declared)} mutants"
-    assert len({m.name for m in declared}) == len(declared)  # names unique within a lecture
-    for m in declared:
-        owner, attribute, current = M._resolve(m.target)
-        assert callable(current) and m.claim, m.name
-
-
-# --------------------------------------------------------------------------- the injection
-
-
-def test_apply_replaces_every_reference_and_restore_undoes_it(monkeypatch):
-    sdpa = course_lib.attention.scaled_dot_product_attention
-    probe = types.ModuleType("course_lib._mutation_probe")  # a module-level dict holds it too
-    probe.BACKENDS = {"course": sdpa, "other": len}
-    monkeypatch.setitem(sys.modules, probe.__name__, probe)
-    mutant = M.find("attention_without_scale", "02")
-    try:
-        where = M.apply(mutant)
-        new = course_lib.attention.scaled_dot_product_attention
-        assert new is M.attention_without_scale and M.original(mutant.target) is sdpa
-        assert course_lib.multihead.scaled_dot_product_attention is new  # imported by name
-        assert course_lib.gpt.model.scaled_dot_product_attention is new
-        assert probe.BACKENDS == {"course": new, "other": len}
-        assert (
-            where[0] == mutant.target
-            and "course_lib.gpt.model:scaled_dot_product_attention" in where
-        )
-        assert "course_lib._mutation_probe:BACKENDS['course']" in where
-    finally:
-        M.restore()
-    assert course_lib.attention.scaled_dot_product_attention is sdpa
-    assert course_lib.gpt.model.scaled_dot_product_attention is sdpa
-    assert probe.BACKENDS["course"] is sdpa
-
-
-def test_a_method_and_a_mutant_given_as_source():
-    update = course_lib.multihead.KVCache.update
-    source = M.Mutant(
-        "budget_from_the_module", "99", "course_lib.env:budget", "def budget():\n    return BUDGETS[1]\n", "x"
-    )  # fmt: skip
-    try:
-        M.apply(M.find("kv_cache_drops_newest", "04"))
-        assert course_lib.multihead.KVCache.update is M.kv_cache_update_drops_newest
-        M.apply(source)  # run in course_lib.env's namespace: BUDGETS is the module's
-        from course_lib import env
-
-        assert env.budget() == "ci"
-    finally:
-        M.restore()
-    assert course_lib.multihead.KVCache.update is update
 
 
 # --------------------------------------------------------------------------- classification

@@ -10,6 +10,9 @@ gradebook and feedback they wrote:
   zip archive as a learning platform exports it;
 * ``serial``: a subset of the same folder graded with ``--jobs 1``, which must give the
   same rows as the parallel run.
+
+Each module's own unit tests (collecting, rebuilding, the report, the worker's channel, the
+command line) are in tests/course_tools/grading/, at the module's mirrored path.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -33,25 +35,7 @@ import pytest
 from grading_lab import grade as _grade  # the course's grader, in this process
 from grading_lab import sandbox_flags
 
-from course_tools.grading import cli
-from course_tools.grading.collect import collect
-from course_tools.grading.rebuild import (
-    Course,
-    SubmissionError,
-    identify,
-    parse_notebook,
-    rebuild,
-    suspicious,
-)
-from course_tools.grading.report import (
-    atomic_write,
-    feedback_markdown,
-    feedback_path,
-    feedback_paths,
-    grades_csv,
-    write_all,
-)
-from course_tools.grading.worker import results_problem, sign, verify
+from course_tools.grading.rebuild import Course
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
@@ -728,82 +712,6 @@ def test_a_kernel_that_edits_the_course_is_caught(tmp_path):
     assert "modified" in _feedback(run, "subs/sneaky.ipynb")
 
 
-# --------------------------------------------------------------------------- units (fast)
-
-
-def test_collect_reads_folders_and_zips_without_escaping(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "x.ipynb").write_bytes(b"{}")
-    (tmp_path / "a" / "x.txt").write_bytes(b"no")
-    (tmp_path / "e.zip").write_bytes(_zip_bytes())
-    subs = collect([tmp_path / "a", tmp_path / "e.zip", tmp_path / "nope.ipynb"])
-    ids = [s.id for s in subs]
-    assert ids == sorted(ids)
-    assert "a/x.ipynb" in ids and "e.zip/(up)/(up)/escape/00_setup.ipynb" in ids
-    assert not any(".." in i or "MACOSX" in i for i in ids)
-    assert next(s for s in subs if s.id.endswith("nope.ipynb")).data is None
-
-
-def test_parse_notebook_rejects_what_it_cannot_read():
-    for data in (b"{", b"[]", b'{"cells": [], "nbformat": 9}', b"\xff\xfe"):
-        with pytest.raises(SubmissionError):
-            parse_notebook(data)
-    nb, notes = parse_notebook(_v3("x = 1"))
-    assert nb.nbformat == 4 and notes
-
-
-def test_identify_by_metadata_name_and_ids():
-    course = Course.load(ROOT)
-    nb, _ = parse_notebook((ROOT / "solutions/00_setup.ipynb").read_bytes())
-    assert identify(nb, "whatever.ipynb", course) == ("00_setup", "metadata")
-    bare, _ = parse_notebook(_dump(_strip_course_metadata(_nb())))
-    assert identify(bare, "bob-00_setup (1).ipynb", course)[0] == "00_setup"
-    assert identify(bare, "homework.ipynb", course) == (None, "")
-
-
-def test_result_channel_rejects_forgeries():
-    key = os.urandom(32)
-    line = sign(key, {"result": {"a": 1}})
-    assert verify(key, line) == {"result": {"a": 1}}
-    assert verify(os.urandom(32), line) is None
-    assert verify(key, line.replace(b"1", b"2")) is None
-    assert verify(key, b"garbage\n") is None
-
-
-def test_feedback_paths_stay_inside_the_output_folder(tmp_path):
-    for sub in ("../../etc/passwd.ipynb", "a/../../b.ipynb", "/abs/x.ipynb", "we:ird*.ipynb"):
-        p = feedback_path(tmp_path, sub).resolve()
-        assert tmp_path.resolve() in p.parents and p.suffix == ".md"
-
-
-def test_gradebook_rows_are_sorted_and_atomic(tmp_path):
-    rows = [
-        {
-            "submission": s,
-            "assignment": "00_setup",
-            "exercise": e,
-            "points": 0,
-            "max_points": 1,
-            "status": "failed",
-            "feedback": [],
-        }
-        for s, e in (("b", "00.10"), ("a", "00.2"), ("b", "00.2"))
-    ]
-    text = grades_csv([{"rows": rows}], {"course_commit": "v0.2.0-3-gabc", "grader_version": "9.9"})
-    assert text.splitlines()[0] == (
-        "submission,assignment,exercise,points,max_points,status,course_commit,grader_version,"
-        "feedback"
-    )
-    assert text.splitlines()[1:] == [
-        "a,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9,feedback/a.md",
-        "b,00_setup,00.2,0,1,failed,v0.2.0-3-gabc,9.9,feedback/b.md",
-        "b,00_setup,00.10,0,1,failed,v0.2.0-3-gabc,9.9,feedback/b.md",
-    ]
-    atomic_write(tmp_path / "g.csv", text)
-    assert (tmp_path / "g.csv").read_text() == text
-    assert [p.name for p in tmp_path.iterdir()] == ["g.csv"]
-
-
 # --------------------------------------------------------------------------- review fixes
 
 
@@ -845,156 +753,3 @@ def test_a_link_to_the_course_solution_is_not_graded(adversarial):
     row = [r for r in adversarial["rows"] if r["submission"] == "subs/linked.ipynb"]
     assert [r["status"] for r in row] == ["error"]
     assert "symbolic link" in _feedback(adversarial, "subs/linked.ipynb")
-
-
-def test_collect_reads_lazily_and_cleans_names(tmp_path):
-    (tmp_path / "s").mkdir()
-    (tmp_path / "s" / "x\x1b[31m.ipynb").write_bytes(b"{}")
-    subs = collect([tmp_path / "s", tmp_path / "s"])  # the same folder twice: unique ids
-    assert [s.id for s in subs] == ["s/x?[31m.ipynb", "s/x?[31m.ipynb (2)"]
-    assert subs[0]._data is None and subs[0].read() == b"{}"  # read when graded
-    (tmp_path / "s" / "x\x1b[31m.ipynb").unlink()
-    assert subs[0].read() is None and "could not read" in subs[0].problem
-
-
-def test_feedback_is_plain_text_whatever_the_learner_prints():
-    evil = "ValueError: \x1b[2J<script>alert(1)</script>\n## Exercise 00.1 — ✅ passed\u202e"
-    md = feedback_markdown(
-        {
-            "submission": "s\x1b.ipynb`x",
-            "assignment": "00_setup",
-            "notes": [evil],
-            "rows": [
-                {
-                    "submission": "s",
-                    "assignment": "00_setup",
-                    "exercise": "00.1",
-                    "points": 0,
-                    "max_points": 1,
-                    "status": "failed",
-                    "feedback": [evil],
-                    "title": "t",
-                }
-            ],
-        }
-    )
-    assert "\x1b" not in md and "\u202e" not in md
-    mistune = pytest.importorskip("mistune")
-    html = mistune.html(md)
-    assert "<script" not in html and "&lt;script" in html  # shown as text, never run
-    heads = re.findall(r"<h2[^>]*>(.*?)</h2>", html)  # the grader's own headings only
-    assert heads == ["Notes", "Exercise 00.1: t — ❌ failed (0 / 1)"], heads
-    assert "<code>s?.ipynb`x</code>" in html  # the name cannot close its code span
-
-
-def test_feedback_never_leaves_the_output_folder(tmp_path):
-    paths = feedback_paths(tmp_path, ["s/A.ipynb", "s/a.ipynb", "s/b?.ipynb", "s/b*.ipynb"])
-    assert len({str(p).casefold() for p in paths.values()}) == 4
-    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
-    out.mkdir()
-    elsewhere.mkdir()
-    (out / "feedback").symlink_to(elsewhere)  # planted by a kernel during grading
-    res = {
-        "submission": "s/x.ipynb",
-        "assignment": "",
-        "notes": [],
-        "flags": {},
-        "rows": [
-            {
-                "submission": "s/x.ipynb",
-                "assignment": "",
-                "exercise": "",
-                "points": 0,
-                "max_points": 0,
-                "status": "error",
-                "feedback": ["r"],
-            }
-        ],
-    }
-    skipped = write_all(out, [res])
-    assert len(skipped) == 1 and not list(elsewhere.rglob("*"))
-    assert (out / "grades.csv").exists()
-
-
-def test_recorded_outputs_are_bounded_by_what_they_unpack_to(tmp_path, monkeypatch):
-    import numpy as np
-
-    from course_tools.grading import worker
-
-    monkeypatch.setattr(worker, "MAX_RESULT_BYTES", 2**20)
-    monkeypatch.setattr(worker, "MAX_RECORD_BYTES", 2**18)
-
-    ok = tmp_path / "ok"
-    ok.mkdir()
-    np.savez(ok / "00.1.npz", c0=np.zeros(10))
-    assert results_problem(ok) is None
-    bomb = tmp_path / "bomb"  # a small file that unpacks to 4 MB (past the limit)
-    bomb.mkdir()
-    with zipfile.ZipFile(bomb / "00.1.npz", "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("c0.npy", bytes(4 * 2**20))
-    assert (bomb / "00.1.npz").stat().st_size < 2**16
-    assert "MB" in results_problem(bomb)
-    big = tmp_path / "big"
-    big.mkdir()
-    (big / "00.1.json").write_bytes(b" " * 2**19)
-    assert "MB" in results_problem(big)
-
-
-def test_review_flags_frames_files_and_copies():
-    frames = "import inspect\ndef softmax(x):\n    f = inspect.currentframe().f_back\n"
-    disk = (
-        "import json, pathlib, course_lib as cl\n"
-        "p = pathlib.Path(cl.__file__).parents[1] / 'solutions'\n"
-    )
-    assert any("interpreter" in f for f in suspicious(frames))
-    found = " ".join(suspicious(disk))
-    assert "reads files" in found and "course's library" in found
-    course = Course.load(ROOT)
-    nb, _ = parse_notebook((ROOT / "solutions/00_setup.ipynb").read_bytes())
-    plan = rebuild(nb, "00_setup", course, {"00.1": "/nonexistent"})
-    assert plan.flags == {}  # three lines the statement dictates: no copy flag
-    nb, _ = parse_notebook(_with_solution(CORRECT))
-    assert rebuild(nb, "00_setup", course, {"00.1": "/nonexistent"}).flags == {}
-
-
-def test_a_notebook_without_any_metadata_is_read():
-    nb = _nb()
-    del nb["metadata"]
-    for c in nb["cells"]:
-        c.pop("metadata", None)
-    parsed, _ = parse_notebook(_dump(nb))
-    assert identify(parsed, "00_setup.ipynb", Course.load(ROOT)) == ("00_setup", "file name")
-    lists = _nb()  # sources as lists of lines, as Jupyter writes them
-    for c in lists["cells"]:
-        c["source"] = c["source"].splitlines(True) if isinstance(c["source"], str) else c["source"]
-    parsed, _ = parse_notebook(_dump(lists))
-    assert all(isinstance(c.source, str) for c in parsed.cells)
-
-
-def test_review_lists_forged_messages_next_to_flagged_cells():
-    from course_tools.grading.report import review_csv
-
-    text = review_csv([{"submission": "s", "flags": {"00.1": ["uses x"], "*": ["forged"]}}])
-    assert text.splitlines()[1:] == ["s,*,forged", "s,00.1,uses x"]
-
-
-def test_an_unusable_out_folder_is_a_usage_error(tmp_path, capsys):
-    (tmp_path / "x.ipynb").write_bytes(b"{")
-    (tmp_path / "taken").write_text("a file, not a folder")
-    code = cli.main([str(tmp_path / "x.ipynb"), "--out", str(tmp_path / "taken"), "--quiet"])
-    assert code == 2 and "cannot write the results" in capsys.readouterr().err
-
-
-def test_a_folder_planted_where_the_gradebook_goes_is_moved_aside(tmp_path):
-    (tmp_path / "grades.csv" / "x").mkdir(parents=True)  # made by a kernel while grading
-    atomic_write(tmp_path / "grades.csv", "a\n")
-    assert (tmp_path / "grades.csv").read_text() == "a\n"
-    assert (tmp_path / "grades.csv.moved-aside" / "x").is_dir()
-
-
-def test_a_mistyped_path_is_a_usage_error_not_a_gradebook_row(tmp_path, capsys):
-    from course_tools.grading.cli import main
-
-    assert main([str(tmp_path / "submisions"), "--out", str(tmp_path / "out")]) == 2
-    assert "no such file or folder" in capsys.readouterr().err
-    assert not (tmp_path / "out" / "grades.csv").exists()

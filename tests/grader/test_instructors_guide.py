@@ -219,23 +219,3 @@ def test_the_guide_runs_on_a_simulated_hub(tmp_path: Path):
     assert "Score: 0 / 1" in fb and "Likely cause" in fb
     assert not (homes / "dave" / "attention-workshop" / "work" / "00_setup_feedback.md").exists()
     shutil.rmtree(tmp_path / "admin" / "release", ignore_errors=True)
-
-
-def test_the_plans_cuts_are_consistent_and_include_breaks():
-    """Every cut's exercises come with their lectures (the one-week cut has lecture 10 with
-    exercises 10), its time includes breaks, and a chapter whose exercises have no time of
-    their own points at the learner's copy when one exists (issue 37, item 5)."""
-    _, chapters = P.course_map(ROOT)
-    for name, _purpose, lectures, exercises in P.CUTS:
-        lect, exs = P.cut_chapters(chapters, lectures, exercises, name)
-        assert set(c.number for c in exs) <= set(c.number for c in lect), name
-    week = next(c for c in P.CUTS if c[0] == "one week")
-    lect, exs = P.cut_chapters(chapters, *week[2:], week[0])
-    assert [c.number for c in lect] == [c.number for c in chapters] == [c.number for c in exs]
-    with pytest.raises(ValueError, match="without their lectures"):
-        P.cut_chapters(chapters, "00 01", "00 01 02", "broken")
-    assert P.with_breaks(90) == 90 + P.BREAK_MIN and P.with_breaks(89) == 89
-    text = P.plan_markdown(ROOT)
-    assert "with breaks" in text and "(in the lecture)" not in text
-    assert "with the lecture (work/00_setup_exercises.ipynb)" in text
-    assert (ROOT / "exercises" / "00_setup.ipynb").exists()

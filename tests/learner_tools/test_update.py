@@ -14,7 +14,6 @@ The repositories are small copies of the course's notebooks in a temporary folde
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -253,21 +252,6 @@ def test_make_update_after_editing_a_lecture(upstream: Path):
     assert lf.update(learner, out=out) == 0
     assert "already up to date" in str(out)
     assert len(list((learner / "work" / "backup").iterdir())) == 1
-
-
-def test_old_copies_get_the_new_names(tmp_path: Path):
-    course = tmp_path / "course"
-    shutil.copytree(ROOT / "exercises", course / "exercises")
-    (course / "work").mkdir()
-    old = course / "work" / "02_qkv_attention.ipynb"
-    shutil.copy2(ROOT / "exercises" / "02_qkv_attention.ipynb", old)
-    solve_first_exercise(old)
-    lf.sync_work(course)
-    new = course / "work" / "02_qkv_attention_exercises.ipynb"
-    assert new.exists() and not old.exists()
-    assert "my own solution" in new.read_text()
-    meta = json.loads(new.read_text())["metadata"]["course"]
-    assert meta["assignment"] == "02_qkv_attention", "the grader recognises copies by this"
 
 
 def test_the_grader_recognises_work_copies_by_name():

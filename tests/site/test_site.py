@@ -3,7 +3,9 @@
 To keep `make test` short this builds two chapters (00 and 02, which have a figure, maths, the
 Mermaid diagram and widgets) with the CI training budget; `make site` builds them all with the
 learners' budget. The built pages are served from 127.0.0.1 and every request the browser
-makes is recorded: none may leave the machine. The unit tests at the bottom need no browser.
+makes is recorded: none may leave the machine. The test at the bottom (the Makefile's
+target) needs no browser; the parts of course_tools/site.py are tested without one in
+tests/course_tools/test_site.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import shutil
 import threading
 from pathlib import Path
 
-import nbformat
 import pytest
 from course_lab import ROOT
 
@@ -189,57 +190,6 @@ def test_search_finds_a_lecture(reader):
 
 
 # -- the parts, without a browser ----------------------------------------------------------
-
-
-def test_mermaid_fences_become_blocks_mermaid_draws():
-    md = "Text\n\n```mermaid\nflowchart LR\n  A[X] -->|W_Q| B[Q < K]\n```\n\nMore"
-    out = S.mermaid_blocks(md)
-    assert '<pre class="mermaid">' in out and "```" not in out
-    assert "B[Q &lt; K]" in out and "--&gt;" in out  # escaped: mermaid reads textContent
-
-
-def test_widget_state_becomes_a_static_snapshot():
-    import ipywidgets as w
-    from nbclient import NotebookClient
-
-    nb = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_code_cell(
-                "import ipywidgets as w\n"
-                "s = w.IntSlider(value=4, min=0, max=10, description='d_k')\n"
-                "d = w.Dropdown(options=['dog', 'it'], value='it', description='query')\n"
-                "w.VBox([w.HBox([s, d]), w.HTML('<b>attends to dog</b>'), w.Label('done')])"
-            )
-        ]
-    )
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    assert w.__version__
-    NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=True).execute()
-    assert S.snapshot_widgets(nb) == 1
-    html = nb.cells[0].outputs[0]["data"]["text/html"]
-    assert "<b>attends to dog</b>" in html and "done" in html
-    assert 'type="range"' in html and "<code>4</code>" in html
-    assert "<option>it</option>" in html
-    assert "widgets" not in nb.metadata and S.WIDGET_VIEW not in nb.cells[0].outputs[0]["data"]
-
-
-def test_external_references_are_found(tmp_path):
-    (tmp_path / "a.html").write_text(
-        '<link rel="canonical" href="https://example.org/a.html">'
-        '<a href="https://colab.research.google.com/x">Colab</a>'
-        '<script src="_static/local.js"></script>'
-    )
-    assert S.external_references(tmp_path) == []
-    (tmp_path / "b.html").write_text('<script src="https://cdn.example.org/mathjax.js"></script>')
-    (tmp_path / "c.css").write_text("body { background: url(//fonts.example.org/f.woff) }")
-    found = S.external_references(tmp_path)
-    assert (
-        len(found) == 2 and any("b.html" in f for f in found) and any("c.css" in f for f in found)
-    )
 
 
 def test_make_site_is_wired():
