@@ -94,7 +94,10 @@ def fetch_assets(cache: Path) -> Path:
             member, dest = ASSETS[pkg]
             tgz = next(t for t in tarballs if re.fullmatch(rf"{name}-[\d.]+\.tgz", t.name))
             with tarfile.open(tgz) as tar:
-                data = tar.extractfile(member).read()
+                f = tar.extractfile(member)
+                if f is None:  # a folder or a link, not the file
+                    raise SiteError(f"{tgz.name}: {member} is not a regular file")
+                data = f.read()
             (static / dest).parent.mkdir(parents=True, exist_ok=True)
             (static / dest).write_bytes(data)
     return static
@@ -349,10 +352,19 @@ html_theme_options = {{
         "notebook_interface": "jupyterlab",
     }},
     "show_toc_level": 2,
+    "extra_footer": {footer!r},
 }}
 html_last_updated_fmt = None
 suppress_warnings = ["mystnb.unknown_mime_type", "misc.highlighting_failure", "myst.header"]
 """
+
+# Under every page of the site: what may be reused, and how (LICENSE, LICENSE-CONTENT).
+LICENCE_FOOTER = (
+    "The course's prose, maths and figures are under the "
+    '<a href="https://creativecommons.org/licenses/by/4.0/">Creative Commons Attribution 4.0 '
+    "International licence</a> (CC BY 4.0); its code, in the notebooks and the repository, "
+    'under the <a href="https://opensource.org/license/mit">MIT License</a>.'
+)
 
 CSS = """\
 .course-widget-snapshot { border: 1px dashed #999; border-radius: 6px; padding: 8px; margin: 4px 0; }
@@ -425,6 +437,15 @@ them yourself, use the launch buttons at the top of each page (Colab or Binder),
 
 {toc_docs}
 ```
+
+## Licence
+
+The prose, maths and figures of the course are under the
+[Creative Commons Attribution 4.0 International licence](https://creativecommons.org/licenses/by/4.0/)
+(CC BY 4.0; `LICENSE-CONTENT` in [the repository]({links.repository}) suggests an attribution
+line); the code, the notebooks' code cells, `course_lib` and `course_tools`, under the
+[MIT License](https://opensource.org/license/mit) (`LICENSE`). To report a way around the
+grader's sandbox: `SECURITY.md`, privately, not in a public issue.
 """
 
 
@@ -486,7 +507,7 @@ def build(
     (src / "_static" / "course.css").write_text(CSS)
     (src / "_static" / "course-mermaid.js").write_text(MERMAID_JS)
     (src / "conf.py").write_text(
-        CONF.format(title=TITLE, repo=links.repository, branch=links.branch)
+        CONF.format(title=TITLE, repo=links.repository, branch=links.branch, footer=LICENCE_FOOTER)
     )
     (src / "index.md").write_text(index_page(root, links, lectures, exercises))
     for name in DOCS:  # the lectures link to them as ../docs/NAME.md

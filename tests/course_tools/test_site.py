@@ -186,13 +186,22 @@ def test_the_front_page_lists_what_exists(tmp_path):
 
 
 def test_the_sphinx_configuration_names_the_repository_and_no_cdn():
-    conf = S.CONF.format(title=S.TITLE, repo=URL, branch="spring")
+    conf = S.CONF.format(title=S.TITLE, repo=URL, branch="spring", footer=S.LICENCE_FOOTER)
     namespace: dict = {}
     exec(conf, namespace)  # valid Python, as Sphinx reads it
     assert namespace["html_theme_options"]["repository_url"] == URL
     assert namespace["html_theme_options"]["repository_branch"] == "spring"
     assert namespace["mathjax_path"] == "mathjax/tex-svg-full.js"
     assert namespace["nb_execution_mode"] == "off" and namespace["nb_ipywidgets_js"] == {}
+    footer = namespace["html_theme_options"]["extra_footer"]  # under every page
+    assert "Creative Commons Attribution 4.0" in footer and "MIT License" in footer
+
+
+def test_the_front_page_states_the_licences():
+    page = S.index_page(Path("."), LINKS, [], [])
+    licence = page[page.index("## Licence") :]
+    assert "CC BY 4.0" in licence and "MIT License" in licence
+    assert "LICENSE-CONTENT" in licence and "SECURITY.md" in licence
 
 
 def test_external_references_are_found(tmp_path):

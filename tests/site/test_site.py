@@ -120,6 +120,15 @@ def test_front_page_navigates_and_launches(reader):
 
 @pytest.mark.browser
 @pytest.mark.slow
+def test_every_page_states_the_licences_in_its_footer(reader):
+    for path in ("index.html", "notebooks/00_setup.html"):
+        footer = reader.open(path).locator("footer").all_text_contents()
+        text = " ".join(footer)
+        assert "Creative Commons Attribution 4.0" in text and "MIT License" in text, (path, text)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
 def test_the_docs_pages_lectures_link_to_are_pages_of_the_site(reader):
     """Lectures 04 and 05 link to ../docs/conventions.md: a page of the site, in its nav."""
     for name in S.DOCS:
