@@ -98,7 +98,7 @@ def _imports_of_old_paths(source: str, module: str | None) -> list[tuple[int, st
 
 def _old_path_uses(path: Path) -> list[str]:
     rel = path.relative_to(ROOT).as_posix()
-    if rel in ALLOWED_FILES:
+    if rel in ALLOWED_FILES or rel.startswith("docs/releases/"):  # the history of names
         return []
     text = path.read_text(encoding="utf-8")
     module = None

@@ -110,7 +110,7 @@ def _code_names(source: str) -> list[tuple[int, str]]:
 
 def _violations(path: Path) -> list[str]:
     rel = path.relative_to(ROOT).as_posix()
-    if rel in ALLOWED_FILES:
+    if rel in ALLOWED_FILES or rel.startswith("docs/releases/"):  # the history of names
         return []
     text = path.read_text(encoding="utf-8")
     chunks: list[tuple[str, str, bool]] = []  # (where, text, is python)
