@@ -21,7 +21,8 @@ import ast
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .course import add_course_argument, course_root
+
 PACKAGES = ("course_lib", "course_tools", "tools")
 README = "tests/README.md"
 
@@ -64,9 +65,10 @@ OTHER_CHANGES = {
 }
 
 
-def modules(root: Path = ROOT, packages: bool = False) -> list[str]:
+def modules(root: Path | None = None, packages: bool = False) -> list[str]:
     """Every module of the packages, as a path relative to ``root`` (sorted); with
     ``packages``, their ``__init__.py`` files too."""
+    root = course_root(root)
     found = []
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
@@ -84,8 +86,9 @@ def test_file(module: str) -> str:
     return (Path("tests") / path.parent / f"test_{path.name}").as_posix()
 
 
-def missing_tests(root: Path = ROOT) -> list[str]:
+def missing_tests(root: Path | None = None) -> list[str]:
     """The modules whose mirrored test file does not exist."""
+    root = course_root(root)
     return [m for m in modules(root) if not (root / test_file(m)).is_file()]
 
 
@@ -93,8 +96,9 @@ def _dotted(module: str) -> str:
     return module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
-def imported_modules(module: str, root: Path = ROOT) -> set[str]:
+def imported_modules(module: str, root: Path | None = None) -> set[str]:
     """The course modules ``module`` imports (dotted names; relative imports resolved)."""
+    root = course_root(root)
     tree = ast.parse((root / module).read_text(encoding="utf-8"))
     package = (
         _dotted(module) if module.endswith("__init__.py") else _dotted(module).rsplit(".", 1)[0]
@@ -114,9 +118,10 @@ def imported_modules(module: str, root: Path = ROOT) -> set[str]:
     return {name for name in found if name.split(".")[0] in PACKAGES}
 
 
-def importers(root: Path = ROOT) -> dict[str, set[str]]:
+def importers(root: Path | None = None) -> dict[str, set[str]]:
     """``{module: the modules that import it, directly or through others}`` (a package's
     ``__init__`` counts as importing what it hands on; it is not listed itself)."""
+    root = course_root(root)
     by_name = {_dotted(m): m for m in modules(root, packages=True)}
     direct: dict[str, set[str]] = {m: set() for m in by_name.values()}
     for m in by_name.values():
@@ -136,15 +141,17 @@ def importers(root: Path = ROOT) -> dict[str, set[str]]:
     return {m: users for m, users in closed.items() if not m.endswith("__init__.py")}
 
 
-def tests_for(module: str, root: Path = ROOT) -> list[str]:
+def tests_for(module: str, root: Path | None = None) -> list[str]:
     """The test files to run after changing ``module``: its own, then those of every module
     that imports it (directly or not)."""
+    root = course_root(root)
     others = sorted(importers(root).get(module, set()))
     return [test_file(module)] + [test_file(m) for m in others]
 
 
-def readme(root: Path = ROOT) -> str:
+def readme(root: Path | None = None) -> str:
     """``tests/README.md``, written from the tree."""
+    root = course_root(root)
     lines = [
         "# The tests: where they are, and what to run after a change",
         "",
@@ -194,19 +201,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_tools.testmap", description=__doc__)
     parser.add_argument("module", nargs="?", help="a module path: print the tests to run")
     parser.add_argument("--write", action="store_true", help=f"rewrite {README}")
+    add_course_argument(parser)
     args = parser.parse_args(argv)
+    root = course_root(args.course)
     if args.write:
-        (ROOT / README).write_text(readme(), encoding="utf-8")
+        (root / README).write_text(readme(root), encoding="utf-8")
         print(f"wrote {README}")
         return 0
     if not args.module:
         parser.print_usage()
         return 2
     module = Path(args.module).as_posix().removeprefix("./")
-    if module not in modules():
+    if module not in modules(root):
         print(f"{module} is not a module of {', '.join(PACKAGES)}", file=sys.stderr)
         return 2
-    files = [f for f in tests_for(module) if (ROOT / f).is_file()]
+    files = [f for f in tests_for(module, root) if (root / f).is_file()]
     print(" ".join([".venv/bin/python -m pytest -q", *files]))
     return 0
 

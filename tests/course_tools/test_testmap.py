@@ -33,6 +33,7 @@ def tree(tmp_path):
             "tests/course_lib/test_mid.py": "",
             "tests/course_lib/pkg/test_inner.py": "",
             "tests/tools/test_script.py": "",
+            "solutions/README.md": "",  # what makes a course folder (course_tools.course)
         },
     )
 
