@@ -74,10 +74,7 @@ exercise(
     cases=_split_cases,
     atol=1e-12,
     rtol=1e-10,
-    slips={
-        "no-transpose": dict(via="(B, H, N, d_h)"),
-        "interleaved": dict(via="(B, N, d_h, H)"),
-    },
+    slips={"no-transpose": dict(via="(B, H, N, d_h)"), "interleaved": dict(via="(B, N, d_h, H)")},
 )
 
 
@@ -121,10 +118,7 @@ exercise(
     cases=_merge_cases,
     atol=1e-12,
     rtol=1e-10,
-    slips={
-        "no-transpose": dict(via="(B, H, N, d_h)"),
-        "interleaved": dict(via="(B, N, d_h, H)"),
-    },
+    slips={"no-transpose": dict(via="(B, H, N, d_h)"), "interleaved": dict(via="(B, N, d_h, H)")},
 )
 
 
@@ -261,12 +255,9 @@ def decode_step_reference(
     (the last position, :math:`T`) attends to all :math:`T + 1` keys, query head :math:`i`
     reading KV head :math:`\lfloor i / G \rfloor`. Returns ``(out [B, H, 1, d], k_all, v_all)``
     with the caches ``[B, H_kv, T+1, d]``."""
-    if new_first:  # the new key and value put before the cache
-        k_all = torch.cat([k_new, k_cache], dim=-2)  # (B, Hkv, T+1, d)
-        v_all = torch.cat([v_new, v_cache], dim=-2)  # (B, Hkv, T+1, d)
-    else:
-        k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d)
-        v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
+    # (B, Hkv, T+1, d): the cache, then the new key and value (new_first: the other way round)
+    k_all = torch.cat([k_new, k_cache] if new_first else [k_cache, k_new], dim=-2)
+    v_all = torch.cat([v_new, v_cache] if new_first else [v_cache, v_new], dim=-2)
     k_att, v_att = {
         "cache and new": (k_all, v_all),
         "cache": (k_cache, v_cache),  # appended after attending
@@ -281,17 +272,10 @@ def decode_step_reference(
     return out, k_all, v_all
 
 
-def _decode_case(rng, name, b, h, h_kv, t, d):
-    return Case(
-        name,
-        (
-            randn(rng, b, h, 1, d),
-            randn(rng, b, h_kv, 1, d),
-            randn(rng, b, h_kv, 1, d),
-            randn(rng, b, h_kv, t, d),
-            randn(rng, b, h_kv, t, d),
-        ),
-    )
+def _decode_case(rng, name, b, h, h_kv, t, d, *more):
+    """``q_new, k_new, v_new, k_cache, v_cache`` for ``t`` cached tokens, then ``more``."""
+    shapes = [(b, h, 1, d), (b, h_kv, 1, d), (b, h_kv, 1, d), (b, h_kv, t, d), (b, h_kv, t, d)]
+    return Case(name, tuple(randn(rng, *shape) for shape in shapes) + more)
 
 
 def _decode_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -351,16 +335,8 @@ def kv_cache_bytes_from_config(
     head_dim = config["hidden_size"] // config["num_attention_heads"]
     sequences = batch_size if every_sequence else 1
     unit = 8 if bits else 1  # bits instead of bytes
-    return int(
-        tensors
-        * layers
-        * config[heads_key]
-        * head_dim
-        * seq_len
-        * sequences
-        * bytes_per_value
-        * unit
-    )
+    per_token = tensors * layers * config[heads_key] * head_dim
+    return int(per_token * seq_len * sequences * bytes_per_value * unit)
 
 
 def _config(layers, d_model, heads, kv_heads):
@@ -491,17 +467,7 @@ exercise(
 
 
 def sliding_window_decode_step_reference(
-    q_new,
-    k_new,
-    v_new,
-    k_cache,
-    v_cache,
-    window,
-    *,
-    extra=0,
-    oldest=False,
-    attend_all=False,
-    keep_all=False,
+    q_new, k_new, v_new, k_cache, v_cache, window, *, kept="last W", read_all=False, keep_all=False
 ):
     r"""One decoding step with a sliding-window cache of at most ``window`` tokens.
 
@@ -511,34 +477,20 @@ def sliding_window_decode_step_reference(
     """
     k_all = torch.cat([k_cache, k_new], dim=-2)  # (B, Hkv, T+1, d)
     v_all = torch.cat([v_cache, v_new], dim=-2)  # (B, Hkv, T+1, d)
-    if oldest:  # the first `window` tokens
-        kept = slice(0, window)
-    else:  # the last window + extra (extra=1: the cache trimmed before appending)
-        kept = slice(max(k_all.shape[-2] - window - extra, 0), None)
-    k_win, v_win = k_all[..., kept, :], v_all[..., kept, :]  # (B, Hkv, <=W, d)
-    k_att, v_att = (k_all, v_all) if attend_all else (k_win, v_win)
+    n = k_all.shape[-2]  # T + 1
+    # the cache keeps the last W tokens ("last W+1": trimmed before appending), or the first W
+    size = {"last W": window, "last W+1": window + 1, "last W-1": window - 1}
+    keep = slice(0, window) if kept == "first W" else slice(max(n - size[kept], 0), None)
+    k_win, v_win = k_all[..., keep, :], v_all[..., keep, :]  # (B, Hkv, <=W, d)
+    k_att, v_att = (k_all, v_all) if read_all else (k_win, v_win)
     g = q_new.shape[1] // k_att.shape[1]
-    out, _ = scaled_dot_product_attention(
-        q_new, repeat_kv(k_att, g), repeat_kv(v_att, g)
-    )  # (B, H, 1, d)
-    if keep_all:  # the caches keep growing
-        return out, k_all, v_all
-    return out, k_win, v_win
+    out, _ = scaled_dot_product_attention(q_new, repeat_kv(k_att, g), repeat_kv(v_att, g))
+    return (out, k_all, v_all) if keep_all else (out, k_win, v_win)  # (B, H, 1, d), caches
 
 
 def _window_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     def case(name, b, h, h_kv, t, d, window):
-        return Case(
-            name,
-            (
-                randn(rng, b, h, 1, d),
-                randn(rng, b, h_kv, 1, d),
-                randn(rng, b, h_kv, 1, d),
-                randn(rng, b, h_kv, t, d),
-                randn(rng, b, h_kv, t, d),
-                window,
-            ),
-        )
+        return _decode_case(rng, name, b, h, h_kv, t, d, window)
 
     if not hidden:
         return [
@@ -564,10 +516,10 @@ exercise(
     rtol=1e-7,
     outputs=("output", "k_cache", "v_cache"),
     slips={
-        "trimmed-first": dict(extra=1),
-        "oldest": dict(oldest=True),
-        "one-short": dict(extra=-1),
-        "attends-all": dict(attend_all=True),
+        "trimmed-first": dict(kept="last W+1"),
+        "oldest": dict(kept="first W"),
+        "one-short": dict(kept="last W-1"),
+        "attends-all": dict(read_all=True),
         "keeps-all": dict(keep_all=True),
     },
     errors={"unrepeated-heads": UNREPEATED_HEADS},

@@ -45,16 +45,13 @@ def online_softmax_update_reference(
     with np.errstate(all="ignore"):  # two slips overflow on purpose
         if raw_exp:  # e^x of raw scores: inf / inf = nan near 1000, 0 near -1000
             return m_new, (np.exp(m) * l + np.exp(x_block).sum(axis=-1)) / np.exp(m_new)
-        if rescale == "none":  # the old sum added as it is
-            old = l  # (rows,)
-        elif rescale == "up":  # exp(m_new - m) >= 1
-            old = np.exp(m_new - m) * l  # (rows,)
-        else:
-            old = np.exp(m - m_new) * l  # (rows,)
+        # the old sum (rows,): rescaled by exp(m - m_new), added as it is, or by exp(m_new - m)
+        old = {"down": np.exp(m - m_new) * l, "none": l, "up": np.exp(m_new - m) * l}[rescale]
     return m_new, old + np.exp(x_block - m_new[..., None]).sum(axis=-1)  # (rows,), (rows,)
 
 
 def _online_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    a = np.array
     if not hidden:
         return [
             Case(
@@ -63,37 +60,25 @@ def _online_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             ),
             Case(
                 "a block whose scores exceed the running max (the old sum must shrink)",
-                (
-                    np.array([0.5, 1.0]),
-                    np.array([2.0, 3.0]),
-                    np.array([[3.0, 0.0, 1.0], [2.5, 4.0, -1.0]]),
-                ),
+                (a([0.5, 1.0]), a([2.0, 3.0]), a([[3.0, 0.0, 1.0], [2.5, 4.0, -1.0]])),
             ),
             Case(
                 "scores around 1000: only differences may be exponentiated",
-                (np.array([1000.0]), np.array([1.0]), np.array([[1001.0, 999.0, 1002.5]])),
+                (a([1000.0]), a([1.0]), a([[1001.0, 999.0, 1002.5]])),
             ),
             Case(
                 "a block below the running max: the max must not go down",
-                (
-                    np.array([4.0, 2.0]),
-                    np.array([1.5, 2.5]),
-                    np.array([[1.0, -0.5, 0.25], [0.0, 1.5, -2.0]]),
-                ),
+                (a([4.0, 2.0]), a([1.5, 2.5]), a([[1.0, -0.5, 0.25], [0.0, 1.5, -2.0]])),
             ),
         ]
     return [
         Case(
             "a block entirely below the running max (m stays)",
-            (np.array([5.0, 6.0, 7.0]), np.array([1.5, 2.0, 1.0]), rng.normal(size=(3, 5)) - 3.0),
+            (a([5.0, 6.0, 7.0]), a([1.5, 2.0, 1.0]), rng.normal(size=(3, 5)) - 3.0),
         ),
         Case(
             "scores around -1000: e^x underflows to 0 unless the max is subtracted",
-            (
-                np.array([-1000.0, -990.0]),
-                np.array([1.0, 2.0]),
-                np.array([[-1001.0, -999.5], [-995.0, -1003.0]]),
-            ),
+            (a([-1000.0, -990.0]), a([1.0, 2.0]), a([[-1001.0, -999.5], [-995.0, -1003.0]])),
         ),
         Case(
             "8 rows, a block of 1 score",
@@ -181,43 +166,26 @@ def _plus_minus_750(rng: np.random.Generator) -> tuple:
 
 
 def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def qkv(
+        n_q, n_k, head_dim, d_v, block_size, scale=1.0
+    ):  # Q [Nq, d_h], K [Nk, d_h], V [Nk, d_v]
+        q, k = rng.normal(size=(n_q, head_dim)) * scale, rng.normal(size=(n_k, head_dim)) * scale
+        return q, k, rng.normal(size=(n_k, d_v)), block_size
+
     if not hidden:
         return [
-            Case(
-                "N = 8 queries and keys, d_h = 4, tiles of 4",
-                (rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), rng.normal(size=(8, 4)), 4),
-            ),
-            Case(
-                "N = 10, d_h = 6, tiles of 3 (the last tile has 1 row)",
-                (rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), rng.normal(size=(10, 6)), 3),
-            ),
+            Case("N = 8 queries and keys, d_h = 4, tiles of 4", qkv(8, 8, 4, 4, 4)),
+            Case("N = 10, d_h = 6, tiles of 3 (the last tile has 1 row)", qkv(10, 10, 6, 6, 3)),
             Case(
                 "one key tile scores about +750, the next about -750 (tiles of 4)",
                 _plus_minus_750(rng),
             ),
         ]
     return [
-        Case(
-            "7 queries, 13 keys, d_v = 5 != d_h = 3, tiles of 4",
-            (rng.normal(size=(7, 3)), rng.normal(size=(13, 3)), rng.normal(size=(13, 5)), 4),
-        ),
-        Case(
-            "a single query and key",
-            (rng.normal(size=(1, 2)), rng.normal(size=(1, 2)), rng.normal(size=(1, 2)), 2),
-        ),
-        Case(
-            "large scores (inputs x 6): needs the running max",
-            (
-                rng.normal(size=(12, 8)) * 6,
-                rng.normal(size=(12, 8)) * 6,
-                rng.normal(size=(12, 8)),
-                5,
-            ),
-        ),
-        Case(
-            "one tile holds everything",
-            (rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), 16),
-        ),
+        Case("7 queries, 13 keys, d_v = 5 != d_h = 3, tiles of 4", qkv(7, 13, 3, 5, 4)),
+        Case("a single query and key", qkv(1, 1, 2, 2, 2)),
+        Case("large scores (inputs x 6): needs the running max", qkv(12, 12, 8, 8, 5, scale=6)),
+        Case("one tile holds everything", qkv(6, 6, 4, 4, 16)),
         Case(
             "a key tile scoring about +750 before one about -750, another draw",
             _plus_minus_750(rng),
@@ -360,27 +328,17 @@ def attention_backward_reference(
     dP = do @ v.transpose(-2, -1)  # (..., Nq, Nk)
     if delta == "none":  # the softmax Jacobian's second term left out
         D = torch.zeros_like(lse)  # (..., Nq)
-    elif delta == "dO":  # rowsum(dO), without O
-        D = do.sum(dim=-1)  # (..., Nq)
-    else:
-        D = (do * o).sum(dim=-1)  # (..., Nq)
+    else:  # rowsum(dO ∘ O), or "dO": rowsum(dO), without O
+        D = (do * o if delta == "dO.O" else do).sum(dim=-1)  # (..., Nq)
     dS = P * (dP - D[..., None]) if inside else P * dP - D[..., None]  # (..., Nq, Nk)
     s = scale if scaled else 1.0
-    return (
-        s * dS @ k,
-        s * dS.transpose(-2, -1) @ q,
-        dV,
-    )  # (..., Nq, d_h), (..., Nk, d_h), (..., Nk, d_v)
+    dQ, dK = s * dS @ k, s * dS.transpose(-2, -1) @ q  # (..., Nq, d_h), (..., Nk, d_h)
+    return dQ, dK, dV
 
 
 def _backward_case(rng, name, shape_q, n_k, scale=None):
     *batch_shape, n_q, head_dim = shape_q
-    q, k, v, do = (
-        randn(rng, *batch_shape, n_q, head_dim),
-        randn(rng, *batch_shape, n_k, head_dim),
-        randn(rng, *batch_shape, n_k, head_dim),
-        randn(rng, *batch_shape, n_q, head_dim),
-    )
+    q, k, v, do = (randn(rng, *batch_shape, n, head_dim) for n in (n_q, n_k, n_k, n_q))
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     s = scale * q @ k.transpose(-2, -1)  # (..., Nq, Nk)
     lse = torch.logsumexp(s, dim=-1)  # (..., Nq)
@@ -550,7 +508,6 @@ exercise(
         "unscaled": dict(scaled=False),
     },
 )
-
 
 # --------------------------------------------------------------------------- 06.7 predict, measure
 

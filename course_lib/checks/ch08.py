@@ -32,9 +32,7 @@ from .kit import BROADCAST_ERROR, DT, byte_compare, randn, within
 # --------------------------------------------------------------------------- 08.1 document mask
 
 
-def document_causal_reference(
-    b, h, q_idx, kv_idx, doc_ids, *, docs="of-b", causal=">=", join="and"
-):
+def document_causal_reference(b, h, q_idx, kv_idx, doc_ids, *, docs="of-b", causal=">=", join="&"):
     r"""The mask_mod of causal attention inside each packed document: query :math:`i` of
     sequence :math:`b` sees key :math:`j` when :math:`D_{b,i} = D_{b,j} \wedge j \le i`
     (tensor operators only, so that it works on index grids and on single indices)."""
@@ -46,23 +44,20 @@ def document_causal_reference(
         same = doc_ids[q_idx] == doc_ids[kv_idx]
     else:
         same = doc_ids[b, q_idx] == doc_ids[b, kv_idx]
-    if causal is None:
-        return same
-    seen = {">=": q_idx >= kv_idx, "<=": q_idx <= kv_idx, ">": q_idx > kv_idx}[causal]
-    return (same | seen) if join == "or" else (same & seen)
-
-
-def _doc_case(name: str, lengths: list[list[int]], seq_len: int, num_heads: int = 1) -> Case:
-    doc = torch.stack([document_ids(ls, seq_len) for ls in lengths])  # (B, N)
-    b, h, q, kv = index_grids(len(lengths), num_heads, seq_len, seq_len)
-    return Case(name, (b, h, q, kv, doc))
+    # the keys a query sees by position (causal=None: all of them)
+    seen = {">=": q_idx >= kv_idx, "<=": q_idx <= kv_idx, ">": q_idx > kv_idx, None: True}[causal]
+    return (same | seen) if join == "|" else (same & seen)
 
 
 def _doc_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def packed(name, lengths: list[list[int]], seq_len: int, num_heads: int = 1) -> Case:
+        doc = torch.stack([document_ids(ls, seq_len) for ls in lengths])  # (B, N)
+        return Case(name, (*index_grids(len(lengths), num_heads, seq_len, seq_len), doc))
+
     if not hidden:
         return [
-            _doc_case("one packed sequence: documents of 3, 2 and 3 tokens", [[3, 2, 3]], 8),
-            _doc_case(
+            packed("one packed sequence: documents of 3, 2 and 3 tokens", [[3, 2, 3]], 8),
+            packed(
                 "two sequences of 10 tokens, the second ending in padding (its own document)",
                 [[4, 6], [2, 5]],
                 10,
@@ -72,8 +67,8 @@ def _doc_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     n = max(sum(ls) for ls in lengths)
     doc = torch.tensor([[0, 0, 1, 1, 1, 2]])
     return [
-        _doc_case("three random packings of four documents, 2 heads", lengths, n, 2),
-        _doc_case("a single document: plain causal", [[7]], 7),
+        packed("three random packings of four documents, 2 heads", lengths, n, 2),
+        packed("a single document: plain causal", [[7]], 7),
         Case(
             "0-dimensional indices, as FlexAttention passes them: q=4, kv=2 (same document)",
             (torch.tensor(0), torch.tensor(0), torch.tensor(4), torch.tensor(2), doc),
@@ -96,7 +91,7 @@ exercise(
     slips={
         "no-document": dict(docs="ignored"),
         "not-causal": dict(causal=None),
-        "or": dict(join="or"),
+        "or": dict(join="|"),
         "reversed": dict(causal="<="),
         "strict": dict(causal=">"),
         "sequence-zero": dict(docs="of-sequence-0"),
@@ -131,9 +126,7 @@ def alibi_slopes_reference(
     slopes = _geometric(p)  # (H_0,)
     if p < n:
         slopes = torch.cat([slopes, _geometric(2 * p)[extra][: n - p]])  # (H,)
-    if order == "sorted":
-        return torch.sort(slopes, descending=True).values
-    return slopes  # (H,)
+    return torch.sort(slopes, descending=True).values if order == "sorted" else slopes  # (H,)
 
 
 def _slopes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -144,13 +137,7 @@ def _slopes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             Case("6 heads", (6,)),
         ]
     n = int(rng.choice([20, 24, 40, 48, 96]))
-    return [
-        Case("1 head", (1,)),
-        Case("2 heads", (2,)),
-        Case("3 heads", (3,)),
-        Case("16 heads", (16,)),
-        Case(f"{n} heads", (n,)),
-    ]
+    return [Case(f"{h} head" + "s" * (h > 1), (h,)) for h in (1, 2, 3, 16, n)]
 
 
 exercise(
@@ -177,15 +164,7 @@ exercise(
 
 
 def classify_tiles_reference(
-    mask,
-    block_m,
-    block_n,
-    *,
-    count="ceil",
-    swap=False,
-    codes=(0, 1, 2),
-    edge="cut",
-    share="skipped",
+    mask, block_m, block_n, *, edges="cut", swap=False, codes=(0, 1, 2), share="skipped"
 ):
     r"""The tiles of ``mask [Nq, Nk]`` (``block_m`` queries by ``block_n`` keys, the last ones
     cut at the edges), each 0 (no entry True: skipped), 2 (every entry True: full) or 1
@@ -193,33 +172,24 @@ def classify_tiles_reference(
     full)."""
     if swap:
         block_m, block_n = block_n, block_m
-    if count == "floor":  # the last, smaller tiles dropped
+    if edges == "dropped":  # the last, smaller tiles dropped
         mask = mask[: mask.shape[0] // block_m * block_m, : mask.shape[1] // block_n * block_n]
     t_q, t_k = -(-mask.shape[0] // block_m), -(-mask.shape[1] // block_n)  # ceil
     tiles = torch.zeros(t_q, t_k, dtype=torch.long)  # (Tq, Tk)
-    for i in range(t_q):
-        for j in range(t_k):
-            tile = mask[i * block_m : (i + 1) * block_m, j * block_n : (j + 1) * block_n]
-            full = bool(tile.all())
-            if edge == "padded":  # a cut edge tile counted with its missing entries as False
-                full = full and tile.shape == (block_m, block_n)
-            tiles[i, j] = codes[0] if not tile.any() else codes[2] if full else codes[1]
+    for i, j in np.ndindex(t_q, t_k):
+        tile = mask[i * block_m : (i + 1) * block_m, j * block_n : (j + 1) * block_n]
+        # "padded": a cut edge tile counted with its missing entries as False (never full)
+        full = bool(tile.all()) and (edges != "padded" or tile.shape == (block_m, block_n))
+        tiles[i, j] = codes[0] if not tile.any() else codes[2] if full else codes[1]
     skipped = float((tiles == 0).sum()) / tiles.numel()
-    if share == "entries":
-        return tiles, 1.0 - mask.double().mean().item()
-    if share == "computed":
-        return tiles, 1.0 - skipped
-    return tiles, skipped
+    entries = 1.0 - mask.double().mean().item()  # the share of entries masked out
+    return tiles, {"skipped": skipped, "computed": 1.0 - skipped, "entries": entries}[share]
 
 
-def _causal(n_q, n_k=None):
-    n_k = n_q if n_k is None else n_k
-    return torch.ones(n_q, n_k, dtype=torch.bool).tril()  # (Nq, Nk)
-
-
-def _window(n, w):
+def _causal(n, window=math.inf):
+    """Query i sees keys j <= i, and only the last ``window`` of them."""
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    return (j <= i) & (i - j < w)  # (N, N)
+    return (j <= i) & (i - j < window)  # (N, N)
 
 
 def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -240,7 +210,7 @@ def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     random_mask = torch.from_numpy(rng.random((13, 9)) < 0.3)
     prefix = _causal(20) | (torch.arange(20)[None, :] < 7)
     return [
-        Case("sliding window W=3 over 10 tokens, tiles 4 x 4", (_window(10, 3), 4, 4)),
+        Case("sliding window W=3 over 10 tokens, tiles 4 x 4", (_causal(10, 3), 4, 4)),
         Case("a random mask 13 x 9, tiles 4 x 2", (random_mask, 4, 2)),
         Case("prefix-LM, 20 tokens, prefix 7, tiles 8 x 8", (prefix, 8, 8)),
         Case(
@@ -264,11 +234,11 @@ exercise(
     outputs=("tiles", "fraction_skipped"),
     errors={"reshape": r"shape '\[.*\]' is invalid for input of size"},
     slips={
-        "floor": dict(count="floor"),
+        "floor": dict(edges="dropped"),
         "swapped": dict(swap=True),
         "all-or-nothing": dict(codes=(0, 0, 2)),
         "never-full": dict(codes=(0, 1, 1)),
-        "edge-partial": dict(edge="padded"),
+        "edge-partial": dict(edges="padded"),
         "entries": dict(share="entries"),
         "computed": dict(share="computed"),
     },
@@ -279,107 +249,62 @@ exercise(
 
 
 def ring_decode_step_reference(
-    q_new,
-    k_new,
-    v_new,
-    k_cache,
-    v_cache,
-    position,
-    *,
-    store="ring",
-    slot_shift=0,
-    attend="after-write",
-    slots="by-position",
-    kv_heads="repeat",
+    q_new, k_new, v_new, k_cache, v_cache, position, *, write="p % W", read="s <= p", tiled=False
 ):
     r"""One decoding step of sliding-window attention from a ring of :math:`W` slots: write
     ``k_new, v_new`` into slot :math:`p \bmod W`, then let ``q_new [B, H, 1, d]`` attend over
     the slots written so far (:math:`s \le p`), KV head :math:`\lfloor i / G \rfloor` for query
     head :math:`i`. Returns the output and the new caches (the inputs are left unchanged)."""
     w = k_cache.shape[2]
-    old_k, old_v = k_cache, v_cache
-    if store == "queue":  # shift left, append at the end
-        k_cache = torch.cat([k_cache[:, :, 1:], k_new], dim=2)  # (B, H_kv, W, d)
-        v_cache = torch.cat([v_cache[:, :, 1:], v_new], dim=2)
+    if write == "queue":  # shift left, append at the end
+        k_ring = torch.cat([k_cache[:, :, 1:], k_new], dim=2)  # (B, H_kv, W, d)
+        v_ring = torch.cat([v_cache[:, :, 1:], v_new], dim=2)
         keep = torch.arange(w) >= w - 1 - position  # (W,)
     else:
-        slot = (position + slot_shift) % w
-        k_cache, v_cache = k_cache.clone(), v_cache.clone()
-        k_cache[:, :, slot] = k_new[:, :, 0]  # (B, H_kv, d)
-        v_cache[:, :, slot] = v_new[:, :, 0]
+        slot = (position + 1 if write == "(p + 1) % W" else position) % w
+        k_ring, v_ring = k_cache.clone(), v_cache.clone()
+        k_ring[:, :, slot] = k_new[:, :, 0]  # (B, H_kv, d)
+        v_ring[:, :, slot] = v_new[:, :, 0]
         keep = torch.arange(w) <= position  # (W,) the slots written so far
-    g = q_new.shape[1] // k_cache.shape[1]
-    if slots == "before-self":
+    g = q_new.shape[1] // k_ring.shape[1]
+    if read == "s < p":
         keep = torch.arange(w) < position  # (W,)
-    elif slots == "all":
+    elif read == "every slot":
         keep = torch.ones(w, dtype=torch.bool)  # (W,)
-    elif slots == "nonzero-keys":  # a slot is 'a token' when its key is not all zeros
-        keep = repeat_kv(k_cache.abs().sum(-1)[:, :, None, :] > 0, g)  # (B, H, 1, W)
-    k, v = (old_k, old_v) if attend == "before-write" else (k_cache, v_cache)
-    if kv_heads == "tiled":  # KV heads 0, 1, 0, 1 rather than 0, 0, 1, 1
-        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)  # (B, H, W, d)
-    else:
-        k, v = repeat_kv(k, g), repeat_kv(v, g)  # (B, H, W, d)
+    elif read == "nonzero keys":  # a slot is 'a token' when its key is not all zeros
+        keep = repeat_kv(k_ring.abs().sum(-1)[:, :, None, :] > 0, g)  # (B, H, 1, W)
+    k, v = (k_cache, v_cache) if read == "before the write" else (k_ring, v_ring)
+    # tiled: KV heads 0, 1, 0, 1 rather than 0, 0, 1, 1
+    k, v = (x.repeat(1, g, 1, 1) if tiled else repeat_kv(x, g) for x in (k, v))  # (B, H, W, d)
     scores = q_new @ k.transpose(-2, -1) / math.sqrt(q_new.shape[-1])  # (B, H, 1, W)
-    return masked_softmax(scores, keep) @ v, k_cache, v_cache  # (B, H, 1, d), caches
+    return masked_softmax(scores, keep) @ v, k_ring, v_ring  # (B, H, 1, d), caches
 
 
-def _ring_case(rng, name, b, h, h_kv, w, d, position, zero_key=False):
-    k_cache, v_cache = randn(rng, b, h_kv, w, d), randn(rng, b, h_kv, w, d)
-    k_cache[:, :, position + 1 :] = 0.0  # slots never written are still zero
-    v_cache[:, :, position + 1 :] = 0.0
-    k_new = torch.zeros(b, h_kv, 1, d, dtype=DT) if zero_key else randn(rng, b, h_kv, 1, d)
-    return Case(
-        name,
-        (randn(rng, b, h, 1, d), k_new, randn(rng, b, h_kv, 1, d), k_cache, v_cache, position),
-    )
+# (name, B, H, H_kv, W slots, d, position of the new token, 1 when its key is all zeros)
+_SHOWN_RINGS = [
+    ("token 2 into a ring of 4 slots (slot 3 is still empty)", 1, 2, 2, 4, 3, 2, 0),
+    ("token 9 into a full ring of 4 slots, 4 query heads on 2 KV heads", 2, 4, 2, 4, 3, 9, 0),
+    ("token 5 into a full ring of 4, its key all zeros (it is still a token)", 1, 2, 1, 4, 3, 5, 1),
+]
+_HIDDEN_RINGS = [
+    ("the first token (position 0)", 2, 2, 1, 5, 4, 0, 0),
+    ("position W-1: the ring becomes full", 1, 3, 3, 6, 2, 5, 0),
+    ("position 100, window 7, multi-query", 2, 4, 1, 7, 3, 100, 0),
+    ("position 13, window 5, 6 query heads on 3 KV heads", 1, 6, 3, 5, 2, 13, 0),
+    ("position 9 into a full ring of 6, its key all zeros", 2, 2, 2, 6, 4, 9, 1),
+]
 
 
 def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    if not hidden:
-        return [
-            _ring_case(
-                rng, "token 2 into a ring of 4 slots (slot 3 is still empty)", 1, 2, 2, 4, 3, 2
-            ),
-            _ring_case(
-                rng,
-                "token 9 into a full ring of 4 slots, 4 query heads on 2 KV heads",
-                2,
-                4,
-                2,
-                4,
-                3,
-                9,
-            ),
-            _ring_case(
-                rng,
-                "token 5 into a full ring of 4, its key all zeros (it is still a token)",
-                1,
-                2,
-                1,
-                4,
-                3,
-                5,
-                zero_key=True,
-            ),
-        ]
-    return [
-        _ring_case(rng, "the first token (position 0)", 2, 2, 1, 5, 4, 0),
-        _ring_case(rng, "position W-1: the ring becomes full", 1, 3, 3, 6, 2, 5),
-        _ring_case(rng, "position 100, window 7, multi-query", 2, 4, 1, 7, 3, 100),
-        _ring_case(rng, "position 13, window 5, 6 query heads on 3 KV heads", 1, 6, 3, 5, 2, 13),
-        _ring_case(
-            rng,
-            "position 9 into a full ring of 6, its key all zeros",
-            2,
-            2,
-            2,
-            6,
-            4,
-            9,
-            zero_key=True,
-        ),
-    ]
+    def case(name, b, h, h_kv, w, d, position, zero_key):
+        k_cache, v_cache = randn(rng, b, h_kv, w, d), randn(rng, b, h_kv, w, d)
+        k_cache[:, :, position + 1 :] = 0.0  # slots never written are still zero
+        v_cache[:, :, position + 1 :] = 0.0
+        k_new = torch.zeros(b, h_kv, 1, d, dtype=DT) if zero_key else randn(rng, b, h_kv, 1, d)
+        q_new = randn(rng, b, h, 1, d)
+        return Case(name, (q_new, k_new, randn(rng, b, h_kv, 1, d), k_cache, v_cache, position))
+
+    return [case(*row) for row in (_HIDDEN_RINGS if hidden else _SHOWN_RINGS)]
 
 
 exercise(
@@ -393,13 +318,13 @@ exercise(
     rtol=1e-7,
     outputs=("output", "k_cache", "v_cache"),
     slips={
-        "read-first": dict(attend="before-write"),
-        "strict": dict(slots="before-self"),
-        "all-slots": dict(slots="all"),
-        "nonzero-keys": dict(slots="nonzero-keys"),
-        "off-by-one": dict(slot_shift=1),
-        "queue": dict(store="queue"),
-        "tiled-heads": dict(kv_heads="tiled"),
+        "read-first": dict(read="before the write"),
+        "strict": dict(read="s < p"),
+        "all-slots": dict(read="every slot"),
+        "nonzero-keys": dict(read="nonzero keys"),
+        "off-by-one": dict(write="(p + 1) % W"),
+        "queue": dict(write="queue"),
+        "tiled-heads": dict(tiled=True),
     },
 )
 
@@ -516,42 +441,27 @@ def absorbed_scores_reference(
     scores = q_lat @ c_kv[:, None].transpose(-2, -1)  # (B, H, 1, N)
     if rope:
         scores = scores + q_rope @ k_rope[:, None].transpose(-2, -1)  # (B, H, 1, N)
-    if scale == "none":
-        return scores
-    if scale == "d_h":
-        return scores / math.sqrt(q_nope.shape[-1])
-    if scale == "d_c":
-        return scores / math.sqrt(c_kv.shape[-1])
-    return scores / math.sqrt(q_nope.shape[-1] + q_rope.shape[-1])  # (B, H, 1, N)
-
-
-def _absorbed_case(rng, name, b, h, n, head_dim, d_r, d_c):
-    return Case(
-        name,
-        (
-            randn(rng, b, h, 1, head_dim),
-            randn(rng, b, h, 1, d_r),
-            randn(rng, b, n, d_c),
-            randn(rng, b, n, d_r),
-            randn(rng, h, head_dim, d_c) / math.sqrt(d_c),
-        ),
+    head_dim, d_r, d_c = q_nope.shape[-1], q_rope.shape[-1], c_kv.shape[-1]
+    return scores / math.sqrt(
+        {"d_h": head_dim, "d_c": d_c, "d_h + d_h^R": head_dim + d_r, "none": 1}[scale]
     )
 
 
 def _absorbed_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def case(name, b, h, n, head_dim, d_r, d_c):
+        shapes = [(b, h, 1, head_dim), (b, h, 1, d_r), (b, n, d_c), (b, n, d_r), (h, head_dim, d_c)]
+        *inputs, w_uk = (randn(rng, *shape) for shape in shapes)
+        return Case(name, (*inputs, w_uk / math.sqrt(d_c)))
+
     if not hidden:
         return [
-            _absorbed_case(
-                rng, "B=1, 2 heads, 5 cached tokens, d_h=4, d_h^R=2, d_c=6", 1, 2, 5, 4, 2, 6
-            ),
-            _absorbed_case(
-                rng, "B=2, 3 heads, 4 cached tokens, d_h=4, d_h^R=2, d_c=5", 2, 3, 4, 4, 2, 5
-            ),
+            case("B=1, 2 heads, 5 cached tokens, d_h=4, d_h^R=2, d_c=6", 1, 2, 5, 4, 2, 6),
+            case("B=2, 3 heads, 4 cached tokens, d_h=4, d_h^R=2, d_c=5", 2, 3, 4, 4, 2, 5),
         ]
     return [
-        _absorbed_case(rng, "one cached token", 2, 2, 1, 4, 2, 8),
-        _absorbed_case(rng, "8 heads, 9 tokens, d_h=8, d_h^R=4, d_c=16", 1, 8, 9, 8, 4, 16),
-        _absorbed_case(rng, "d_c smaller than d_h", 2, 4, 6, 8, 2, 3),
+        case("one cached token", 2, 2, 1, 4, 2, 8),
+        case("8 heads, 9 tokens, d_h=8, d_h^R=4, d_c=16", 1, 8, 9, 8, 4, 16),
+        case("d_c smaller than d_h", 2, 4, 6, 8, 2, 3),
     ]
 
 
@@ -583,55 +493,39 @@ def _phi(x):
 
 
 def linear_attention_step_reference(
-    q_t,
-    k_t,
-    v_t,
-    state,
-    normalizer,
-    *,
-    phi=_phi,
-    read_first=False,
-    norm=True,
-    phi_v=False,
-    transposed=False,
+    q_t, k_t, v_t, S, z, *, phi=_phi, read_first=False, norm=True, phi_v=False, transposed=False
 ):
     r"""One step of causal linear attention (Katharopoulos et al., 2020), :math:`\phi(x) =
-    \mathrm{elu}(x) + 1`: :math:`S_t = S_{t-1} + \phi(k_t) v_t^\top`, :math:`z_t = z_{t-1} +
-    \phi(k_t)`, :math:`o_t = S_t^\top \phi(q_t) / \phi(q_t)^\top z_t`. Returns ``(o_t, S_t,
-    z_t)``; ``phi=None`` is no feature map."""
+    \mathrm{elu}(x) + 1`, from the state :math:`S = S_{t-1}` and the normalizer :math:`z =
+    z_{t-1}`: :math:`S_t = S_{t-1} + \phi(k_t) v_t^\top`, :math:`z_t = z_{t-1} + \phi(k_t)`,
+    :math:`o_t = S_t^\top \phi(q_t) / \phi(q_t)^\top z_t`. Returns ``(o_t, S_t, z_t)``;
+    ``phi=None`` is no feature map."""
     fq, fk = (q_t, k_t) if phi is None else (phi(q_t), phi(k_t))  # (B, H, d_k)
     v = phi(v_t) if phi_v else v_t  # (B, H, d_v)
-    new_state = state + fk[..., :, None] * v[..., None, :]  # (B, H, d_k, d_v)
-    new_norm = normalizer + fk  # (B, H, d_k)
-    s, z = (state, normalizer) if read_first else (new_state, new_norm)
-    num = (fq[..., None, :] @ s)[..., 0, :]  # (B, H, d_v)
-    out = num / (fq * z).sum(-1, keepdim=True) if norm else num  # (B, H, d_v)
-    if transposed:
-        new_state = new_state.transpose(-2, -1)  # (B, H, d_v, d_k)
-    return out, new_state, new_norm
-
-
-def _lin_case(rng, name, b, h, d_k, d_v, steps):
-    ks = randn(rng, steps, b, h, d_k)
-    vs = randn(rng, steps, b, h, d_v)
-    state = (_phi(ks)[..., :, None] * vs[..., None, :]).sum(0)  # (B, H, d_k, d_v)
-    normalizer = _phi(ks).sum(0)  # (B, H, d_k)
-    return Case(
-        name,
-        (randn(rng, b, h, d_k), randn(rng, b, h, d_k), randn(rng, b, h, d_v), state, normalizer),
-    )
+    S_t = S + fk[..., :, None] * v[..., None, :]  # (B, H, d_k, d_v)
+    z_t = z + fk  # (B, H, d_k)
+    S_read, z_read = (S, z) if read_first else (S_t, z_t)
+    num = (fq[..., None, :] @ S_read)[..., 0, :]  # (B, H, d_v)
+    out = num / (fq * z_read).sum(-1, keepdim=True) if norm else num  # (B, H, d_v)
+    return out, S_t.transpose(-2, -1) if transposed else S_t, z_t  # S_t^T: (B, H, d_v, d_k)
 
 
 def _lin_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def case(name, b, h, d_k, d_v, steps):  # the state and normalizer after `steps` tokens
+        ks, vs = randn(rng, steps, b, h, d_k), randn(rng, steps, b, h, d_v)
+        state = (_phi(ks)[..., :, None] * vs[..., None, :]).sum(0)  # (B, H, d_k, d_v)
+        qkv = randn(rng, b, h, d_k), randn(rng, b, h, d_k), randn(rng, b, h, d_v)
+        return Case(name, (*qkv, state, _phi(ks).sum(0)))  # normalizer (B, H, d_k)
+
     if not hidden:
         return [
-            _lin_case(rng, "after 3 tokens: B=1, 2 heads, d_k=4, d_v=3", 1, 2, 4, 3, 3),
-            _lin_case(rng, "after 10 tokens: B=2, 3 heads, d_k=5, d_v=6", 2, 3, 5, 6, 10),
+            case("after 3 tokens: B=1, 2 heads, d_k=4, d_v=3", 1, 2, 4, 3, 3),
+            case("after 10 tokens: B=2, 3 heads, d_k=5, d_v=6", 2, 3, 5, 6, 10),
         ]
     return [
-        _lin_case(rng, "the first token (zero state)", 2, 2, 4, 4, 0),
-        _lin_case(rng, "after 50 tokens, d_k=8, d_v=2", 1, 4, 8, 2, 50),
-        _lin_case(rng, "one head, d_k=d_v=16, after 7 tokens", 3, 1, 16, 16, 7),
+        case("the first token (zero state)", 2, 2, 4, 4, 0),
+        case("after 50 tokens, d_k=8, d_v=2", 1, 4, 8, 2, 50),
+        case("one head, d_k=d_v=16, after 7 tokens", 3, 1, 16, 16, 7),
     ]
 
 
@@ -667,7 +561,7 @@ def skipped_tiles_reference(
 ) -> float:
     r"""The fraction of ``block`` x ``block`` tiles a causal sliding-window mask (query
     :math:`i` sees keys :math:`i - w < j \le i`) lets FlexAttention skip entirely."""
-    mask = _window(seq_len, window) if windowed else _causal(seq_len)  # (N, N)
+    mask = _causal(seq_len, window) if windowed else _causal(seq_len)  # (N, N)
     if count == "entries":
         return 1.0 - mask.double().mean().item()
     return float((tile_map(mask, block, block) == 0).double().mean())

@@ -36,6 +36,11 @@ def _partial(rng, n_q, n_k, d, d_v, mask=None, scale=1.0):
     return block_attention(q, k, v, mask=mask)
 
 
+def _empty_state(n_q: int, d_v: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The state before any block: output 0, log-sum-exp -inf."""
+    return torch.zeros(n_q, d_v, dtype=DT), torch.full((n_q,), NEG_INF, dtype=DT)
+
+
 # --------------------------------------------------------------------------- 09.1 the merge
 
 
@@ -59,16 +64,18 @@ def merge_attention_reference(
     }[lse]  # (..., Nq)
     if guard:
         total = torch.where(total > 0, total, torch.ones_like(total))
-    if weights == "share":
-        w_a, w_b = w_a / total, w_b / total  # (..., Nq)
-    elif weights == "swapped":
-        w_a, w_b = w_b / total, w_a / total
-    elif weights == "half":
-        w_a = w_b = torch.full_like(w_a, 0.5)
-    elif weights == "lse":
-        w_a, w_b = lse_a / (lse_a + lse_b), lse_b / (lse_a + lse_b)
-    # weights == "unnormalised": w_a, w_b as they are
+    w_a, w_b = {
+        "share": (w_a / total, w_b / total),
+        "swapped": (w_b / total, w_a / total),
+        "half": (torch.full_like(w_a, 0.5),) * 2,
+        "lse": (lse_a / (lse_a + lse_b), lse_b / (lse_a + lse_b)),
+        "unnormalised": (w_a, w_b),
+    }[weights]  # (..., Nq)
     return w_a[..., None] * out_a + w_b[..., None] * out_b, merged  # (..., Nq, d_v), (..., Nq)
+
+
+def _lses(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=DT)
 
 
 def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -84,12 +91,7 @@ def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             Case("3 queries; part a has 4 keys, part b 6 keys", (out_a, lse_a, out_b, lse_b)),
             Case(
                 "log-sum-exps near 1000 (e^1000 overflows): only differences may be exponentiated",
-                (
-                    big_a,
-                    torch.tensor([1000.0, 990.0], dtype=DT),
-                    big_b,
-                    torch.tensor([1001.5, 990.0], dtype=DT),
-                ),
+                (big_a, _lses(1000.0, 990.0), big_b, _lses(1001.5, 990.0)),
             ),
             Case(
                 "rows that saw no key yet: LSE -inf and output 0 in one part (row 1), or in "
@@ -99,39 +101,18 @@ def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         ]
     o1, l1 = _partial(rng, 5, 7, 3, 4)
     o2, l2 = _partial(rng, 5, 2, 3, 4, scale=3.0)
+    batched = tuple(randn(rng, *shape) for shape in [(2, 3, 4, 5), (2, 3, 4)] * 2)  # o, l, o, l
+    low = randn(rng, 2, 2), _lses(-1000.0, -1003.0), randn(rng, 2, 2), _lses(-1000.5, -1001.0)
+    # o1, l1, o2, l2 with row 0 as a part that saw no key leaves it: output 0, LSE -inf
+    row_0_empty = tuple(
+        torch.cat([e, x[1:]]) for e, x in zip(_empty_state(1, 4) * 2, (o1, l1, o2, l2))
+    )
     return [
         Case("5 queries, d_v = 4, part b with large scores", (o1, l1, o2, l2)),
-        Case(
-            "batch and heads: (2, 3, 4, 5) outputs",
-            (
-                randn(rng, 2, 3, 4, 5),
-                randn(rng, 2, 3, 4),
-                randn(rng, 2, 3, 4, 5),
-                randn(rng, 2, 3, 4),
-            ),
-        ),
-        Case(
-            "log-sum-exps near -1000 (e^-1000 underflows to 0)",
-            (
-                randn(rng, 2, 2),
-                torch.tensor([-1000.0, -1003.0], dtype=DT),
-                randn(rng, 2, 2),
-                torch.tensor([-1000.5, -1001.0], dtype=DT),
-            ),
-        ),
-        Case(
-            "part b saw nothing at all",
-            (o1, l1, torch.zeros_like(o1), torch.full_like(l1, NEG_INF)),
-        ),
-        Case(
-            "row 0 saw no key in either part: it must stay 0 and -inf, not NaN",
-            (
-                torch.cat([torch.zeros(1, 4, dtype=DT), o1[1:]]),
-                torch.cat([torch.full((1,), NEG_INF, dtype=DT), l1[1:]]),
-                torch.cat([torch.zeros(1, 4, dtype=DT), o2[1:]]),
-                torch.cat([torch.full((1,), NEG_INF, dtype=DT), l2[1:]]),
-            ),
-        ),
+        Case("batch and heads: (2, 3, 4, 5) outputs", batched),
+        Case("log-sum-exps near -1000 (e^-1000 underflows to 0)", low),
+        Case("part b saw nothing at all", (o1, l1, *_empty_state(5, 4))),
+        Case("row 0 saw no key in either part: it must stay 0 and -inf, not NaN", row_0_empty),
     ]
 
 
@@ -184,38 +165,23 @@ def ring_step_reference(
     if mask is not None:
         s = s.masked_fill(mask if invert else ~mask, fill)  # (Nq, Nk)
     lse_b = torch.logsumexp(s, dim=-1)  # (Nq,) -inf for a row that sees no key
-    if softmax:  # 0/0 = NaN in a row of -inf
-        out_b = torch.softmax(s, dim=-1) @ v_block  # (Nq, d_v)
-    else:
-        shift = torch.where(torch.isfinite(lse_b), lse_b, torch.zeros_like(lse_b))  # (Nq,)
-        out_b = torch.exp(s - shift[..., None]) @ v_block  # (Nq, d_v) 0 for such a row
+    shift = torch.where(torch.isfinite(lse_b), lse_b, torch.zeros_like(lse_b))  # (Nq,)
+    p = torch.softmax(s, dim=-1) if softmax else torch.exp(s - shift[..., None])  # (Nq, Nk)
+    out_b = p @ v_block  # (Nq, d_v) 0 for a row that sees no key (the softmax: 0/0 = NaN)
     if block_lse == "max":
         lse_b = s.amax(dim=-1)  # (Nq,)
-    if not merge:
-        return out_b, lse_b
-    return merge_attention_reference(out, lse, out_b, lse_b)
-
-
-def _empty_state(n_q: int, d_v: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.zeros(n_q, d_v, dtype=DT), torch.full((n_q,), NEG_INF, dtype=DT)
+    return merge_attention_reference(out, lse, out_b, lse_b) if merge else (out_b, lse_b)
 
 
 def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
-        q, k0, v0, k1, v1 = (
-            randn(rng, 4, 8),
-            randn(rng, 4, 8),
-            randn(rng, 4, 3),
-            randn(rng, 4, 8),
-            randn(rng, 4, 3),
-        )
+        q, k0, v0, k1, v1 = (randn(rng, 4, d) for d in (8, 8, 3, 8, 3))
         out, lse = ring_step_reference(q, k0, v0, *_empty_state(4, 3), None)
         # zigzag, P = 2, N = 8: rank 0 holds positions [0, 1, 6, 7], rank 1 holds [2, 3, 4, 5]
         pos0, pos1 = shard_positions(8, 2, 0, "zigzag"), shard_positions(8, 2, 1, "zigzag")
         mask_own = causal_mask_from_positions(pos0, pos0)
         mask_other = causal_mask_from_positions(pos0, pos1)  # rows 0, 1 see nothing here
-        qz, kz, vz = randn(rng, 4, 4), randn(rng, 4, 4), randn(rng, 4, 2)
-        kz1, vz1 = randn(rng, 4, 4), randn(rng, 4, 2)
+        qz, kz, vz, kz1, vz1 = (randn(rng, 4, d) for d in (4, 4, 2, 4, 2))
         z_out, z_lse = ring_step_reference(qz, kz, vz, *_empty_state(4, 2), mask_own)
         return [
             Case(
@@ -245,14 +211,12 @@ def _ring_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     out, lse = _partial(rng, 6, 3, 4, 4)
     mask = torch.from_numpy(rng.random((6, 5)) < 0.5)
     mask[0] = False
+    one = tuple(randn(rng, 1, 2) for _ in range(3))
     return [
         Case(
             "large scores (inputs x 3), a random mask with an empty row", (q, k, v, out, lse, mask)
         ),
-        Case(
-            "one query, one key",
-            (randn(rng, 1, 2), randn(rng, 1, 2), randn(rng, 1, 2), *_empty_state(1, 2), None),
-        ),
+        Case("one query, one key", (*one, *_empty_state(1, 2), None)),
         Case(
             "the block is masked out entirely: the state must not change",
             (q, k, v, out, lse, torch.zeros(6, 5, dtype=torch.bool)),
@@ -326,13 +290,6 @@ def _zigzag_drawn(rng: np.random.Generator) -> Case:
     return Case(f"N = {n}, P = {p}, rank {rank}", (n, p, rank))
 
 
-_positions_compare = integer_compare(
-    "positions",
-    "positions index tensors (x[..., positions, :]), which needs integers; torch.arange of ints "
-    "(use `//`, not `/`, for the chunk size) gives int64.",
-    accept_lists=True,  # a list of ints is a right answer too (torch.tensor(list) indexes)
-)
-
 exercise(
     "09.3",
     zigzag_positions_reference,
@@ -342,7 +299,12 @@ exercise(
     cases=_zigzag_cases,
     atol=0.0,
     rtol=0.0,
-    compare=_positions_compare,
+    compare=integer_compare(
+        "positions",
+        "positions index tensors (x[..., positions, :]), which needs integers; torch.arange of "
+        "ints (use `//`, not `/`, for the chunk size) gives int64.",
+        accept_lists=True,  # a list of ints is a right answer too (torch.tensor(list) indexes)
+    ),
     slips={
         "contiguous": dict(layout="contiguous"),
         "mirror-too-far": dict(mirror="2P-r"),
@@ -361,44 +323,39 @@ def seq_to_head_all_to_all_reference(
     """``xs[i] (B, H, n, d_h)`` → ``ys[j] (B, H/P, P*n, d_h)``: head group j of every rank's
     tokens, rank 0's first."""
     P = len(xs)
-    B, H, n, d_h = xs[0].shape
+    B, H, n, head_dim = xs[0].shape
     h = H // P
     xs = list(xs)[::-1] if reverse else list(xs)
     ys = []
     for j in range(P):
-        if heads == "blocks":
-            parts = [x[:, j * h : (j + 1) * h] for x in xs]  # P x (B, H/P, n, d_h)
-        else:  # heads == "strided": every P-th head
-            parts = [x[:, j::P] for x in xs]
-        if join == "tokens":
-            ys.append(torch.cat(parts, dim=2))  # (B, H/P, P*n, d_h) rank 0's tokens first
-        elif join == "heads":
-            ys.append(torch.cat(parts, dim=1))  # (B, H, n, d_h)
-        else:  # join == "interleaved": the rank axis after the token axis
-            ys.append(torch.stack(parts, dim=3).reshape(B, h, P * n, d_h))
+        # head group j: heads j*h .. (j+1)*h - 1, or "strided": every P-th head from j
+        group = slice(j * h, (j + 1) * h) if heads == "blocks" else slice(j, None, P)
+        parts = [x[:, group] for x in xs]  # P x (B, H/P, n, d_h)
+        if join == "interleaved":  # the rank axis after the token axis
+            ys.append(torch.stack(parts, dim=3).reshape(B, h, P * n, head_dim))
+        else:  # "tokens": (B, H/P, P*n, d_h), rank 0's tokens first; "heads": (B, H, n, d_h)
+            ys.append(torch.cat(parts, dim=2 if join == "tokens" else 1))
     return torch.stack(ys) if stack else ys
 
 
 def _a2a_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def ranks(p, *shape):  # the argument: a list of p ranks' tensors
+        return ([randn(rng, *shape) for _ in range(p)],)
+
     if not hidden:
-        ids = [
-            torch.arange(r * 100, r * 100 + 4 * 3 * 2, dtype=DT).reshape(1, 4, 3, 2)
-            for r in range(2)
-        ]  # rank r's values start at 100 r: easy to trace
+        ids = [torch.arange(24, dtype=DT).reshape(1, 4, 3, 2) + 100 * r for r in range(2)]
         return [
             Case(
                 "P = 2 ranks, B = 1, H = 4, n = 3, d = 2 (rank r's entries are 100r + index)",
                 (ids,),
             ),
-            Case(
-                "P = 4, B = 2, H = 8, n = 2, d = 3", ([randn(rng, 2, 8, 2, 3) for _ in range(4)],)
-            ),
-            Case("P = 3, H = 3: one head per rank", ([randn(rng, 1, 3, 4, 2) for _ in range(3)],)),
+            Case("P = 4, B = 2, H = 8, n = 2, d = 3", ranks(4, 2, 8, 2, 3)),
+            Case("P = 3, H = 3: one head per rank", ranks(3, 1, 3, 4, 2)),
         ]
     return [
-        Case("P = 1: nothing moves", ([randn(rng, 2, 4, 3, 2)],)),
-        Case("P = 2, H = 2, n = 5", ([randn(rng, 1, 2, 5, 3) for _ in range(2)],)),
-        Case("P = 4, H = 16", ([randn(rng, 1, 16, 2, 2) for _ in range(4)],)),
+        Case("P = 1: nothing moves", ranks(1, 2, 4, 3, 2)),
+        Case("P = 2, H = 2, n = 5", ranks(2, 1, 2, 5, 3)),
+        Case("P = 4, H = 16", ranks(4, 1, 16, 2, 2)),
     ]
 
 
@@ -424,11 +381,11 @@ exercise(
 
 
 def forward_comm_bytes_reference(
-    seq_len,
-    world_size,
-    num_heads,
+    N,
+    P,
+    H,
     head_dim,
-    bytes_per_element,
+    b,
     *,
     hops="P-1",
     ring_tensors=2,
@@ -440,18 +397,14 @@ def forward_comm_bytes_reference(
     shard of :math:`s = H (N/P) d_h b` bytes, the ring sends K and V on :math:`P - 1` hops,
     :math:`2 (P-1) s`; Ulysses' four all-to-alls (Q, K, V in, O out) each send
     :math:`(P-1)/P` of a shard, :math:`4 s (P-1) / P`."""
-    P = world_size
-    tokens = seq_len // P if message == "shard" else seq_len  # in one ring message
-    shard = num_heads * (seq_len // P) * head_dim * bytes_per_element  # one (H, N/P, d_h)
+    tokens = N // P if message == "shard" else N  # in one ring message
+    shard = H * (N // P) * head_dim * b  # one (H, N/P, d_h)
     n_hops = P - 1 if hops == "P-1" else P
-    ring = ring_tensors * n_hops * num_heads * tokens * head_dim * bytes_per_element
+    ring = ring_tensors * n_hops * H * tokens * head_dim * b
     if sent == "(P-1)/P":  # each rank keeps the 1/P addressed to itself
-        ulysses = all_to_alls * shard * (P - 1) // P
-    elif sent == "all":
-        ulysses = all_to_alls * shard
-    else:  # sent == "all to each": the whole tensor to each other rank
-        ulysses = all_to_alls * (P - 1) * shard
-    return ring, ulysses
+        return ring, all_to_alls * shard * (P - 1) // P
+    copies = P - 1 if sent == "all to each" else 1  # "all to each": the whole to each other rank
+    return ring, all_to_alls * copies * shard
 
 
 def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -477,11 +430,6 @@ def _bytes_drawn(rng: np.random.Generator) -> Case:
     return Case(f"N = {n}, P = {p}, H = {h}, d_h = {d}, {b} bytes", (n, p, h, d, b))
 
 
-_bytes_compare = byte_compare(
-    "Divide with `//` (N // P, and (P - 1) // P only after multiplying), as the statement asks.",
-    names=("ring", "ulysses"),
-)
-
 exercise(
     "09.5",
     forward_comm_bytes_reference,
@@ -492,7 +440,11 @@ exercise(
     atol=0.5,
     rtol=0.0,
     outputs=("ring", "ulysses"),
-    compare=_bytes_compare,
+    compare=byte_compare(
+        "Divide with `//` (N // P, and (P - 1) // P only after multiplying), "
+        "as the statement asks.",
+        names=("ring", "ulysses"),
+    ),
     slips={
         "ring-p-hops": dict(hops="P"),
         "ring-k-only": dict(ring_tensors=1),
@@ -549,37 +501,25 @@ def ring_backward_step_reference(
     return g * ds @ k_block, g * ds.transpose(-2, -1) @ q, dv  # (Nq, d), (Nk, d), (Nk, d_v)
 
 
-def _backward_case(rng, name, n_q, n_k, d, split, mask_fn=None, scale=1.0):
+def _backward_case(rng, name, n_q, n_k, d, split, causal=False, scale=1.0):
     """Queries attend to n_k keys; the block is keys [split:]. ``out``, ``lse`` are final."""
     q, k, v = randn(rng, n_q, d, std=scale), randn(rng, n_k, d, std=scale), randn(rng, n_k, d)
     dout = randn(rng, n_q, d)
-    mask = None if mask_fn is None else mask_fn(n_q, n_k)
+    mask = causal_mask_from_positions(torch.arange(n_q), torch.arange(n_k)) if causal else None
     out, lse = block_attention(q, k, v, mask=mask)  # over all keys: the final result
     block_mask = None if mask is None else mask[:, split:]
     return Case(name, (q, k[split:], v[split:], out, lse, dout, block_mask))
-
-
-def _causal(n_q, n_k):
-    return causal_mask_from_positions(torch.arange(n_q), torch.arange(n_k))
 
 
 def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
             _backward_case(rng, "5 queries over 8 keys; the block is keys 3..7", 5, 8, 4, 3),
-            _backward_case(
-                rng,
-                "causal, 6 queries and keys; the block is keys 2..5 (row 0 and 1 see none of it)",
-                6,
-                6,
-                4,
-                2,
-                _causal,
-            ),
-        ]
+            _backward_case(rng, "causal, 6 queries and keys; the block is keys 2..5 (row 0 and 1 see none of it)", 6, 6, 4, 2, True),
+        ]  # fmt: skip
     return [
         _backward_case(rng, "large scores, block = the last key", 4, 7, 3, 6, scale=3.0),
-        _backward_case(rng, "causal, the block is everything", 5, 5, 2, 0, _causal),
+        _backward_case(rng, "causal, the block is everything", 5, 5, 2, 0, causal=True),
     ]
 
 
@@ -603,7 +543,6 @@ exercise(
         "dv-untransposed": dict(dv_transposed=False),
     },
 )
-
 
 # --------------------------------------------------------------------------- 09.7 predict, measure
 
