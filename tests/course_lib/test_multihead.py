@@ -8,7 +8,6 @@ from torch import nn
 
 from course_lib.attention import scaled_dot_product_attention
 from course_lib.multihead import (
-    GPU_MEMORY_BYTES,
     KVCache,
     MultiHeadAttention,
     decode_step_bytes,
@@ -307,37 +306,7 @@ def test_cache_errors():
         cache.update(torch.zeros(2, 1, 4), torch.zeros(2, 1, 4))
 
 
-# --------------------------------------------------------------------------- the calculator widget
-
-
-def test_kv_cache_calculator_follows_its_sliders():
-    pytest.importorskip("ipywidgets")
-    from course_lib.widgets.kv_cache import KVCacheCalculator
-
-    GiB = 1024**3
-    weights = 16e9  # 14.90 GiB
-    calc = KVCacheCalculator(num_layers=32, head_dim=128, weights_bytes=weights)
-    assert calc.memory_bytes == GPU_MEMORY_BYTES["H100 80GB"] == 81559 * 2**20
-    assert calc.cache_bytes == kv_cache_bytes(32, 8, 128, 8192) == GiB
-    assert calc.fits and "fits" in calc.result.value and "NOT" not in calc.result.value
-    assert "79.65 GiB of an H100 80GB" in calc.result.value and " GB " not in calc.result.value
-    before = calc.updates
-    calc.tokens.value, calc.heads.value = 131072, 32  # MHA at 128k: 64 + 14.9 GiB < 79.65 GiB
-    assert calc.updates == before + 2
-    assert calc.cache_bytes == 64 * GiB and calc.fits  # one sequence, barely
-    calc.batch.value = 2
-    assert "128.00 GiB" in calc.result.value and "does NOT fit" in calc.result.value
-    calc.batch.value = 1
-    calc.heads.value = 8
-    calc.batch.value = 4  # 4 x 16 GiB + 14.9 GiB = 78.9 GiB: fits; a 5th sequence does not
-    assert calc.fits
-    assert calc.step_bytes.cache == 64 * GiB and calc.step_bytes.weights == weights
-    assert "81% of it KV cache" in calc.result.value
-    calc.batch.value = 5
-    assert not calc.fits and calc.total_bytes == 5 * 16 * GiB + weights
-    assert "kv-cache-calculator" in calc.widget._dom_classes
-    with pytest.raises(ValueError, match="num_kv_heads=3 is not one of"):
-        KVCacheCalculator(num_layers=32, head_dim=128, weights_bytes=weights, num_kv_heads=3)
+# --------------------------------------------------------------------------- what a decoding step reads
 
 
 def test_decode_step_bytes_weights_once_cache_per_sequence():

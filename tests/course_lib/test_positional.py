@@ -294,69 +294,6 @@ def test_other_bad_inputs():
         apply_rope(torch.randn(5, 8), scale=0.0)
 
 
-# --------------------------------------------------------------------------- the widget
-
-
-def test_rope_explorer_runs_headless_and_shows_the_relative_property():
-    pytest.importorskip("ipywidgets")
-    from course_lib.widgets.rope import RopeExplorer
-
-    ex = RopeExplorer(d=16, max_position=64)
-    assert "rope-explorer" in ex.widget._dom_classes
-    assert "position" in ex.query_position.description
-    before, updates = ex.drawing.value, ex.n_updates
-    ex.query_position.value, ex.key_position.value = 9, 4
-    assert ex.n_updates == updates + 2 and ex.drawing.value != before
-    s1 = dict(ex.state)
-    ex.query_position.value, ex.key_position.value = 50, 45
-    s2 = dict(ex.state)
-    assert s1["offset"] == s2["offset"] == 5
-    assert s2["score"] == pytest.approx(s1["score"], abs=1e-9)
-    assert s2["angle_between"] == pytest.approx(s1["angle_between"], abs=1e-9)
-    assert s2["angle_q"] != pytest.approx(s1["angle_q"], abs=1e-3)
-    # the query pair turns by theta_i per position
-    ex.pair.value = 1
-    a0 = ex.state["angle_q"]
-    ex.query_position.value += 1
-    turn = math.remainder(ex.state["angle_q"] - a0, 2 * math.pi)
-    assert turn == pytest.approx(ex.state["theta"], abs=1e-9)
-
-
-def test_rope_explorer_labels_stay_inside_and_apart_and_the_key_stays_visible():
-    """Issue 18: no label cut at an edge, no two labels on top of each other (also when
-    arrows coincide, e.g. the query at m = 0 on its unrotated copy), and the key's arrow
-    visible at every angle (drawn under the query's, wider, and never shorter than 35%
-    of the radius)."""
-    pytest.importorskip("ipywidgets")
-    import re
-
-    from course_lib.widgets import rope as rope_widget
-
-    ex = rope_widget.RopeExplorer(d=16, max_position=64)
-    size = rope_widget._SIZE
-    checked = 0
-    for i in range(8):
-        for m in range(0, 65, 4):
-            for n in (0, 5, 33, 64):
-                ex.pair.value, ex.query_position.value, ex.key_position.value = i, m, n
-                boxes = ex.label_boxes()
-                for text, left, top, right, bottom in boxes:
-                    assert 0 <= left and right <= size and 0 <= top and bottom <= size, text
-                for a in range(3):
-                    for b in range(a + 1, 3):
-                        assert not rope_widget._overlap(boxes[a], boxes[b]), (i, m, n, boxes)
-                tips = ex._unit_tips()
-                assert min(math.hypot(*t) for t in tips) >= rope_widget._MIN_LENGTH - 1e-12
-                checked += 1
-    assert checked == 8 * 17 * 4
-    svg = ex.svg()
-    widths = [float(w) for w in re.findall(r'stroke-width="([0-9.]+)"', svg)]
-    key_at = svg.index(f'stroke="{rope_widget._K}"')
-    assert key_at < svg.index(f'stroke="{rope_widget._Q}"')  # the key first, the query on top
-    assert widths[1] > widths[2]  # ...and the key wider: both show when they coincide
-    assert svg.count('class="rope-label"') == 3 and 'viewBox="0 0 300 300"' in svg
-
-
 def test_per_sequence_positions_for_batched_heads():
     """x [B, H, N, d] with one row of positions per sequence: [B, N] (Hugging Face's
     position_ids) or [B, 1, N]; never paired with the heads, even when B equals H."""

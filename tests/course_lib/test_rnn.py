@@ -155,15 +155,6 @@ def test_autograd_depth_grows_with_length_for_rnn_only():
     assert R.autograd_depth(torch.randn(3)) == 0  # no graph
 
 
-def test_best_time_warms_up_then_returns_the_fastest_run():
-    ticks = iter([0.0, 5.0, 10.0, 12.0, 20.0, 23.0])  # runs of 5, 2 and 3 "seconds"
-    calls = []
-    t = R.best_time(lambda: calls.append(1), repeats=3, clock=lambda: next(ticks))
-    assert t == 2.0 and len(calls) == 4  # one warm-up, three timed runs
-    with pytest.raises(ValueError, match="repeats >= 1"):
-        R.best_time(lambda: None, repeats=0)
-
-
 # --------------------------------------------------------------------------- spectral radius, Jacobians
 
 
@@ -276,13 +267,6 @@ def test_attention_model_returns_causal_weights():
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 6))
 
 
-def test_single_thread_restores_the_thread_count():
-    n = torch.get_num_threads()
-    with R.single_thread():
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == n
-
-
 def test_short_training_separates_rnn_and_attention():
     """The notebook's claim at a smaller, faster size: attention recalls at any distance."""
     torch.manual_seed(0)
@@ -321,34 +305,6 @@ def test_recall_accuracy_counts_every_question_like_training():
     assert (start == 50).all()
     with pytest.raises(ValueError, match="marker"):
         R.recall_accuracy_by_distance(Oracle(), marker="end")
-
-
-def test_gradient_explorer_redraws_and_agrees_with_the_library():
-    pytest.importorskip("ipywidgets")
-    from course_lib.widgets.gradients import GradientExplorer, verdict
-
-    ex = GradientExplorer(seq_len=20, d_hidden=8, d_in=3)
-    assert ex.draws == 1 and ex.plot.value[:4] == b"\x89PNG"
-    assert "gradient-explorer" in ex.widget._dom_classes
-    assert "gradient-explorer-rho" in ex.rho._dom_classes
-    assert ex.ratio == pytest.approx(1.0, rel=1e-6)  # rho = 1, tiny inputs: no decay
-    ex.rho.value = 0.5  # what a drag would do
-    assert ex.draws == 2
-    assert ex.ratio == pytest.approx(0.5**19, rel=1e-6)
-    assert "vanishes" in ex.summary.value
-    png = ex.plot.value
-    ex.scale.value = 1.0
-    assert ex.draws == 3 and ex.plot.value != png
-    direct = R.jacobian_norms_through_time(ex.x, ex.W_xh, 0.5 * ex.Q, ex.b)
-    torch.testing.assert_close(ex.norms, direct)
-    torch.testing.assert_close(ex.compute(), direct)
-    assert [verdict(r) for r in (2e3, 5e-4, 1.0)] == [
-        "explodes",
-        "vanishes",
-        "stays within a factor 1000",
-    ]
-    with pytest.raises(ValueError, match="seq_len >= 2"):
-        GradientExplorer(seq_len=1)
 
 
 def test_node_depths_are_rounds_of_a_parallel_schedule():

@@ -250,36 +250,3 @@ def test_train_retrieval_is_deterministic_and_rejects_unknown_optimizer():
     np.testing.assert_array_equal(a.losses, b.losses)
     with pytest.raises(ValueError, match="optimizer"):
         scaling.train_retrieval(steps=1, optimizer="lbfgs")
-
-
-# --------------------------------------------------------------------------- widget
-
-
-def test_temperature_explorer_headless():
-    pytest.importorskip("ipywidgets")
-    from course_lib.widgets.temperature import TemperatureExplorer, weights_at
-
-    ex = TemperatureExplorer(d_k=256, n_keys=16)
-    assert "temperature-explorer" in ex.widget._dom_classes
-    assert "temperature-explorer-slider" in ex.slider._dom_classes
-    assert ex.slider.description == "temperature τ"
-    assert ex.slider.value == pytest.approx(16.0)
-    draws, png = ex.draws, ex.plot.value
-    assert png[:4] == b"\x89PNG"
-    standard_max, standard_entropy = ex.max_weight, ex.entropy
-    ex.slider.value = 1.0  # no scaling: sharp
-    assert ex.draws == draws + 1 and ex.plot.value != png
-    assert ex.max_weight > standard_max and ex.entropy < 0.5 * standard_entropy
-    assert "largest weight" in ex.summary.value
-    sharp = ex.entropy
-    ex.slider.value = 100.0  # very hot: nearly uniform
-    assert ex.entropy > sharp and ex.entropy > 0.95 * math.log(16)
-    ex.dk.value = 16  # switching d_k resets tau to sqrt(d_k), one redraw
-    before = ex.draws
-    ex.dk.value = 64
-    assert ex.slider.value == pytest.approx(8.0) and ex.draws == before + 1
-    ex.slider.value = 1.0
-    ex.reset.click()
-    assert ex.slider.value == pytest.approx(8.0)
-    with pytest.raises(ValueError, match="temperature"):
-        weights_at(torch.zeros(3), 0.0)

@@ -125,32 +125,3 @@ def test_the_shipped_models_circuit_over_seeds():
         with C.ablated_heads(m, [(0, prev)]):
             ablated = C.induction_losses(m, rep, 16)["unique"]
         assert clean < 0.5 and ablated > clean + 2.0, name
-
-
-def test_the_checkpoint_tool_names_seeds_and_keeps_what_is_there(tmp_path, monkeypatch):
-    """tools/make_induction_checkpoint.py: seed 0 keeps the old names, --add trains only the
-    missing models (training replaced by a stub that records its calls)."""
-    from scripts import load_script
-
-    tool = load_script("tools/make_induction_checkpoint.py")
-    assert tool.model_name(2, 0) == "two_layers" and tool.model_name(1, 2) == "one_layer_seed2"
-    calls = []
-
-    def fake_train(config, train_config, progress=True):
-        calls.append((config.num_layers, train_config.seed))
-        history = gpt.History(step=[0], train_loss=[1.0], lr=[0.1], probes=[], seconds=0.0)
-        history.probes = [{"second_copy_loss": 1.0, "first_copy_loss": 2.0, "induction": [[0.0]]}]
-        return _tiny(), history
-
-    monkeypatch.setattr(tool.gpt, "train_induction_model", fake_train)
-    out = tmp_path / "c.pt"
-    assert tool.main(["--seeds", "0", "--out", str(out)]) == 0
-    assert calls == [(2, 0), (1, 0)]
-    assert tool.main(["--seeds", "0", "1", "--add", "--out", str(out)]) == 0
-    assert calls[2:] == [(2, 1), (1, 1)]  # seed 0 kept, seed 1 trained
-    assert sorted(gpt.load_induction_checkpoint(out)) == [
-        "one_layer",
-        "one_layer_seed1",
-        "two_layers",
-        "two_layers_seed1",
-    ]

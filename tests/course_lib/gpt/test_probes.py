@@ -1,6 +1,6 @@
-"""course_lib.gpt.probes: the duplicate-token score, the uniform baseline and the top heads
-that chapter 10 measures a real model with (the induction and previous-token scores are
-tested in test_gpt.py)."""
+"""course_lib.gpt.probes: repeated and random-period tokens, the previous-token, induction
+and duplicate-token scores, the uniform baseline and the top heads that chapter 10 measures a
+real model with."""
 
 from __future__ import annotations
 
@@ -12,10 +12,37 @@ import torch
 from course_lib.gpt.probes import (
     duplicate_token_scores,
     induction_scores,
+    previous_token_scores,
+    random_period_tokens,
     repeated_random_tokens,
     top_heads,
     uniform_induction_score,
 )
+
+
+def test_repeated_and_random_period_tokens():
+    g = torch.Generator().manual_seed(0)
+    rep = repeated_random_tokens(3, 5, 20, copies=3, generator=g)
+    assert rep.shape == (3, 15) and torch.equal(rep[:, :5], rep[:, 10:])
+    rows = random_period_tokens(50, 32, 20, min_period=4, max_period=9, generator=g)
+    assert rows.shape == (50, 32)
+    for row in rows:
+        periods = [t for t in range(4, 10) if torch.equal(row[t:], row[:-t])]
+        assert periods, row
+
+
+def test_induction_and_previous_token_scores():
+    n, period = 8, 4
+    w = torch.zeros(1, 2, n, n)
+    for i in range(n):  # head 0: induction head; head 1: previous-token head
+        w[0, 0, i, i - period + 1 if i >= period else 0] = 1.0
+        w[0, 1, i, max(i - 1, 0)] = 1.0
+    torch.testing.assert_close(induction_scores(w, period), torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(previous_token_scores(w), torch.tensor([1 / 7, 1.0]))
+    with pytest.raises(ValueError, match=r"period must be in \[1, N=8\)"):
+        induction_scores(w, 8)
+    with pytest.raises(ValueError, match=r"\[B, H, N, N\]"):
+        induction_scores(w[0], 4)
 
 
 def _planted(period: int, back: int) -> torch.Tensor:

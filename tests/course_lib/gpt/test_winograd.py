@@ -180,6 +180,51 @@ def test_whole_nouns_are_scored_and_one_token_nouns_read_the_last_position(tiny)
     torch.testing.assert_close(coref.log_odds[0], scores[0, 1] - scores[0, 0])
 
 
+class Uniform(Bigram):
+    """A stub model with one layer of one head that attends uniformly to every key so far,
+    so the attention a query puts on a noun is (the noun's tokens) / (query position + 1)."""
+
+    def __call__(self, tokens: torch.Tensor, need_weights: bool = False):
+        logits = super().__call__(tokens)  # (B, N, V)
+        if not need_weights:
+            return logits
+        b, n = tokens.shape
+        w = torch.ones(n, n).tril()
+        return logits, [(w / w.sum(-1, keepdim=True)).expand(b, 1, n, n)]  # 1 x (B, 1, N, N)
+
+
+def test_resolve_reads_the_pronoun_the_last_token_and_the_whole_nouns():
+    tok, model = WordTok(), Uniform()
+    box = Item("The box did not fit in the suitcase because it was too big.", ("box", "suitcase"), 0, 0)  # fmt: skip
+    ox = Item("The ox saw the cat because it was near.", ("ox", "cat"), 1, 1)
+    prompts = [it.text + winograd.suffix("it") for it in (box, ox)]
+    lengths = [len(tok.encode(p)) for p in prompts]  # the rows differ: one is padded
+    for noun in (" box", " suitcase", " ox", " cat"):
+        tok.encode(noun)
+    the, box_id = tok.ids[" the"], tok.ids[" box"]
+    model.table[the, box_id] = 2.0  # after "... means the", " box" is likely
+    coref = winograd.resolve(model, tok, [box, ox])
+    assert model.calls == 2, "one run with weights, one more for the two-token noun only"
+    # box: "The box ... the suitc|ase beca|use it": the pronoun is token 11, the nouns 1 and 2 tokens
+    torch.testing.assert_close(coref.at_it[0, 0, 0], torch.tensor([1 / 12, 2 / 12]))
+    torch.testing.assert_close(coref.at_it[1, 0, 0], torch.tensor([1 / 8, 1 / 8]))
+    for row, n in enumerate(lengths):  # from each row's own last token, not the padding
+        want = torch.tensor([1.0, 2.0 if row == 0 else 1.0]) / n
+        torch.testing.assert_close(coref.at_end[row, 0, 0], want)
+    lp = torch.log_softmax(model.table.double(), -1)  # (V, V): log P(next | this token)
+    suitcase = lp[the, tok.ids[" suitc"]] + lp[tok.ids[" suitc"], tok.ids["ase"]]
+    torch.testing.assert_close(
+        coref.log_odds, torch.stack([suitcase - lp[the, box_id], torch.tensor(0.0).double()])
+    )
+    assert coref.choice.tolist() == [0.0, 0.0] and coref.answers.tolist() == [0, 1]
+    assert coref.right("it")[:, 0, 0].tolist() == [0.0, 0.0]  # box: more on the second noun
+    # another question after every sentence: the last token is its own
+    other = winograd.resolve(model, tok, [ox], suffix=" Who?")
+    n = len(tok.encode(ox.text + " Who?"))
+    torch.testing.assert_close(other.at_end[0, 0, 0], torch.tensor([1 / n, 1 / n]))
+    torch.testing.assert_close(other.at_it, coref.at_it[1:])
+
+
 # =========================================================================== substitution
 
 
