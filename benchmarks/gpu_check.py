@@ -4,8 +4,8 @@ On a fresh machine with a CUDA GPU and a CUDA build of PyTorch (which brings Tri
 
     python benchmarks/gpu_check.py --install     # installs numpy and pytest if missing, then runs
 
-1. **Correctness, compiled**: the GPU tests of ``tests/course_lib/flash/test_flash.py``,
-   ``tests/course_lib/flash/test_flash_tma.py`` (the forward's TMA path, on sm_90) and
+1. **Correctness, compiled**: the GPU tests of ``tests/course_lib/flash/`` (the forward, the
+   backward, decoding, and the forward's TMA path on sm_90) and
    ``tests/course_lib/checks/test_ch06.py`` (``pytest -m gpu``, first kernel configuration only).
 2. **Speed, memory and agreement at every point**: ``flash_attention`` (deterministic
    backward, and ``deterministic=False``, the atomic-dQ one) against every SDPA backend torch
@@ -55,17 +55,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 GPU_TESTS = [
-    ["tests/course_lib/flash/test_flash.py", "-m", "gpu"],
-    [
-        "tests/course_lib/flash/test_flash_tma.py",
-        "-m",
-        "gpu",
-    ],  # the TMA forward (COURSE_FLASH_TMA=1), sm_90
+    ["tests/course_lib/flash", "-m", "gpu"],  # with the TMA forward (COURSE_FLASH_TMA=1), sm_90
     ["tests/course_lib/checks/test_ch06.py", "-k", "triton"],
 ]
 DRY_RUN_TESTS = [
     [
-        "tests/course_lib/flash/test_flash.py",
+        "tests/course_lib/flash/test_forward.py",
+        "tests/course_lib/flash/test_decode.py",
         "-k",
         "test_kernel_lse_and_causality or test_decode_float16_and_layout",
     ]
@@ -311,27 +307,48 @@ def _errors(got, ref) -> float:
     return float((got.detach().float() - ref.detach().float()).abs().max()) / scale
 
 
+def _dims(point: dict) -> tuple:
+    """``(B, H, H_kv, N, N_q, d, dtype, is_causal)`` of a point: N is the keys' length; H_kv
+    and N_q are H and N unless the point gives them (grouped-query and decode shapes)."""
+    B, H, N, d, dtype = point["B"], point["H"], point["N"], point["d"], point["dtype"]
+    h_kv, n_q, causal = point.get("h_kv", H), point.get("n_q", N), point["is_causal"]
+    return B, H, h_kv, N, n_q, d, dtype, causal
+
+
+def _inputs(point: dict, device: str) -> tuple:
+    """``(q, k, v, do)``, drawn once per point on ``device`` from a generator seeded with 0."""
+    import torch
+
+    B, H, h_kv, N, n_q, d, dtype, _ = _dims(point)
+    g = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(B, H, n_q, d, generator=g, device=device, dtype=dtype)  # (B, H, Nq, d)
+    k = torch.randn(B, h_kv, N, d, generator=g, device=device, dtype=dtype)  # (B, H_kv, Nk, d)
+    v = torch.randn(B, h_kv, N, d, generator=g, device=device, dtype=dtype)  # (B, H_kv, Nk, d)
+    do = torch.randn(B, H, n_q, d, generator=g, device=device, dtype=dtype)  # (B, H, Nq, d)
+    return q, k, v, do
+
+
+def _shape(point: dict) -> dict:
+    """The fields that say where a record was measured (every record of the point has them)."""
+    B, H, h_kv, N, n_q, d, dtype, causal = _dims(point)
+    kind = point.get("kind", "train")
+    return dict(kind=kind, B=B, H=H, H_kv=h_kv, N=N, N_q=n_q, d=d,
+                dtype=str(dtype).replace("torch.", ""), causal=bool(causal))  # fmt: skip
+
+
 def measure_point(point: dict, impls: list[str], device: str, repeats: int, tune: bool) -> list:
     """Every implementation at one point, on the same inputs: times, memory, agreement."""
     import torch
 
     from course_lib.flash import bench
 
-    kind = point.get("kind", "train")
-    decode = kind == "decode"
-    B, H, N, d, dtype = point["B"], point["H"], point["N"], point["d"], point["dtype"]
-    h_kv, n_q, causal = point.get("h_kv", H), point.get("n_q", N), point["is_causal"]
+    decode = point.get("kind", "train") == "decode"
+    B, H, _, N, n_q, _, _, causal = _dims(point)
     cuda = device == "cuda"
-    e2e, kernel_only = _timers(cuda, repeats)
-    g = torch.Generator(device=device).manual_seed(0)
-    q = torch.randn(B, H, n_q, d, generator=g, device=device, dtype=dtype)  # (B, H, Nq, d)
-    k = torch.randn(B, h_kv, N, d, generator=g, device=device, dtype=dtype)  # (B, H_kv, Nk, d)
-    v = torch.randn(B, h_kv, N, d, generator=g, device=device, dtype=dtype)  # (B, H_kv, Nk, d)
-    do = torch.randn(B, H, n_q, d, generator=g, device=device, dtype=dtype)  # (B, H, Nq, d)
+    timers = _timers(cuda, repeats)  # (end_to_end_ms, kernel_only_ms)
+    q, k, v, do = _inputs(point, device)
     backward = not decode
-    flops = bench.attention_flops(B, H, N, d, causal, "fwd", n_q=n_q)
-    shape = dict(kind=kind, B=B, H=H, H_kv=h_kv, N=N, N_q=n_q, d=d,
-                 dtype=str(dtype).replace("torch.", ""), causal=bool(causal))  # fmt: skip
+    shape = _shape(point)
     group, reference = [], None
     order = ["sdpa_flash"] + [i for i in impls if i != "sdpa_flash"]  # the reference first
     for name in order:
@@ -351,63 +368,14 @@ def measure_point(point: dict, impls: list[str], device: str, repeats: int, tune
         try:
             fn = _impl(name, decode)
             xs = [x.detach().requires_grad_(backward) for x in (q, k, v)]
-            with torch.set_grad_enabled(backward):
-                out = fn(*xs, causal)  # (B, H, Nq, d)
-                if backward:
-                    out.backward(do)
-            got = [out.detach()] + ([x.grad for x in xs] if backward else [])
-            if reference is None and name == "sdpa_flash":
-                reference = got
-            elif reference is not None:
-                errs = [_errors(a, b) for a, b in zip(got, reference)]
-                rec["err_vs_sdpa_flash"] = dict(zip(("out", "dq", "dk", "dv"), errs))
-                rec["mismatch"] = max(errs) > MISMATCH[shape["dtype"]]
-            del out, got
-
-            def fwd(fn=fn, xs=xs):
-                return fn(*xs, causal)
-
-            with torch.no_grad():
-                rec["fwd_ms"] = e2e(fwd)
-                rec["fwd_kernel_ms"] = kernel_only(fwd)
-            rec["fwd_tflops"] = flops / rec["fwd_ms"] * 1e-9
-            if rec["fwd_kernel_ms"]:
-                rec["fwd_kernel_tflops"] = flops / rec["fwd_kernel_ms"] * 1e-9
-            if decode:
-                kv_bytes = 2 * B * h_kv * N * d * torch.finfo(dtype).bits // 8
-                rec["kv_gb_per_s"] = kv_bytes / rec["fwd_ms"] * 1e-6
+            reference = _agreement(rec, fn, xs, do, causal, backward, reference)
+            fwd = _time_forward(rec, fn, xs, point, timers)
             if backward:
-
-                def fwd_bwd(fn=fn, xs=xs):
-                    for x in xs:
-                        x.grad = None
-                    fn(*xs, causal).backward(do)
-
-                total = e2e(fwd_bwd)
-                with torch.enable_grad():
-                    fwd_train = e2e(fwd)  # the training forward saves what backward needs
-                rec["bwd_ms"] = max(total - fwd_train, 1e-6)
-                rec["bwd_tflops"] = (
-                    bench.attention_flops(B, H, N, d, causal, "bwd", n_q=n_q) / rec["bwd_ms"] * 1e-9
-                )
-                graph_total = kernel_only(fwd_bwd)
-                if graph_total and rec["fwd_kernel_ms"]:
-                    rec["bwd_kernel_ms"] = max(graph_total - rec["fwd_kernel_ms"], 1e-6)
+                _time_backward(rec, fn, xs, do, fwd, point, timers)
             if name.startswith("flash_attention"):
                 rec["configs"] = configs_for(point, tune)
             if cuda:
-                for x in xs:
-                    x.grad = None
-                torch.cuda.synchronize()
-                base = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-                with torch.set_grad_enabled(backward):
-                    out = fn(*xs, causal)
-                    if backward:
-                        out.backward(do)
-                del out
-                torch.cuda.synchronize()
-                rec["peak_mem_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+                _peak_memory(rec, fn, xs, do, causal, backward)
         except torch.cuda.OutOfMemoryError:
             rec["error"] = "out of memory"
         except Exception as err:  # an unsupported backend/dtype/size: record, keep going
@@ -416,12 +384,110 @@ def measure_point(point: dict, impls: list[str], device: str, repeats: int, tune
             if cuda:
                 torch.cuda.empty_cache()
         group.append(rec)
+    _ratios_to_sdpa_flash(group)
+    return group
+
+
+def _agreement(rec: dict, fn, xs: list, do, causal: bool, backward: bool, reference):
+    """One call of ``fn`` (and its backward into ``xs``' gradients); its output and gradients
+    compared with ``reference``, SDPA flash's on the same inputs, into ``rec``. The reference
+    is None until ``sdpa_flash`` (measured first) runs: returns it, set by that call."""
+    import torch
+
+    with torch.set_grad_enabled(backward):
+        out = fn(*xs, causal)  # (B, H, Nq, d)
+        if backward:
+            out.backward(do)
+    got = [out.detach()] + ([x.grad for x in xs] if backward else [])
+    if reference is None and rec["impl"] == "sdpa_flash":
+        reference = got
+    elif reference is not None:
+        errs = [_errors(a, b) for a, b in zip(got, reference)]
+        rec["err_vs_sdpa_flash"] = dict(zip(("out", "dq", "dk", "dv"), errs))
+        rec["mismatch"] = max(errs) > MISMATCH[rec["dtype"]]
+    del out, got
+    return reference
+
+
+def _time_forward(rec: dict, fn, xs: list, point: dict, timers: tuple):
+    """The forward (no autograd), end to end and kernel-only, into ``rec``: ms and TFLOP/s,
+    and the K/V bandwidth at a decode point. Returns the timed call, ``fwd()``."""
+    import torch
+
+    from course_lib.flash import bench
+
+    B, H, h_kv, N, n_q, d, dtype, causal = _dims(point)
+    decode = point.get("kind", "train") == "decode"
+    e2e, kernel_only = timers
+    flops = bench.attention_flops(B, H, N, d, causal, "fwd", n_q=n_q)
+
+    def fwd(fn=fn, xs=xs):
+        return fn(*xs, causal)
+
+    with torch.no_grad():
+        rec["fwd_ms"] = e2e(fwd)
+        rec["fwd_kernel_ms"] = kernel_only(fwd)
+    rec["fwd_tflops"] = flops / rec["fwd_ms"] * 1e-9
+    if rec["fwd_kernel_ms"]:
+        rec["fwd_kernel_tflops"] = flops / rec["fwd_kernel_ms"] * 1e-9
+    if decode:
+        kv_bytes = 2 * B * h_kv * N * d * torch.finfo(dtype).bits // 8
+        rec["kv_gb_per_s"] = kv_bytes / rec["fwd_ms"] * 1e-6
+    return fwd
+
+
+def _time_backward(rec: dict, fn, xs: list, do, fwd, point: dict, timers: tuple) -> None:
+    """The backward into ``rec``: forward+backward minus the training forward (``fwd`` with
+    autograd on, which saves what backward needs), end to end and kernel-only."""
+    import torch
+
+    from course_lib.flash import bench
+
+    B, H, _, N, n_q, d, _, causal = _dims(point)
+    e2e, kernel_only = timers
+
+    def fwd_bwd(fn=fn, xs=xs):
+        for x in xs:
+            x.grad = None
+        fn(*xs, causal).backward(do)
+
+    total = e2e(fwd_bwd)
+    with torch.enable_grad():
+        fwd_train = e2e(fwd)  # the training forward saves what backward needs
+    rec["bwd_ms"] = max(total - fwd_train, 1e-6)
+    rec["bwd_tflops"] = (
+        bench.attention_flops(B, H, N, d, causal, "bwd", n_q=n_q) / rec["bwd_ms"] * 1e-9
+    )
+    graph_total = kernel_only(fwd_bwd)
+    if graph_total and rec["fwd_kernel_ms"]:
+        rec["bwd_kernel_ms"] = max(graph_total - rec["fwd_kernel_ms"], 1e-6)
+
+
+def _peak_memory(rec: dict, fn, xs: list, do, causal: bool, backward: bool) -> None:
+    """GPU memory one call (and its backward) allocates beyond what is already held, in MiB."""
+    import torch
+
+    for x in xs:
+        x.grad = None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.set_grad_enabled(backward):
+        out = fn(*xs, causal)
+        if backward:
+            out.backward(do)
+    del out
+    torch.cuda.synchronize()
+    rec["peak_mem_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def _ratios_to_sdpa_flash(group: list[dict]) -> None:
+    """``ratio_fwd`` / ``ratio_bwd``: each record's TFLOP/s over SDPA flash's at the point."""
     for r in group:  # ratios to SDPA flash
         base = next((x for x in group if x["impl"] == "sdpa_flash" and "error" not in x), None)
         for m in ("fwd", "bwd"):
             if base and "error" not in r and f"{m}_tflops" in r and f"{m}_tflops" in base:
                 r[f"ratio_{m}"] = r[f"{m}_tflops"] / base[f"{m}_tflops"]
-    return group
 
 
 def configs_for(point: dict, tune: bool) -> dict:
@@ -503,7 +569,7 @@ def _line(rec: dict, pred: dict | None) -> str:
 # --------------------------------------------------------------------------- the run
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU")
     parser.add_argument("--install", action="store_true", help="pip install numpy, pytest")
@@ -513,8 +579,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-tests", action="store_true", help="benchmark only")
     parser.add_argument("--autotune", choices=("all", "headline", "none"), default="headline")
     parser.add_argument("--repeats", type=int, default=None)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def preflight(args: argparse.Namespace) -> int | None:
+    """Exit code 2, the reason on stderr, when the run cannot start here (None: it can);
+    ``--install`` first installs what is missing."""
     reason = refusal(args.dry_run)
     if reason:
         print(reason, file=sys.stderr)
@@ -526,17 +596,16 @@ def main(argv: list[str] | None = None) -> int:
     if importlib.util.find_spec("numpy") is None:
         print("numpy is needed (course_lib uses it): rerun with --install", file=sys.stderr)
         return 2
-    if args.dry_run:  # CPU tensors: the interpreter, even on a machine with a GPU
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    from course_lib import env
+    return None
 
-    env.setup(quiet=True, plots=False)
+
+def run_metadata(args: argparse.Namespace, argv: list[str] | None, cuda: bool) -> dict:
+    """What the record says about the run: ``bench.metadata``, the command, the conventions,
+    the machine, the GPU's properties, and the compile budget."""
     import torch
 
     from course_lib.flash import bench
 
-    cuda = not args.dry_run
-    started = time.perf_counter()
     meta = bench.metadata(dry_run=args.dry_run)
     meta["command"] = " ".join(
         ["benchmarks/gpu_check.py"] + (sys.argv[1:] if argv is None else argv)
@@ -560,6 +629,11 @@ def main(argv: list[str] | None = None) -> int:
         meta["capability"] = f"{major}.{minor}"
         meta["memory_gib"] = round(props.total_memory / 2**30, 1)
     meta["compile_budget"] = compile_budget(arch, args.autotune)
+    return meta
+
+
+def print_header(meta: dict, budget_s: float) -> None:
+    """The machine and versions, and the compile time the AOT tables predict."""
     print(f"{meta.get('gpu') or 'CPU (dry run)'}; torch {meta['versions']['torch']}, "
           f"triton {meta['versions']['triton']}; SDPA flash: {meta['sdpa_flash_impl']}; "
           f"commit {meta['git_commit']}; {meta['date']}", flush=True)  # fmt: skip
@@ -567,31 +641,29 @@ def main(argv: list[str] | None = None) -> int:
     if cb["seconds"] is not None:
         print(f"compilation measured ahead of time: {cb['seconds']:.0f} s for {cb['kernels']} "
               f"kernels on a CPU ({cb['note']})")  # fmt: skip
-        if cb["seconds"] > 0.5 * args.budget_s:
-            print(f"  over half of --budget-s {args.budget_s:.0f}: if the run runs out of time, "
+        if cb["seconds"] > 0.5 * budget_s:
+            print(f"  over half of --budget-s {budget_s:.0f}: if the run runs out of time, "
                   "rerun with --autotune none (first configurations only)")  # fmt: skip
 
-    if args.out is None:
-        if args.dry_run:
-            args.out = ROOT / "test-output" / "gpu_check_dry_run.json"
-        else:
-            slug = re.sub(r"[^A-Za-z0-9]+", "-", meta.get("gpu") or "gpu").strip("-").lower()
-            name = f"flash_attention_{slug}_{meta['date'][:10]}.json"
-            args.out = ROOT / "benchmarks" / "results" / name
-    results: list[dict] = []
 
-    def record() -> None:
-        meta["seconds"] = round(time.perf_counter() - started, 1)
-        bench.write_results(args.out, meta, results)
+def default_out(dry_run: bool, meta: dict) -> Path:
+    """``test-output/gpu_check_dry_run.json`` for a dry run, else
+    ``benchmarks/results/flash_attention_<gpu>_<date>.json``."""
+    if dry_run:
+        return ROOT / "test-output" / "gpu_check_dry_run.json"
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", meta.get("gpu") or "gpu").strip("-").lower()
+    name = f"flash_attention_{slug}_{meta['date'][:10]}.json"
+    return ROOT / "benchmarks" / "results" / name
 
-    print("\n== 1. correctness, compiled ==" if cuda else "\n== 1. correctness (dry run) ==")
-    meta["tests"] = (
-        {"skipped": True} if args.skip_tests else run_tests(args.dry_run, args.tests_timeout_s)
-    )
-    record()
 
-    print("\n== 2. speed, memory and agreement with SDPA flash ==", flush=True)
-    impls = ["flash_attention", "flash_attention_atomic_dq", *bench.sdpa_backends(), "sdpa_auto"]
+def plan(args: argparse.Namespace, cuda: bool) -> tuple:
+    """``(device, repeats, points, headline, tma_points)``: the points in the order measured
+    (headline shapes, d = 128 bf16, first, then decode, grouped-query, the rest), the headline
+    ones, and those where the TMA forward runs too."""
+    import torch
+
+    from course_lib.flash import bench
+
     if args.dry_run:
         device, repeats = "cpu", args.repeats or 1
         f32 = torch.float32
@@ -606,6 +678,18 @@ def main(argv: list[str] | None = None) -> int:
     points = headline + dec + gqa + [p for p in train if p not in headline]
     # the TMA forward: on Hopper or newer (a dry run: one point, emulated)
     tma_points = train[:1] if not cuda else headline if _hopper() else []
+    return device, repeats, points, headline, tma_points
+
+
+def run_benchmark(
+    args: argparse.Namespace, cuda: bool, started: float, results: list, record
+) -> int:
+    """Step 2: measure and print every point of the plan into ``results``, ``record()`` after
+    each; returns how many points the time budget left out."""
+    from course_lib.flash import bench
+
+    impls = ["flash_attention", "flash_attention_atomic_dq", *bench.sdpa_backends(), "sdpa_auto"]
+    device, repeats, points, headline, tma_points = plan(args, cuda)
     predictions = load_prediction()
     skipped = 0
     for point in points:
@@ -625,9 +709,13 @@ def main(argv: list[str] | None = None) -> int:
             print(_line(rec, pred), flush=True)
         results.extend(group)
         record()  # after every point
-    if skipped:
-        print(f"(time budget of {args.budget_s:.0f} s reached: {skipped} points skipped)")
-    meta["skipped_for_budget"] = skipped
+    return skipped
+
+
+def report_targets(meta: dict, results: list[dict], dry_run: bool) -> list[dict]:
+    """Step 3: each target, met or not, and the mismatches, printed and put in ``meta``;
+    returns the records that disagree with SDPA flash."""
+    from course_lib.flash import bench
 
     print("\n== 3. targets (H100/H200) ==")
     meta["targets"] = bench.check_targets({"meta": meta, "results": results})
@@ -638,8 +726,48 @@ def main(argv: list[str] | None = None) -> int:
     mismatches = [r for r in results if r.get("mismatch")]
     meta["mismatches"] = len(mismatches)
     print(f"{len(mismatches)} measurement(s) disagree with SDPA flash beyond {MISMATCH}")
-    if args.dry_run:
+    if dry_run:
         print("(dry run: tiny shapes on a CPU; these ratios mean nothing)")
+    return mismatches
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    code = preflight(args)
+    if code is not None:
+        return code
+    if args.dry_run:  # CPU tensors: the interpreter, even on a machine with a GPU
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from course_lib import env
+
+    env.setup(quiet=True, plots=False)
+    from course_lib.flash import bench
+
+    cuda = not args.dry_run
+    started = time.perf_counter()
+    meta = run_metadata(args, argv, cuda)
+    print_header(meta, args.budget_s)
+    if args.out is None:
+        args.out = default_out(args.dry_run, meta)
+    results: list[dict] = []
+
+    def record() -> None:
+        meta["seconds"] = round(time.perf_counter() - started, 1)
+        bench.write_results(args.out, meta, results)
+
+    print("\n== 1. correctness, compiled ==" if cuda else "\n== 1. correctness (dry run) ==")
+    meta["tests"] = (
+        {"skipped": True} if args.skip_tests else run_tests(args.dry_run, args.tests_timeout_s)
+    )
+    record()
+
+    print("\n== 2. speed, memory and agreement with SDPA flash ==", flush=True)
+    skipped = run_benchmark(args, cuda, started, results, record)
+    if skipped:
+        print(f"(time budget of {args.budget_s:.0f} s reached: {skipped} points skipped)")
+    meta["skipped_for_budget"] = skipped
+
+    mismatches = report_targets(meta, results, args.dry_run)
     record()
     print(f"\nwrote {args.out} ({meta['seconds']:.0f} s in all)")
     failed = meta["tests"].get("exit_code", 0) != 0 or mismatches

@@ -1,10 +1,12 @@
-"""course_lib.context_parallel: the merge, the layouts, the formulas, and real process groups.
+"""course_lib.context_parallel across real processes: launch, the process group, ring
+attention and Ulysses together.
 
-The first half tests pure functions (no processes). The second half starts real
-``torch.distributed`` process groups (gloo on the CPU) with P = 2 and P = 4, checks ring
-attention and Ulysses (forward and gradients, causal and not, three layouts) against
-attention on one device, checks that the bytes each rank sent equal the formulas, and
-that nothing outlives a launch: no child process, no listening port, no temporary folder.
+Starts real ``torch.distributed`` process groups (gloo on the CPU) with P = 2 and P = 4,
+checks ring attention and Ulysses (forward and gradients, causal and not, three layouts)
+against attention on one device, checks that the bytes each rank sent equal the formulas,
+and that nothing outlives a launch, a failing rank or a timeout: no child process, no
+listening port, no temporary folder. (Each module's unit tests are in its own file; these
+are the runs that cross them.)
 
 Each spawned process imports torch (seconds on a 2-core machine), so one launch runs every
 check for its P (``workers.run_all``); the P = 4 launch is marked ``slow`` (``make test``
@@ -13,256 +15,22 @@ runs it, ``make unit`` skips it).
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from pathlib import Path
 
 import psutil
 import pytest
-import torch
-import torch.nn.functional as F
 
 from course_lib.context_parallel import (
     LAYOUTS,
     WorkerError,
-    all_to_all_head_to_seq,
-    all_to_all_seq_to_head,
-    block_attention,
-    block_attention_backward,
-    causal_mask_from_positions,
-    count_tiles,
     launch,
-    merge_attention,
-    merge_many,
     ring_comm_bytes,
-    ring_step,
-    shard,
-    shard_positions,
-    simulate_ring_attention,
     ulysses_comm_bytes,
-    unshard,
-    visible_pairs,
     work_per_rank,
     workers,
 )
-
-
-def _randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-
-# --------------------------------------------------------------------------- the merge
-
-
-def test_two_halves_merge_into_full_attention():
-    q, k, v = _randn(2, 3, 10, 8, seed=1), _randn(2, 3, 16, 8, seed=2), _randn(2, 3, 16, 5)
-    out_a, lse_a = block_attention(q, k[..., :7, :], v[..., :7, :])
-    out_b, lse_b = block_attention(q, k[..., 7:, :], v[..., 7:, :])
-    out, lse = merge_attention(out_a, lse_a, out_b, lse_b)
-    ref = F.scaled_dot_product_attention(q, k, v)
-    ref_lse = torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)
-    torch.testing.assert_close(out, ref, atol=1e-13, rtol=0)
-    torch.testing.assert_close(lse, ref_lse, atol=1e-13, rtol=0)
-
-
-def test_merge_is_order_free_and_matches_flash_reference():
-    from course_lib.flash import flash_attention_reference
-
-    q, k, v = _randn(1, 2, 12, 4, seed=3), _randn(1, 2, 20, 4, seed=4), _randn(1, 2, 20, 4)
-    parts = [
-        block_attention(q, k[..., i : i + 5, :], v[..., i : i + 5, :]) for i in range(0, 20, 5)
-    ]
-    ref_out, ref_lse = flash_attention_reference(q, k, v, block_size=(4, 5))
-    for order in ([0, 1, 2, 3], [3, 1, 0, 2], [2, 3, 1, 0]):
-        out, lse = merge_many([parts[i][0] for i in order], [parts[i][1] for i in order])
-        torch.testing.assert_close(out, ref_out, atol=1e-13, rtol=0)
-        torch.testing.assert_close(lse, ref_lse.double(), atol=1e-13, rtol=0)
-
-
-def test_a_fully_masked_part_changes_nothing_and_never_makes_nan():
-    q, k, v = _randn(4, 3, seed=5), _randn(6, 3, seed=6), _randn(6, 2, seed=7)
-    nothing = torch.zeros(4, 6, dtype=torch.bool)
-    out_0, lse_0 = block_attention(q, k, v, mask=nothing)
-    assert torch.equal(out_0, torch.zeros(4, 2, dtype=torch.float64))
-    assert torch.isinf(lse_0).all() and (lse_0 < 0).all()
-    out_1, lse_1 = block_attention(q, k, v)
-    for merged in (
-        merge_attention(out_0, lse_0, out_1, lse_1),
-        merge_attention(out_1, lse_1, out_0, lse_0),
-    ):
-        torch.testing.assert_close(merged[0], out_1, atol=0, rtol=0)
-        torch.testing.assert_close(merged[1], lse_1, atol=0, rtol=0)
-    out, lse = merge_attention(out_0, lse_0, out_0, lse_0)  # nothing seen anywhere
-    assert not out.isnan().any() and torch.equal(out, out_0) and torch.isinf(lse).all()
-
-
-def test_merge_survives_huge_log_sum_exps():
-    out_a, out_b = _randn(3, 4, seed=8), _randn(3, 4, seed=9)
-    lse_a = torch.tensor([1000.0, -1000.0, 5.0], dtype=torch.float64)
-    lse_b = lse_a + torch.tensor([0.0, 1.0, -800.0], dtype=torch.float64)
-    out, lse = merge_attention(out_a, lse_a, out_b, lse_b)
-    w_b = torch.sigmoid(lse_b - lse_a)  # = e^{L_b} / (e^{L_a} + e^{L_b})
-    torch.testing.assert_close(out, (1 - w_b)[:, None] * out_a + w_b[:, None] * out_b)
-    torch.testing.assert_close(lse, torch.logaddexp(lse_a, lse_b))
-
-
-def test_merge_names_mismatched_shapes():
-    with pytest.raises(ValueError, match="trailing dimension of 1"):
-        merge_attention(_randn(3, 4), _randn(3, 1), _randn(3, 4), _randn(3, 1))
-    with pytest.raises(ValueError, match="same shapes"):
-        merge_attention(_randn(3, 4), _randn(3), _randn(2, 4), _randn(2))
-
-
-def test_ring_step_from_the_empty_state_is_block_attention():
-    q, k, v = _randn(5, 4, seed=10), _randn(5, 4, seed=11), _randn(5, 4, seed=12)
-    out, lse = ring_step(
-        q,
-        k,
-        v,
-        torch.zeros(5, 4, dtype=torch.float64),
-        torch.full((5,), -math.inf, dtype=torch.float64),
-    )
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=1e-14, rtol=0)
-
-
-def test_block_backward_with_the_global_lse_sums_to_autograd():
-    """Per-block gradients, each computed with the *final* O and LSE, add up exactly."""
-    P, N = 4, 16
-    q, k, v, do = (_randn(1, 2, N, 4, seed=s) for s in (13, 14, 15, 16))
-    qa, ka, va = (t.clone().requires_grad_() for t in (q, k, v))
-    ref = F.scaled_dot_product_attention(qa, ka, va, is_causal=True)
-    ref.backward(do)
-    out = ref.detach()
-    lse = torch.logsumexp(
-        (q @ k.transpose(-2, -1) / 2).masked_fill(
-            ~causal_mask_from_positions(torch.arange(N), torch.arange(N)), -math.inf
-        ),
-        dim=-1,
-    )
-    dq = torch.zeros_like(q)
-    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-    for src in range(P):  # zigzag key blocks, all queries
-        pos = shard_positions(N, P, src, "zigzag")
-        mask = causal_mask_from_positions(torch.arange(N), pos)
-        a, b, c = block_attention_backward(
-            q, k[..., pos, :], v[..., pos, :], out, lse, do, mask=mask
-        )
-        dq += a
-        dk[..., pos, :] += b
-        dv[..., pos, :] += c
-    for got, want in zip((dq, dk, dv), (qa.grad, ka.grad, va.grad)):
-        torch.testing.assert_close(got, want, atol=1e-13, rtol=0)
-
-
-# --------------------------------------------------------------------------- the layouts
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_positions_partition_the_sequence_and_unshard_inverts_shard(layout, world_size):
-    N = 24
-    pos = [shard_positions(N, world_size, r, layout) for r in range(world_size)]
-    assert torch.equal(torch.sort(torch.cat(pos)).values, torch.arange(N))
-    x = _randn(2, N, 3)
-    parts = [shard(x, world_size, r, layout, dim=1) for r in range(world_size)]
-    assert torch.equal(unshard(parts, layout, dim=1), x)
-
-
-def test_zigzag_gives_rank_r_chunks_r_and_2P_minus_1_minus_r():
-    assert shard_positions(16, 4, 0, "zigzag").tolist() == [0, 1, 14, 15]
-    assert shard_positions(16, 4, 3, "zigzag").tolist() == [6, 7, 8, 9]
-    assert shard_positions(12, 3, 1, "striped").tolist() == [1, 4, 7, 10]
-    with pytest.raises(ValueError, match="2 \\* world_size chunks.*not divisible by 8"):
-        shard_positions(12, 4, 0, "zigzag")
-    with pytest.raises(ValueError, match="unknown layout"):
-        shard_positions(12, 4, 0, "diagonal")
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("is_causal", [False, True])
-@pytest.mark.parametrize("world_size", [1, 2, 4])
-def test_simulated_ring_equals_one_device(layout, is_causal, world_size):
-    q, k, v = _randn(2, 2, 24, 8, seed=17), _randn(2, 2, 24, 8, seed=18), _randn(2, 2, 24, 8)
-    out, lse, tiles = simulate_ring_attention(
-        q, k, v, world_size, is_causal=is_causal, layout=layout
-    )
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
-    torch.testing.assert_close(out, ref, atol=1e-13, rtol=0)
-    assert len(tiles) == world_size and all(len(t) == world_size for t in tiles)
-
-
-def test_plain_split_is_unbalanced_and_zigzag_is_not():
-    P = 4
-    steps = work_per_rank(64, P, "contiguous", tile=64 // P)  # one tile = one ring step
-    assert steps == [1, 2, 3, 4]  # the last rank works P times as many steps as the first
-    pairs = work_per_rank(64, P, "contiguous")  # single (query, key) pairs
-    n = 64 // P  # rank 0: n(n+1)/2 pairs; rank P-1: (P-1) n^2 more; ratio -> 2P - 1
-    assert pairs[-1] / pairs[0] == pytest.approx(1 + 2 * (P - 1) * n / (n + 1))
-    for layout in ("zigzag",):
-        assert len(set(work_per_rank(64, P, layout))) == 1
-        assert len(set(work_per_rank(64, P, layout, tile=8))) == 1
-    striped = work_per_rank(64, P, "striped")
-    assert max(striped) / min(striped) < 1.1
-    assert sum(pairs) == sum(striped) == 64 * 65 // 2  # the same triangle, split differently
-    full = work_per_rank(64, P, "contiguous", is_causal=False, tile=4)
-    assert full == [64] * 4
-
-
-def test_counted_tiles_match_chapter_06_on_one_rank():
-    from course_lib.checks.ch06 import causal_tiles_reference
-
-    for n, tile in ((64, 16), (60, 8), (37, 5)):
-        pos = torch.arange(n)
-        assert count_tiles(pos, pos, tile=tile) == causal_tiles_reference(n, tile, tile)
-    assert visible_pairs(torch.arange(5), torch.arange(5)) == 15
-
-
-# --------------------------------------------------------------------------- Ulysses, formulas
-
-
-def test_all_to_all_simulation_is_a_head_split_and_inverts():
-    P, B, H, n, d = 4, 2, 8, 3, 5
-    xs = [_randn(B, H, n, d, seed=r) for r in range(P)]
-    ys = all_to_all_seq_to_head(xs)
-    assert [tuple(y.shape) for y in ys] == [(B, H // P, P * n, d)] * P
-    full = torch.cat(xs, dim=2)  # (B, H, N, d) every token, every head
-    for j, y in enumerate(ys):
-        assert torch.equal(y, full[:, j * 2 : (j + 1) * 2])
-    back = all_to_all_head_to_seq(ys)
-    assert all(torch.equal(a, b) for a, b in zip(back, xs))
-    with pytest.raises(ValueError, match="H = 6 is not divisible by 4"):
-        all_to_all_seq_to_head([_randn(1, 6, 2, 2)] * 4)
-
-
-def test_communication_formulas():
-    kw = dict(num_heads=8, head_dim=64, batch_size=2, bytes_per_element=2)
-    N, P = 4096, 4
-    shard_bytes = 2 * 8 * (N // P) * 64 * 2
-    assert ring_comm_bytes(N, P, **kw) == 2 * (P - 1) * shard_bytes
-    assert ring_comm_bytes(N, P, **kw, backward=True) == (
-        2 * (P - 1) * shard_bytes + 2 * P * shard_bytes * 2
-    )
-    assert ulysses_comm_bytes(N, P, **kw) == 4 * shard_bytes * (P - 1) // P
-    assert ulysses_comm_bytes(N, P, **kw, backward=True) == ulysses_comm_bytes(N, P, **kw)
-    for P in (2, 4, 8):  # ring sends P/2 times more than Ulysses (H = H_kv)
-        assert ring_comm_bytes(N, P, **kw) == P // 2 * ulysses_comm_bytes(N, P, **kw)
-    assert ring_comm_bytes(N, 1, **kw) == ulysses_comm_bytes(N, 1, **kw) == 0
-    gqa = dict(kw, num_kv_heads=2)  # K, V with 2 heads: the ring sends 4x less
-    assert ring_comm_bytes(N, 2, **gqa) * 4 == ring_comm_bytes(N, 2, **kw)
-    with pytest.raises(ValueError, match="divisible by world_size = 16"):
-        ulysses_comm_bytes(N, 16, **kw)
-
-
-def test_launch_refuses_functions_a_child_cannot_import():
-    def local(rank, world_size):
-        return rank
-
-    with pytest.raises(ValueError, match="cannot import it"):
-        launch(local, 2)
-    with pytest.raises(ValueError, match="cannot import it"):
-        launch(lambda rank, world_size: rank, 2)
-
 
 # --------------------------------------------------------------------------- process groups
 

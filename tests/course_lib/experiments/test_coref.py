@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -183,44 +182,3 @@ def test_two_layers_learn_the_antecedent(data):
     assert history[-1][1] < history[0][1]
     after = coref.pointer_accuracy(model, test)
     assert before <= 0.6 and after >= 0.95
-
-
-def test_explorer_runs_headless_and_redraws(data):
-    pytest.importorskip("ipywidgets")
-    from course_lib.widgets.explorer import AttentionExplorer, attention_maps
-
-    train, test = data
-    model = coref.make_model(train.vocab, d_model=8)
-    ex = AttentionExplorer({"a": model}, train.vocab, test.sentences[:3])
-    assert "attention-explorer" in ex.widget._dom_classes
-    assert ex.query.label.endswith("it") and ex.draws == 1
-    # the summary exists as plain text too (what a notebook prints), with the same content
-    assert "<" not in ex.summary_text and ex.summary_text.startswith("a model, layer 2")
-    assert "<b>a</b> model" in ex.summary.value and "'it' →" in ex.summary_text
-    # the layer buttons sit in the first row, beside their label, without a description
-    first_row = ex.widget.children[0].children
-    assert ex.layer in first_row and ex.layer.description == ""
-    assert any(getattr(c, "value", None) == "layer" for c in first_row)
-    png, draws = ex.plot.value, ex.draws
-    ex.query.value = 1
-    assert ex.draws == draws + 1 and ex.plot.value != png
-    ex.causal.value = True
-    tokens, w = ex.current()
-    assert abs(w.sum(-1) - 1).max() < 1e-5 and abs(w[0, 1:]).max() == 0
-    ex.text.value = "the cat did not cross the road because it was too wide"
-    assert ex.sentence.value.startswith("the cat") and ex.tokens[ex.query.value] == "it"
-    ex.text.value = "the zebra"
-    assert "zebra" in ex.summary.value
-    toks, maps = attention_maps(model, train.vocab, "the cat was too wide", scaled=False)
-    assert toks == ["the", "cat", "was", "too", "wide"] and maps[0].shape == (5, 5)
-    # unscaled = scale 1 instead of 1/sqrt(d): the same model, different weights
-    scaled = attention_maps(model, train.vocab, "the cat was too wide")[1]
-    assert not np.allclose(maps[0], scaled[0])
-    # the layer buttons pick the layer that is drawn
-    ex.text.value = "the cat did not cross the road because it was too wide"
-    ex.layer.value = "1"
-    assert np.allclose(
-        ex.current()[1], attention_maps(model, train.vocab, ex.sentence.value, causal=True)[1][0]
-    )
-    with pytest.raises(ValueError, match="positions up to"):
-        attention_maps(model, train.vocab, " ".join(["the"] * 17))

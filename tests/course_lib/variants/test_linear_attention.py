@@ -1,11 +1,11 @@
-"""Unit tests of course_lib.variants.linear_attention and course_lib.experiments.recall."""
+"""Unit tests of course_lib.variants.linear_attention (what it costs on recall:
+tests/course_lib/experiments/test_recall.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_lib.experiments import recall
 from course_lib.variants.linear_attention import (
     elu_feature_map,
     linear_attention,
@@ -69,33 +69,3 @@ def test_state_bytes_and_errors():
         linear_attention(torch.zeros(4, 3), torch.zeros(5, 3), torch.zeros(5, 2))
     with pytest.raises(ValueError, match="non-negative"):
         linear_state_bytes(-1, 1, 1, 1)
-
-
-def test_pair_recall_batch_is_consistent():
-    b = recall.make_pair_recall_batch(
-        5, 6, 4, num_keys=10, num_values=3, generator=torch.Generator().manual_seed(0)
-    )
-    assert b.keys.shape == b.values.shape == (5, 10) and b.targets.shape == (5, 4)
-    for row in range(5):
-        pairs = dict(zip(b.keys[row, :6].tolist(), b.values[row, :6].tolist()))
-        assert len(pairs) == 6  # distinct keys
-        assert (b.values[row, 6:] == 3).all()  # the "?" value
-        for key, target in zip(b.keys[row, 6:].tolist(), b.targets[row].tolist()):
-            assert pairs[key] == target
-    with pytest.raises(ValueError, match="num_pairs"):
-        recall.make_pair_recall_batch(2, 11, num_keys=10)
-
-
-def test_recall_models_train_and_report_accuracy():
-    torch.manual_seed(0)
-    for kind in recall.ATTENTIONS:
-        m = recall.PairRecallModel(16, 4, 16, attention=kind)
-        losses = recall.train_pair_recall(m, 2, steps=40, num_queries=4)
-        assert losses[-1] < losses[0]
-        assert 0.0 <= recall.pair_recall_accuracy(m, 2, n=32) <= 1.0
-        r = recall.RecallModel(4, 8, attention=kind)
-        assert recall.train_marker_recall(r, steps=3, seq_len=6, vocab_size=4)
-        d, acc = recall.marker_recall_accuracy(r, seq_len=6, vocab_size=4, n=8)
-        assert d.tolist() == [1, 2, 3, 4, 5] and acc.shape == (5,)
-    with pytest.raises(ValueError, match="attention must be"):
-        recall.RecallModel(4, attention="sparse")

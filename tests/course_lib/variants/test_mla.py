@@ -84,19 +84,3 @@ def test_config_and_input_errors():
         m.decode_absorbed(torch.zeros(1, 2, 32), None, None)
     with pytest.raises(ValueError, match="non-negative"):
         mla_cache_bytes(1, 2, 3, -1)
-
-
-def test_cache_comparison_widget_follows_its_sliders():
-    from course_lib.widgets.cache_compare import CacheComparison
-
-    w = CacheComparison(DEEPSEEK_V2, seq_len=4096)
-    per_token = cache_bytes_per_token(DEEPSEEK_V2)
-    assert w.totals == {k: v * 4096 for k, v in per_token.items()}
-    before = w.updates
-    w.batch.value = 3
-    w.tokens.value = 131072
-    assert w.updates == before + 2
-    assert w.totals["MLA"] == mla_cache_bytes(60, 512, 64, 131072, 3)
-    assert "MLA" in w.result.value and "GiB" in w.result.value
-    with pytest.raises(ValueError, match="seq_len"):
-        CacheComparison(DEEPSEEK_V2, seq_len=1000)

@@ -1,4 +1,5 @@
-"""The kernels compiled ahead of time for an H100 (sm_90) and an A100 (sm_80), without a GPU.
+"""course_lib.flash.aot: the kernels compiled ahead of time for an H100 (sm_90) and an A100
+(sm_80), without a GPU.
 
 Triton's real compiler (source -> TritonGPU IR -> PTX -> ptxas) runs on the CPU, so what
 only a GPU run would otherwise reveal is read from the compiled code: register spills,
@@ -18,8 +19,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 import triton
 
 from course_lib.flash import aot, kernel_config
@@ -96,6 +99,101 @@ def test_codegen_counts_instruction_kinds_and_finds_duplicated_warpgroups():
     assert any("no TMA copy" in p for p in aot.problems(no_tma)), aot.problems(no_tma)
 
 
+def test_problems_of_a_clean_row_and_what_wgmma_needs():
+    clean = dict(arch=90, num_warps=8, shared_bytes=1000, spill_stores=0, spill_loads=0,
+                 duplicated_dots=0, dots=[dict(M=128, N=64, copies=1)], wgmma={"m64n64k16": 4},
+                 mma_sync={})  # fmt: skip
+    assert aot.wgmma_possible(clean) and aot.problems(clean) == []
+    assert not aot.wgmma_possible(dict(clean, dots=[dict(M=32, N=64, copies=1)]))  # 32 rows
+    assert not aot.wgmma_possible(dict(clean, arch=80))  # Ampere has no wgmma
+    assert not aot.wgmma_possible(dict(clean, num_warps=2))  # a warpgroup is 4 warps
+    assert aot.problems(dict(clean, arch=80, wgmma={}, mma_sync={"m16n8k16": 8})) == []
+    no_mma = aot.problems(dict(clean, wgmma={}))
+    assert len(no_mma) == 1 and "where the tile allows wgmma" in no_mma[0]
+
+
+def test_variants_name_the_heaviest_specialisation():
+    assert aot.variant_of(dict(window=True, groups=2, causal=True)) == "gqa_window_ragged"
+    assert aot.variant_of(dict(is_causal=True)) == "causal"  # a job
+    assert aot.variant_of(dict(causal=False, window=True, groups=1)) == "plain"
+    assert set(aot.VARIANTS) == {"plain", "causal", "gqa_window_ragged"}
+
+
+def test_constexprs_are_what_the_launchers_pass():
+    """The compile-time arguments of each kind, as its launcher sets them."""
+    fwd = aot._constexprs("fwd", dict(BLOCK_M=128, BLOCK_N=64), "bfloat16", 48, True, True,
+                          True, False, 90)  # fmt: skip
+    assert fwd == dict(HEAD_DIM=48, BLOCK_D=64, EVEN_D=False, DOT_PRECISION="tf32", BLOCK_N=64,
+                       IS_CAUSAL=True, HAS_WINDOW=True, EVEN_N=False, BLOCK_M=128, EVEN_M=False,
+                       USE_TMA=False)  # fmt: skip
+    atomic = aot._constexprs("dkdv_atomic", dict(BLOCK_M=32, BLOCK_N=64), "float32", 64, False,
+                             False, False, False, 80)  # fmt: skip
+    assert atomic["ATOMIC_DQ"] and not atomic["DQ_TRANSPOSED"]  # sm_80: dQ = dS K
+    assert atomic["DOT_PRECISION"] == "ieee" and atomic["EVEN_M"] and atomic["EVEN_N"]
+    decode = aot._constexprs("decode", dict(BLOCK_M=16, BLOCK_N=64), "bfloat16", 64, False,
+                             False, False, False, 90)  # fmt: skip
+    assert decode["BLOCK_R"] == 16 and "BLOCK_M" not in decode
+    assert aot._constexprs("merge", None, "bfloat16", 64, False, False, False, False, 90) == dict(
+        HEAD_DIM=64, BLOCK_D=64, BLOCK_S=64
+    )
+    with pytest.raises(ValueError, match="forward kernel only"):
+        aot._constexprs("dq", dict(BLOCK_M=64, BLOCK_N=32), "bfloat16", 64, False, False, False,
+                        True, 90)  # fmt: skip
+
+
+def test_signature_types_and_divisibility_hints():
+    """Pointers by dtype (fp32 for the statistics), strides and lengths divisible by 16
+    unless ragged, counts never, and integers equal to 1 made constants (as the runtime)."""
+    fn = SimpleNamespace(
+        arg_names=["Q", "LSE", "qk_scale", "stride_qb", "H", "NUM_GROUPS", "N_Q", "N_K", "HEAD_DIM"]
+    )
+    signature, attrs, const = aot._signature(fn, {"HEAD_DIM": 64}, "float16", True, 1, ("N_Q",))
+    assert signature == {"Q": "*fp16", "LSE": "*fp32", "qk_scale": "fp32", "stride_qb": "i32",
+                         "H": "i32", "NUM_GROUPS": "constexpr", "N_Q": "constexpr", "N_K": "i32",
+                         "HEAD_DIM": "constexpr"}  # fmt: skip
+    assert const == {"HEAD_DIM": 64, "NUM_GROUPS": 1, "N_Q": 1}
+    assert sorted(attrs) == [(0,), (1,), (3,)]  # Q, LSE, the stride; not H, not ragged N_K
+    _, even, _ = aot._signature(fn, {"HEAD_DIM": 64}, "bfloat16", False, 2, ())
+    assert (7,) in even and (6,) in even and (5,) not in even and (4,) not in even
+
+
+def test_default_jobs_cover_every_candidate_of_every_kernel():
+    jobs = aot.default_jobs()
+    small = [j for j in jobs if j["kind"] in ("preprocess", "merge")]
+    assert len(small) == 2 * 2 * 2  # two small kernels per arch and head dimension
+    for arch in aot.ARCHS:
+        for d in (64, 128):
+            cands = kernel_config(d, "cuda", interpreted=False, dtype=torch.bfloat16, arch=arch)
+            for kind in ("fwd", "dkdv", "dkdv_atomic", "dq", "decode"):
+                mine = [j for j in jobs if (j["arch"], j["head_dim"], j["kind"]) == (arch, d, kind)]
+                assert [j["config"] for j in mine] == [c for c in cands[kind] for _ in range(2)]
+                assert {aot.variant_of(j) for j in mine} == {"plain", "causal"}
+    firsts = aot.default_jobs(every_config=False, variants=("gqa_window_ragged",), archs=(80,))
+    assert all(j["window"] and j["groups"] == 2 for j in firsts if j["kind"] == "fwd")
+    assert len([j for j in firsts if j["kind"] == "dq"]) == 2  # one per head dimension
+
+
+def test_format_row_reads_as_one_line():
+    row = dict(arch=90, kind="fwd", dtype="bfloat16", head_dim=128, causal=True, BLOCK_M=128,
+               BLOCK_N=64, num_warps=8, num_stages=3, registers=168, spill_stores=0,
+               spill_loads=4, shared_bytes=2048, pipelined=True, wgmma={"m64n64k16": 8},
+               mma_sync={}, duplicated_dots=0, compile_seconds=7.25, tma=True, tma_loads=3,
+               tma_stores=1)  # fmt: skip
+    line = aot.format_row(row)
+    assert "\n" not in line and line.startswith("sm_90 fwd")
+    for part in ("d=128", "causal", "168 regs", "spills    4 B", "shared    2.0 KiB",
+                 "wgmma    8", "TMA 3 loads 1 stores", "(7.2 s to compile)"):  # fmt: skip
+        assert part in line, (part, line)
+
+
+def test_it_refuses_to_compile_in_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(RuntimeError, match="without TRITON_INTERPRET"):
+        aot.kernel_of("fwd")
+    with pytest.raises(RuntimeError, match="without TRITON_INTERPRET"):
+        aot.main(["--arch", "90"])
+
+
 # ------------------------------------------------------------- the table and the configs
 
 
@@ -145,21 +243,6 @@ def test_compile_times_are_recorded_per_kernel():
     rows = json.loads(REGISTER_TABLE.read_text())["rows"]
     seconds = [r["compile_seconds"] for r in rows]
     assert len(seconds) == len(rows) and min(seconds) > 0.05  # not cache hits
-
-
-def test_autotune_candidates_differ_by_architecture_only_where_sm80_spills():
-    """A candidate that is clean on sm_90 but spills on sm_80 is offered on Hopper only (the
-    128-key dK/dV and 128 x 64 dQ tiles at d_h = 128); the A100 gets no candidate the H100
-    lacks, except for the atomic dK/dV pass, which holds a third tile and gets smaller tiles
-    on sm_80."""
-    for d in (64, 128):
-        h100 = kernel_config(d, "cuda", interpreted=False, arch=90)
-        a100 = kernel_config(d, "cuda", interpreted=False, arch=80)
-        for kind in ("fwd", "dkdv", "dq", "decode"):
-            assert [c for c in h100[kind] if c in a100[kind]] == a100[kind], (d, kind)
-        assert h100["fwd"][0] == a100["fwd"][0]
-        assert h100["dkdv_atomic"] != a100["dkdv_atomic"]
-    assert len(kernel_config(128, "cuda", interpreted=False, arch=80)["dkdv"]) == 2
 
 
 # ------------------------------------------------------------- compiled now, a fixed set
