@@ -98,5 +98,5 @@ release:
 	$(BOOT) release $(RELEASE_DIR)
 
 clean:
-	rm -rf build test-output .pytest_cache .ruff_cache
+	rm -rf build test-output .pytest_cache .ruff_cache .mypy_cache
 	find . -path ./.venv -prune -o -name .ipynb_checkpoints -prune -exec rm -rf {} +

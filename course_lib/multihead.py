@@ -218,7 +218,7 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the cached keys and values."""
-        if self.k is None:
+        if self.k is None or self.v is None:  # (both None, or neither)
             return 0
         return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
 
@@ -229,7 +229,7 @@ class KVCache:
                 f"expected k_new and v_new of shape [B, Hkv, n, d_h], got "
                 f"{shape_of(k_new)} and {shape_of(v_new)}"
             )
-        if self.k is None:
+        if self.k is None or self.v is None:  # (both None, or neither)
             self.k, self.v = k_new, v_new  # (B, Hkv, n, d_h)
         else:
             if (

@@ -29,6 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 PASSED, FAILING, NOT_STARTED, NOT_CHECKED = "passed", "failing", "not started", "not checked"
 MARKS = {PASSED: "✓", FAILING: "✗", NOT_STARTED: "○", NOT_CHECKED: "?"}
@@ -226,7 +227,7 @@ class Found:
     found, and ``kind``: the cell type of a tagged cell that is no longer code."""
 
     cells: list
-    chosen: object
+    chosen: dict | None
     how: str
     kind: str = ""
 
@@ -426,7 +427,7 @@ def check_copy(
         env.update(IPYTHONDIR=str(Path(tmp) / "ipython"), PYTHONDONTWRITEBYTECODE="1")
         cmd = [sys.executable, "-m", "course_lib.progress", "--probe", str(copy), str(base)]
         cmd += [assignment, str(out), str(min(EXERCISE_TIMEOUT_S, timeout / 2))]  # + start-up
-        quiet = {k: subprocess.DEVNULL for k in ("stdin", "stdout", "stderr")}
+        quiet: dict[str, Any] = {k: subprocess.DEVNULL for k in ("stdin", "stdout", "stderr")}
         timed_out = False
         try:
             subprocess.run(cmd, cwd=copy.parent, env=env, timeout=timeout, **quiet)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.graph import Node
 
 from .attention import scaled_dot_product_attention
 from .fitting import fit
@@ -111,10 +112,11 @@ def rnn_weights_from_torch(rnn: nn.RNN) -> tuple[torch.Tensor, torch.Tensor, tor
             f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}, "
             f"nonlinearity={rnn.nonlinearity!r}"
         )
-    W_xh = rnn.weight_ih_l0.detach()  # (d_hidden, d_in)
-    W_hh = rnn.weight_hh_l0.detach()  # (d_hidden, d_hidden)
+    W_xh = rnn.get_parameter("weight_ih_l0").detach()  # (d_hidden, d_in)
+    W_hh = rnn.get_parameter("weight_hh_l0").detach()  # (d_hidden, d_hidden)
     if rnn.bias:
-        b_h = (rnn.bias_ih_l0 + rnn.bias_hh_l0).detach()  # (d_hidden,)
+        b_ih, b_hh = rnn.get_parameter("bias_ih_l0"), rnn.get_parameter("bias_hh_l0")
+        b_h = (b_ih + b_hh).detach()  # (d_hidden,)
     else:
         b_h = torch.zeros(W_hh.shape[0], dtype=W_hh.dtype, device=W_hh.device)  # (d_hidden,)
     return W_xh, W_hh, b_h
@@ -194,8 +196,8 @@ def autograd_depth(output: torch.Tensor) -> int:
     """
     if output.grad_fn is None:
         return 0
-    memo: dict[object, int] = {}
-    stack: list[tuple[object, bool]] = [(output.grad_fn, False)]
+    memo: dict[Node, int] = {}
+    stack: list[tuple[Node, bool]] = [(output.grad_fn, False)]
     while stack:  # iterative post-order: an RNN's graph is far deeper than Python's stack
         node, expanded = stack.pop()
         if node in memo:

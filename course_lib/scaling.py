@@ -537,7 +537,7 @@ def train_retrieval(
         for step in range(1, steps + 1):
             loss, _ = retrieval_loss(task.batch(batch_size, data_g), W_Q, W_K, scale)
             grads = torch.autograd.grad(loss, params)  # (d_model, d_k) each
-            grad_norms.append(float(torch.sqrt(sum((g**2).sum() for g in grads))))
+            grad_norms.append(float(torch.stack([(g**2).sum() for g in grads]).sum().sqrt()))
             for p, g, (m, v) in zip(params, grads, moments):
                 if optimizer == "adam":
                     adam_update(p, g, m, v, step, lr=lr)

@@ -17,7 +17,8 @@ import sys
 # compiles a grammar at import time: about 2 s of CPU in every process, for a URI format
 # check nbformat never uses. Every course_tools command skips it (as the grader's
 # processes did already, see course_tools/grading/worker.py).
-sys.modules.setdefault("rfc3987_syntax", None)
+# (A None entry blocks the import, as documented; typeshed types sys.modules as modules only.)
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 from course_lib import __version__  # noqa: E402
 

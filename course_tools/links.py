@@ -9,14 +9,15 @@ Change the repository there, then run ``python -m course_tools.notebook_headers 
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 
 def load_toml(path: Path) -> dict:
-    try:
-        import tomllib  # Python >= 3.11
-    except ImportError:  # Python 3.10
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10
         try:
             import tomli as tomllib
         except ImportError:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -31,8 +32,10 @@ HEADER = re.compile(r"^# %%(?P<md> \[markdown\])?(?P<rest>.*)$")
 
 
 def convert(text: str):
-    cells = []
-    kind, attrs, lines = None, {}, []
+    cells: list[nbformat.NotebookNode] = []
+    kind: str | None = None
+    attrs: dict[str, str] = {}
+    lines: list[str] = []
 
     def flush():
         if kind is None:
@@ -45,7 +48,7 @@ def convert(text: str):
             cell = nbformat.v4.new_markdown_cell(body)
         else:
             cell = nbformat.v4.new_code_cell(body)
-        meta = {}
+        meta: dict[str, Any] = {}
         if "exercise" in attrs:
             meta["course"] = {"exercise": attrs["exercise"], "role": attrs.get("role", "")}
         if "tags" in attrs:

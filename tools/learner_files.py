@@ -183,15 +183,15 @@ def update(root: Path, out=sys.stdout) -> int:
     if not is_git_checkout(root):
         print("error: this course folder is not a git clone; download the course again.", file=out)
         return 1
-    upstream = git(root, "rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{u}", check=False)
-    if upstream.returncode != 0:
+    tracked = git(root, "rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{u}", check=False)
+    if tracked.returncode != 0:
         print(
             "error: this clone follows no remote branch, so there is nothing to update from "
-            "(git says: " + upstream.stderr.strip() + ").",
+            "(git says: " + tracked.stderr.strip() + ").",
             file=out,
         )
         return 1
-    upstream = upstream.stdout.strip()
+    upstream = tracked.stdout.strip()
     print(f"Fetching the course from {upstream} ...", file=out)
     fetched = git(root, "fetch", "--quiet", check=False)
     if fetched.returncode != 0:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
 
@@ -110,9 +111,10 @@ def report(results: list[dict], cfg, world_size: int, backend: str) -> bool:
         runs = [r["runs"][i] for r in results]
         err = max(max(r["errors"].values()) for r in runs)
         ok &= err <= tol
-        formula = (ring_comm_bytes if run["method"] == "ring" else ulysses_comm_bytes)(
-            cfg.seq_len, world_size, **sizes
-        )
+        if run["method"] == "ring":
+            formula = ring_comm_bytes(cfg.seq_len, world_size, **sizes)
+        else:
+            formula = ulysses_comm_bytes(cfg.seq_len, world_size, **sizes)
         sent = {r["forward_bytes"] for r in runs}
         work = [r["head_tiles"] for r in runs]
         print(
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         rank, world_size, _ = init_from_env(timeout_s=args.timeout)
         try:
             mine = compare_with_one_device(rank, world_size, cfg)
-            results = [None] * world_size
+            results: list[Any] = [None] * world_size  # all_gather_object fills it
             dist.all_gather_object(results, mine)
             backend = dist.get_backend()
             ok = report(results, cfg, world_size, backend) if rank == 0 else True

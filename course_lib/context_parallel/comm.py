@@ -58,7 +58,7 @@ class Comm:
     ``"p2p"`` forces the point-to-point version (P-1 rounds of send-to-(r+s), receive-from-(r-s)).
     """
 
-    group: object | None = None
+    group: dist.ProcessGroup | None = None
     all_to_all_impl: str = "auto"
     bytes_sent: int = 0
     log: list[tuple[str, int]] = field(default_factory=list)

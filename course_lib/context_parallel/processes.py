@@ -259,21 +259,20 @@ def _collect(procs, readers, world_size, timeout) -> list:
             )
         sentinels = {procs[r].sentinel: r for r in pending.values()}
         ready = wait(list(pending) + list(sentinels), timeout=left)
-        for obj in ready:
-            if obj in pending:
-                rank = pending.pop(obj)
-                try:
-                    ok, payload = pickle.loads(obj.recv_bytes())
-                except EOFError:
-                    raise WorkerError(
-                        f"rank {rank} exited without a result (exit code {procs[rank].exitcode})"
-                    ) from None
-                if not ok:
-                    raise WorkerError(
-                        f"rank {rank} of {world_size} failed (other ranks may fail next, "
-                        f"because it left):\n{payload.decode(errors='replace')}"
-                    )
-                results[rank] = pickle.loads(payload)
+        for conn in [c for c in pending if c in ready]:  # readers with a result (or EOF)
+            rank = pending.pop(conn)
+            try:
+                ok, payload = pickle.loads(conn.recv_bytes())
+            except EOFError:
+                raise WorkerError(
+                    f"rank {rank} exited without a result (exit code {procs[rank].exitcode})"
+                ) from None
+            if not ok:
+                raise WorkerError(
+                    f"rank {rank} of {world_size} failed (other ranks may fail next, "
+                    f"because it left):\n{payload.decode(errors='replace')}"
+                )
+            results[rank] = pickle.loads(payload)
         for obj in ready:
             rank = sentinels.get(obj)
             if rank is not None and rank in pending.values():

@@ -231,7 +231,8 @@ def simulate_ring_attention(
     tile = n if tile is None else tile
     qs, ks, vs = ([shard(t, world_size, r, layout) for r in range(world_size)] for t in (q, k, v))
     positions = [shard_positions(q.shape[-2], world_size, r, layout) for r in range(world_size)]
-    outs, lses, tiles = [], [], []
+    outs, lses = [], []
+    tiles: list[list[int]] = []
     work = _work_dtype(q.dtype)
     for r in range(world_size):
         out = torch.zeros(*qs[r].shape[:-1], v.shape[-1], dtype=work)  # (..., n, d_v)

@@ -204,9 +204,9 @@ def time_ring(
             torch.randn(1, num_heads, n, head_dim, generator=g).to(dev, getattr(torch, dtype))
             for _ in range(3)
         )  # (1, H, n, d_h) this rank's shard
-        row = {"rank": rank, "shard_len": n, "seq_len": n * world_size}
+        row: dict[str, float] = {"rank": rank, "shard_len": n, "seq_len": n * world_size}
         for overlap in (True, False):
-            times, stats = [], None
+            times: list[float] = []
             for i in range(warmup + repeats):
                 stats = RingStats(tile=n)
                 dist.barrier()

@@ -295,7 +295,8 @@ def make_dataset(
         }
         for (a, b), wa, wb in quads:
             which = "test" if key(a, b) in test_pairs else "train"
-            if limits[which] is not None and counts[which] >= limits[which]:
+            limit = limits[which]
+            if limit is not None and counts[which] >= limit:
                 continue
             rows = _rows_for(t, a, b, wa, wb)
             base = len(split[which])
@@ -319,6 +320,8 @@ class CorefAttention(nn.Module):
 
     The last layer's weights are the pointer; its values are never used by the loss.
     """
+
+    train_seconds: float  # how long :func:`train` took (set there)
 
     def __init__(self, vocab_size: int, max_len: int = 16, d_model: int = 32, num_layers: int = 2):
         super().__init__()
@@ -418,7 +421,7 @@ def train(
     """
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    history = []
+    history: list[tuple[int, float, float]] = []
     t0 = time.perf_counter()
     with single_thread():  # tensors this small: thread start-up costs more than it saves
         _train_loop(model, data, opt, steps, log_every, callback, history)
@@ -512,7 +515,7 @@ def one_word_rule(train_data: CorefData, test_data: CorefData) -> tuple[float, s
     def is_first(d: CorefData) -> list[bool]:
         return (d.antecedent < d.distractor).tolist()  # (S,)
 
-    longest = int(max(train_data.lengths.max(), test_data.lengths.max()))
+    longest = max(int(train_data.lengths.max()), int(test_data.lengths.max()))
     best: tuple[float, int, dict[int, bool]] = (-1.0, 0, {})
     for p in [*range(longest), *range(-longest, 0)]:
         votes: dict[int, list[int]] = {}

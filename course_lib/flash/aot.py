@@ -17,7 +17,7 @@ whether it duplicates a warpgroup, and the compile time from an empty cache
 (``compile_seconds``). :func:`problems` names what is wrong. A spill means a tile
 that does not fit the 255 registers a thread may hold is kept in local memory (cached
 DRAM) instead: every step of the loop then pays memory traffic the algorithm was designed
-to avoid. ``tests/course_lib/flash/test_flash_aot.py`` fails if any recorded configuration has a problem.
+to avoid. ``tests/course_lib/flash/test_aot.py`` fails if any recorded configuration has a problem.
 
 Run it *without* ``TRITON_INTERPRET`` (Triton reads the variable when the kernels are
 first decorated)::
@@ -54,6 +54,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .launch import SHARED_LIMIT  # bytes of shared memory one block may use
 
@@ -186,7 +187,7 @@ def codegen(ttgir: str, ptx: str) -> dict:
     :math:`16 w_M / M` times over. ``tma_loads`` and ``tma_stores`` count the tensor
     copies of Hopper's TMA (``cp.async.bulk.tensor``) in the PTX: tiles moved by descriptor.
     """
-    layouts = {
+    layouts: dict[str, dict[str, Any]] = {
         m[1]: dict(version=int(m[2]), warps=(int(m[3]), int(m[4])), instr=(int(m[5]), int(m[6])))
         for m in _MMA_LAYOUT.finditer(ttgir)
     }
@@ -386,7 +387,7 @@ def compile_kernel(
 # The variants the runtime compiles for one configuration: the flags a launch sets from
 # its shapes. "gqa_window_ragged" is the heaviest: grouped heads, a window and lengths that
 # are not multiples of 16 all at once.
-VARIANTS = {
+VARIANTS: dict[str, dict[str, bool | int]] = {
     "plain": dict(is_causal=False),
     "causal": dict(is_causal=True),
     "gqa_window_ragged": dict(is_causal=True, window=True, ragged=True, groups=2),

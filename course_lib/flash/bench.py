@@ -17,11 +17,15 @@ import json
 import platform
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from ..timing import best_time
+
+if TYPE_CHECKING:
+    from torch.nn.attention import SDPBackend
 
 RESULTS_GLOB = "flash_attention_*.json"
 
@@ -50,7 +54,7 @@ def attention_flops(
     return {"fwd": fwd, "bwd": 2.5 * fwd, "fwd_bwd": 3.5 * fwd}[mode]
 
 
-def sdpa_backends() -> dict[str, object]:
+def sdpa_backends() -> dict[str, SDPBackend]:
     """torch SDPA backends that this torch knows about, by name (cuDNN only when present)."""
     try:
         from torch.nn.attention import SDPBackend
@@ -89,7 +93,7 @@ def make_impl(name: str, *, decode: bool = False) -> Callable:
     def run(q, k, v, c):
         from torch.nn.attention import sdpa_kernel
 
-        gqa = dict(enable_gqa=True) if q.shape[1] != k.shape[1] else {}
+        gqa: dict[str, Any] = dict(enable_gqa=True) if q.shape[1] != k.shape[1] else {}
         pinned = contextlib.nullcontext() if backend is None else sdpa_kernel([backend])
         with pinned:
             if c and q.shape[2] != k.shape[2]:  # bottom-right causal, as a KV cache needs

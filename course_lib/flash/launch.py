@@ -29,6 +29,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -167,7 +168,7 @@ def strides(name: str, x: torch.Tensor) -> dict[str, int]:
 def with_strides(**tensors: torch.Tensor) -> dict:
     """``[B, H, N, d]`` tensors by their kernel names, each with its three strides:
     ``with_strides(Q=q, DO=do)`` is ``{Q: q, stride_qb: ..., ..., DO: do, stride_dob: ...}``."""
-    out = {}
+    out: dict[str, torch.Tensor | int] = {}
     for name, x in tensors.items():
         out[name] = x
         out.update(strides(name.lower(), x))
@@ -216,12 +217,12 @@ AUTOTUNE_TIMER = None  # None: Triton's GPU timer; tests put a CPU timer here to
 class Tuner:
     """One autotuned kernel: what it tunes over, and Triton's autotuner that chose."""
 
-    kernel: object  # the @triton.jit function
+    kernel: Any  # the @triton.jit function (Triton has no type information)
     tiles: tuple  # of tiles.Tile
     reset: tuple[str, ...]  # arguments zeroed before each timed trial (atomic buffers)
     tma: bool  # the forward's tensor-descriptor path tunes apart from its pointer path
     timer: Callable | None  # AUTOTUNE_TIMER when it was made
-    autotuner: object
+    autotuner: Any  # triton.runtime.Autotuner
 
     @property
     def name(self) -> str:

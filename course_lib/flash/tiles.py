@@ -5,7 +5,7 @@ A :class:`Tile` is one launch configuration (queries by keys, warps, pipeline st
 (A100), at :math:`d_h \le 64` and :math:`d_h \le 128`, the default first; :data:`SMALL_TILES`
 serve Triton's interpreter and float32. :func:`kernel_config` picks a call's candidates
 (pruned by :func:`shared_estimate`). Every GPU tile is compiled ahead of time by :mod:`.aot`
-(``benchmarks/results/flash_aot_registers.json``), and ``tests/course_lib/flash/test_flash_aot.py``
+(``benchmarks/results/flash_aot_registers.json``), and ``tests/course_lib/flash/test_aot.py``
 checks that the recorded table covers this one.
 """
 
@@ -112,7 +112,7 @@ def shared_estimate(kind: str, config: Mapping, head_dim: int, elem_bytes: int =
     copies of the tiles it streams (the software pipeline's buffers), at ``elem_bytes`` per
     element, and 1 KiB of barriers and conversions (the atomic dK/dV pass also stages K in
     the dQ product's layout, and dS^T). Checked against what the compiler
-    reports for every recorded configuration (``tests/course_lib/flash/test_flash_aot.py``).
+    reports for every recorded configuration (``tests/course_lib/flash/test_aot.py``).
     """
     d = max(16, 1 << (head_dim - 1).bit_length())
     m, n, stages = config["BLOCK_M"], config["BLOCK_N"], config["num_stages"]
@@ -148,7 +148,7 @@ def kernel_config(
 
     ``arch`` (``10 * major + minor``; default: the device's, or 90 without a GPU) chooses
     the row of :data:`GPU_TILES` (``python -m course_lib.flash.aot --all`` compiles every
-    one; ``tests/course_lib/flash/test_flash_aot.py`` checks the table). Candidates whose shared
+    one; ``tests/course_lib/flash/test_aot.py`` checks the table). Candidates whose shared
     memory (:func:`shared_estimate`) exceeds the device's are pruned before the autotuner
     sees them, as Triton's tutorial does, so the same lists serve an H100 and a smaller GPU.
     The first candidate is what runs without autotuning (``COURSE_FLASH_AUTOTUNE=0``).

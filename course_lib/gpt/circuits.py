@@ -38,6 +38,7 @@ the offset), and the head writes :math:`\text{OV}^h x_k` weighted by the softmax
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 
-def _norm_matrix(norm: nn.Module) -> torch.Tensor:
+def _norm_matrix(norm: nn.LayerNorm | RMSNorm) -> torch.Tensor:
     """``[D, D]``: the norm's linear part, gain times centring (LayerNorm) or gain (RMSNorm)."""
     gain = norm.weight.detach().double()  # (D,)
     d = gain.shape[0]
@@ -89,7 +90,7 @@ def head_weights(model: GPT, layer: int, head: int) -> dict[str, torch.Tensor]:
     head reads, :math:`\\lfloor h / G \\rfloor`.
     """
     _check_head(model, layer, head)
-    cfg, attn = model.config, model.blocks[layer].attn
+    cfg, attn = model.config, model.block(layer).attn
     hd, kv = cfg.head_dim, head // cfg.num_groups
     q_rows, kv_rows = slice(head * hd, (head + 1) * hd), slice(kv * hd, (kv + 1) * hd)
     return {
@@ -103,13 +104,13 @@ def head_weights(model: GPT, layer: int, head: int) -> dict[str, torch.Tensor]:
 def qk_circuit(model: GPT, layer: int, head: int) -> torch.Tensor:
     r""":math:`\text{QK}^h = (W_Q N)^\top (W_K N)`, ``[D, D]``: score = :math:`x_q^\top \text{QK}\, x_k`
     at offset 0 (RoPE rotates between the two factors for other offsets)."""
-    w, n = head_weights(model, layer, head), _norm_matrix(model.blocks[layer].ln_1)
+    w, n = head_weights(model, layer, head), _norm_matrix(model.block(layer).ln_1)
     return (w["W_Q"] @ n).T @ (w["W_K"] @ n)  # (D, D)
 
 
 def ov_circuit(model: GPT, layer: int, head: int) -> torch.Tensor:
     r""":math:`\text{OV}^h = W_O W_V N`, ``[D, D]``: what the head writes for a key :math:`x_k`."""
-    w, n = head_weights(model, layer, head), _norm_matrix(model.blocks[layer].ln_1)
+    w, n = head_weights(model, layer, head), _norm_matrix(model.block(layer).ln_1)
     return w["W_O"] @ w["W_V"] @ n  # (D, D)
 
 
@@ -213,10 +214,10 @@ def qk_matching_accuracy(
     cfg = model.config
     e = model.embed.weight.detach().double()  # (V, D)
     src = e if embedding is None else embedding.double()  # (V, D)
-    w, n1 = head_weights(model, 1, induction_head), _norm_matrix(model.blocks[1].ln_1)
+    w, n1 = head_weights(model, 1, induction_head), _norm_matrix(model.block(1).ln_1)
     q = src @ (w["W_Q"] @ n1).T  # (V, d_h) the query of each token
     k = (w["W_K"] @ n1 @ ov_circuit(model, 0, prev_head) @ e.T).T  # (V, d_h) key from prev token
-    rope = {"base": cfg.rope_base, "interleaved": cfg.rope_interleaved}
+    rope: dict[str, Any] = {"base": cfg.rope_base, "interleaved": cfg.rope_interleaved}
     out = []
     for delta in offsets:
         if cfg.positions == "rope":
@@ -257,7 +258,7 @@ def ablated_heads(model: GPT, heads, mode: str = "mean"):
         return hook
 
     handles = [
-        model.blocks[layer].attn.W_O.register_forward_pre_hook(make_hook(hs))
+        model.block(layer).attn.W_O.register_forward_pre_hook(make_hook(hs))
         for layer, hs in by_layer.items()
     ]
     try:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -183,7 +184,9 @@ def config_from_gguf(
         )
     if rope not in ("half", "interleaved"):
         raise ValueError(f"rope must be 'half' or 'interleaved', got {rope!r}")
-    kwargs = dict(GGUF_FIXED, attention=attention, rope_interleaved=rope == "interleaved")
+    kwargs: dict[str, Any] = dict(
+        GGUF_FIXED, attention=attention, rope_interleaved=rope == "interleaved"
+    )
     for key, name in GGUF_CONFIG:
         if f"{arch}.{key}" in meta:
             kwargs[name] = meta[f"{arch}.{key}"]

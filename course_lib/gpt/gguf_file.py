@@ -120,7 +120,7 @@ def parse_gguf(data: np.ndarray | bytes, name: str = "file.gguf") -> GGUFFile:
     import gguf
 
     raw = np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes) else data
-    cur = _Cursor(memoryview(raw), name)
+    cur = _Cursor(raw.data, name)
     if bytes(raw[:4]) != b"GGUF":
         raise ValueError(f"{name} is not a GGUF file (it starts with {bytes(raw[:4])!r})")
     cur.at = 4
@@ -151,6 +151,7 @@ def parse_gguf(data: np.ndarray | bytes, name: str = "file.gguf") -> GGUFFile:
             )
         blob = raw[begin : begin + n_bytes]
         rows = tuple(int(d) for d in reversed(dims[1:]))  # the outer axes
+        view: np.ndarray
         if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
             dtype = np.float32 if qtype == gguf.GGMLQuantizationType.F32 else np.float16
             view = blob.view(dtype).reshape(*rows, int(dims[0]))

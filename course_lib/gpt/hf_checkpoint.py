@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -54,7 +55,8 @@ __all__ = [
 
 # (field of config.json, field of GPTConfig, value map or None). A missing optional field
 # keeps GPTConfig's default; "n_inner": null means 4 * d_model, as in GPTConfig.
-GPT2_CONFIG = (
+ConfigRow = tuple[str, str, "dict[str, str] | None"]
+GPT2_CONFIG: tuple[ConfigRow, ...] = (
     ("vocab_size", "vocab_size", None),
     ("n_positions", "seq_len", None),
     ("n_embd", "d_model", None),
@@ -73,7 +75,7 @@ GPT2_REQUIRED = (
     ("tie_word_embeddings", True, True),
 )
 
-LLAMA_CONFIG = (
+LLAMA_CONFIG: tuple[ConfigRow, ...] = (
     ("vocab_size", "vocab_size", None),
     ("max_position_embeddings", "seq_len", None),
     ("hidden_size", "d_model", None),
@@ -101,13 +103,14 @@ LLAMA_REQUIRED = (
 #   "conv1d_qkv" c_attn's weight [d, 3d]: split the out axis into W_Q, W_K, W_V, transposed;
 #   "qkv_bias"   c_attn's bias [3d]: split into the three biases;
 #   "rope_rows"  Llama's q/k rows, permuted per head when rope="interleaved" (else copied).
-GPT2_WEIGHTS = (
+WeightRow = tuple[str, "str | tuple[str, ...]", str]
+GPT2_WEIGHTS: tuple[WeightRow, ...] = (
     ("wte.weight", "embed.weight", "copy"),
     ("wpe.weight", "pos_embed.weight", "copy"),
     ("ln_f.weight", "ln_f.weight", "copy"),
     ("ln_f.bias", "ln_f.bias", "copy"),
 )
-GPT2_BLOCK = (
+GPT2_BLOCK: tuple[WeightRow, ...] = (
     ("h.{i}.ln_1.weight", "blocks.{i}.ln_1.weight", "copy"),
     ("h.{i}.ln_1.bias", "blocks.{i}.ln_1.bias", "copy"),
     (
@@ -131,15 +134,15 @@ GPT2_BLOCK = (
 )
 # tensors a GPT-2 file may hold that are not weights: the stored causal mask, the read-out
 # (tied: it is wte)
-GPT2_IGNORED = ("h.{i}.attn.bias", "h.{i}.attn.masked_bias", "lm_head.weight")
+GPT2_IGNORED: tuple[str, ...] = ("h.{i}.attn.bias", "h.{i}.attn.masked_bias", "lm_head.weight")
 GPT2_PREFIX = "transformer."  # GPT2LMHeadModel.save_pretrained prefixes the body's names
 
-LLAMA_WEIGHTS = (
+LLAMA_WEIGHTS: tuple[WeightRow, ...] = (
     ("model.embed_tokens.weight", "embed.weight", "copy"),
     ("model.norm.weight", "ln_f.weight", "copy"),
 )
-LLAMA_UNTIED = (("lm_head.weight", "lm_head.weight", "copy"),)
-LLAMA_BLOCK = (
+LLAMA_UNTIED: tuple[WeightRow, ...] = (("lm_head.weight", "lm_head.weight", "copy"),)
+LLAMA_BLOCK: tuple[WeightRow, ...] = (
     ("model.layers.{i}.input_layernorm.weight", "blocks.{i}.ln_1.weight", "copy"),
     ("model.layers.{i}.self_attn.q_proj.weight", "blocks.{i}.attn.W_Q.weight", "rope_rows"),
     ("model.layers.{i}.self_attn.k_proj.weight", "blocks.{i}.attn.W_K.weight", "rope_rows"),
@@ -150,7 +153,10 @@ LLAMA_BLOCK = (
     ("model.layers.{i}.mlp.up_proj.weight", "blocks.{i}.mlp.W_3.weight", "copy"),
     ("model.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.W_2.weight", "copy"),
 )
-LLAMA_IGNORED = ("model.layers.{i}.self_attn.rotary_emb.inv_freq", "lm_head.weight")
+LLAMA_IGNORED: tuple[str, ...] = (
+    "model.layers.{i}.self_attn.rotary_emb.inv_freq",
+    "lm_head.weight",
+)
 
 FAMILIES = {
     "gpt2": (GPT2_CONFIG, GPT2_FIXED, GPT2_REQUIRED),
@@ -186,13 +192,13 @@ def config_from_hf(hf: dict, *, rope: str = "half", attention: str = "course") -
                 f"= {hf['hidden_size']} / {hf['num_attention_heads']}: the course's model "
                 "has d_h = d_model / H"
             )
-    for name, value, default in required:
-        if hf.get(name, default) != value:
+    for name, only, default in required:
+        if hf.get(name, default) != only:
             raise ValueError(
                 f"config.json: {name}={hf.get(name)!r} does not map to the course's model, "
-                f"which supports {name}={value!r} only"
+                f"which supports {name}={only!r} only"
             )
-    kwargs = dict(fixed, attention=attention)
+    kwargs: dict[str, Any] = dict(fixed, attention=attention)
     for hf_name, name, values in table:
         if hf.get(hf_name) is None:
             continue
@@ -297,8 +303,7 @@ def gpt2_block_state_dict(tensors: dict[str, torch.Tensor], i: int, d_model: int
     tensors = {k.removeprefix(GPT2_PREFIX): v for k, v in tensors.items()}
     out = {}
     for hf_name, course, how in GPT2_BLOCK:
-        names = course if isinstance(course, tuple) else (course,)
-        names = tuple(n.format(i=i) for n in names)
+        names = tuple(n.format(i=i) for n in (course if isinstance(course, tuple) else (course,)))
         for name, value in zip(
             names, _convert(how, tensors[hf_name.format(i=i)], config, names[0])
         ):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -234,7 +235,7 @@ class CausalSelfAttention(nn.Module):
         if cfg.positions == "rope":  # queries and keys rotated in one call (half the overhead
             # of two when decoding one token, where each call's fixed cost dominates)
             pos = torch.arange(past, past + n, device=x.device)  # (N,)
-            rope = {"base": cfg.rope_base, "interleaved": cfg.rope_interleaved}
+            rope: dict[str, Any] = {"base": cfg.rope_base, "interleaved": cfg.rope_interleaved}
             qk = apply_rope(torch.cat((q, k), dim=1), pos, **rope)  # (B, H + Hkv, N, d_h)
             q, k = qk.split((cfg.num_heads, cfg.kv_heads), dim=1)  # (B, H | Hkv, N, d_h)
         if cache is not None:
@@ -279,7 +280,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.W_1(x)  # (B, N, d_ff)
-        if self.activation == "swiglu":
+        if self.W_3 is not None:  # "swiglu"
             h = F.silu(h) * self.W_3(x)  # (B, N, d_ff)
         else:
             exact = "tanh" if self.activation == "gelu_tanh" else "none"
@@ -306,7 +307,7 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)  # (B, N, d)
 
 
-def _norm(config: GPTConfig) -> nn.Module:
+def _norm(config: GPTConfig) -> nn.LayerNorm | RMSNorm:
     if config.norm == "rmsnorm":
         return RMSNorm(config.d_model, config.norm_eps)
     return nn.LayerNorm(config.d_model, eps=config.norm_eps)
@@ -337,7 +338,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, need_weights: bool = False):
         h, weights = self.attn(self.ln_1(x), cache, need_weights)  # (B, N, d_model)
         x = x + h  # (B, N, d_model)
-        if self.mlp is not None:
+        if self.mlp is not None and self.ln_2 is not None:  # both, or neither (config.mlp)
             x = x + self.mlp(self.ln_2(x))  # (B, N, d_model)
         return x, weights
 
@@ -380,9 +381,16 @@ class GPT(nn.Module):
     def use_backend(self, backend: str) -> GPT:
         """Switch every layer's attention backend (``"course"``, ``"torch"``, ``"flash"``)."""
         self.config = replace(self.config, attention=backend)
-        for block in self.blocks:
-            block.attn.config = self.config
+        for i in range(len(self.blocks)):
+            self.block(i).attn.config = self.config
         return self
+
+    def block(self, i: int) -> Block:
+        """Layer ``i``: ``self.blocks[i]``, typed as a :class:`Block` (an ``nn.ModuleList``'s
+        items are just modules to a type checker)."""
+        block = self.blocks[i]
+        assert isinstance(block, Block)
+        return block
 
     def new_caches(self) -> list[KVCache]:
         """One empty :class:`KVCache` per layer."""

@@ -8,12 +8,13 @@ every weight random so that a mistake in any mapping shows in the logits.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
 __all__ = ["TINY", "make_tiny_checkpoint"]
 
-TINY = {
+TINY: dict[str, dict[str, Any]] = {
     "gpt2": {"vocab_size": 256, "n_positions": 128, "n_embd": 32, "n_layer": 2, "n_head": 2},
     "llama": {
         "vocab_size": 256,

@@ -13,6 +13,7 @@ are in :mod:`course_lib.gpt.attention_stats` and :mod:`course_lib.stats`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -98,11 +99,13 @@ def run_model(
     for layer, head in ablate:
         ablated.setdefault(int(layer), []).append(int(head))
     wanted = set(range(cfg.num_layers)) if layers is None else set(layers)
-    rope = {"base": cfg.rope_base, "interleaved": cfg.rope_interleaved}
+    rope: dict[str, Any] = {"base": cfg.rope_base, "interleaved": cfg.rope_interleaved}
+    scale = None if cfg.scaled else 1.0  # as the model's attention
     run = Run(logits=torch.empty(0))
     with torch.no_grad():
         x = model.embed(tokens)  # (B, N, d_model)
-        for i, block in enumerate(model.blocks):
+        for i in range(len(model.blocks)):
+            block = model.block(i)
             a, h = block.attn, block.ln_1(x)  # (B, N, d_model)
             q_raw = split_heads(a.W_Q(h), cfg.num_heads)  # (B, H, N, d_h)
             k_raw = split_heads(a.W_K(h), cfg.kv_heads)  # (B, Hkv, N, d_h)
@@ -111,19 +114,23 @@ def run_model(
             kr, vr = repeat_kv(k, cfg.num_groups), repeat_kv(v, cfg.num_groups)  # (B, H, N, d_h)
             if need_weights and i in wanted:
                 out, w = scaled_dot_product_attention(
-                    q, kr, vr, keep
+                    q, kr, vr, keep, scale=scale
                 )  # (B, H, N, d_h), (B, H, N, N)
                 run.weights.append(w)
             else:
-                out = F.scaled_dot_product_attention(q, kr, vr, attn_mask=keep)  # (B, H, N, d_h)
+                out = F.scaled_dot_product_attention(
+                    q, kr, vr, attn_mask=keep, scale=scale
+                )  # (B, H, N, d_h)
             if capture and i in wanted:
                 for name, t in (("q", q), ("k", k), ("v", v), ("q_raw", q_raw), ("k_raw", k_raw)):
                     getattr(run, name).append(t)
             if i in ablated:
                 out = (ablate_with or mean_ablate)(out, ablated[i])  # (B, H, N, d_h)
             x = x + a.W_O(merge_heads(out))  # (B, N, d_model)
-            x = x + block.mlp(block.ln_2(x))  # (B, N, d_model)
-        run.logits = model.ln_f(x) @ model.embed.weight.T  # (B, N, V)
+            if block.mlp is not None and block.ln_2 is not None:  # (none: attention only)
+                x = x + block.mlp(block.ln_2(x))  # (B, N, d_model)
+        head = model.embed if model.lm_head is None else model.lm_head  # tied or not
+        run.logits = model.ln_f(x) @ head.weight.T  # (B, N, V)
     return run
 
 

@@ -236,7 +236,9 @@ class MultiHeadLatentAttention(nn.Module):
         )  # (B, H, N, d_h)
         return self.W_O(merge_heads(heads))  # (B, N, D)
 
-    def _append(self, x_new, c_kv, k_rope):
+    def _append(
+        self, x_new, c_kv, k_rope
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         self._check_x(x_new)
         if x_new.shape[1] != 1:
             raise ValueError(

@@ -28,6 +28,7 @@ import re
 import statistics
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -410,7 +411,7 @@ def _e(x) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _table(head: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
+def _table(head: list[str], rows: list[list[str]], numeric: Collection[int] = frozenset()) -> str:
     out = ["<table>", "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for row in rows:
         cells = "".join(

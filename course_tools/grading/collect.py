@@ -10,6 +10,7 @@ archive's entries are named inside it (``export.zip/bob/01_rnn.ipynb``).
 
 from __future__ import annotations
 
+import functools
 import os
 import unicodedata
 import zipfile
@@ -172,7 +173,7 @@ def _from_zip(path: Path, prefix: str) -> list[Submission]:
                 Submission(
                     sub_id,
                     name,
-                    loader=lambda m=info.filename: _load_member(path, m),
+                    loader=functools.partial(_load_member, path, info.filename),
                     size=info.file_size,
                 )
             )
@@ -249,5 +250,5 @@ def snapshot(subs: list[Submission], folder: Path) -> int:
         path.write_bytes(data)
         path.chmod(0o400)
         total += len(data)
-        sub.loader, sub._data = (lambda p=path: p.read_bytes()), None
+        sub.loader, sub._data = path.read_bytes, None
     return total

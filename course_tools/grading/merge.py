@@ -74,15 +74,15 @@ def merge_main(argv: list[str]) -> int:
 
 def _merge_problems(infos: list[tuple[Path, dict]], results: list[dict]) -> list[str]:
     problems = []
-    shards = [i.get("shard") for _, i in infos]
-    if any(s is None for s in shards):
+    shards = [i["shard"] for _, i in infos if i.get("shard") is not None]
+    if len(shards) != len(infos):
         problems.append("every folder must come from a `--shard K/N` run")
         return problems
-    n = {s[1] for s in shards}
-    if len(n) != 1:
-        problems.append(f"the shards come from different splits (N = {sorted(n)})")
+    splits = {s[1] for s in shards}
+    if len(splits) != 1:
+        problems.append(f"the shards come from different splits (N = {sorted(splits)})")
         return problems
-    (n,) = n
+    (n,) = splits
     ks = sorted(s[0] for s in shards)
     if ks != list(range(1, n + 1)):
         have = ", ".join(map(str, ks))

@@ -97,7 +97,7 @@ class Reaper:
         return killed
 
     def close(self) -> None:
-        if self.enabled:
+        if self.enabled and self.libc is not None:  # (enabled: libc was loaded)
             self.libc.prctl(PR_SET_CHILD_SUBREAPER, self.previous, 0, 0, 0)
             self.enabled = False
 
@@ -218,7 +218,7 @@ class Grader:
     def grade(self, index: int, sub: Submission) -> dict:
         self.journal(f"start {sub.id}")
         res = self._grade(index, sub)
-        counts = {}
+        counts: dict[str, int] = {}
         for r in res["rows"]:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         self.journal(f"done  {sub.id} " + " ".join(f"{k}:{v}" for k, v in sorted(counts.items())))
@@ -343,7 +343,8 @@ class Grader:
                 os.close(w)
                 log.close()
                 return self._fallback(sub, "error", f"could not start a grading process: {err}")
-            self.live[proc.pid] = kernels = []
+            kernels: list[int] = []
+            self.live[proc.pid] = kernels
             if self.stopping:
                 proc.kill()
         os.close(w)

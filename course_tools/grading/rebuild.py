@@ -30,6 +30,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 import nbformat
 
@@ -159,7 +160,9 @@ def parse_notebook(data: bytes) -> tuple[nbformat.NotebookNode, list[str]]:
             "nbformat 4",
         )
     # Some tools drop empty metadata; nbformat refuses a notebook or cell without it.
-    cells = raw.get("cells") if isinstance(raw.get("cells"), list) else []
+    cells = raw.get("cells")
+    if not isinstance(cells, list):
+        cells = []
     for part in [raw, *cells]:
         if isinstance(part, dict) and not isinstance(part.get("metadata"), dict):
             part["metadata"] = {}
@@ -285,7 +288,7 @@ def find_solution_cells(
 
     found = find(list(nb.cells), assignment, ex_id, target)
     notes: list[str] = []
-    if not found.cells:
+    if not found.cells or found.chosen is None:  # (no code cells: none chosen)
         if found.kind:
             return (
                 [],
@@ -682,7 +685,7 @@ def reaching(source: str) -> list[str]:
     return list(found.values())
 
 
-def _constant(node) -> bool:
+def _constant(node: object) -> TypeGuard[ast.Constant]:
     return isinstance(node, ast.Constant)
 
 
@@ -812,7 +815,9 @@ def rebuild(
         lambda: _flag(plan, order, solutions, reference, unstarted, course_imports(base.cells))
     )
     plan.notes.setdefault("*", []).extend(trouble)
-    learner_sources = [src for role, _, src in order if role in ("solution", "learner")]
+    learner_sources = [
+        src for role, _, src in order if role in ("solution", "learner") and isinstance(src, str)
+    ]
     plan.fingerprint = code_fingerprint(learner_sources)
     _emit(plan, order, _harvest_positions(order, plan, unstarted))
     for ex_id in sorted(unstarted):

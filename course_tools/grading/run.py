@@ -302,7 +302,7 @@ class _ChannelWatch:
     def __init__(self, client):
         import zmq
 
-        self.monitors = []
+        self.monitors: list[tuple[zmq.Socket, zmq.Socket, zmq.Socket]] = []
         for name in ("iopub_channel", "shell_channel"):
             try:
                 sock = getattr(client.kc, name).socket
@@ -570,6 +570,6 @@ class _Execution:
             self.done(i, outcome("died", self.guard.reason))
             self.bad.add(i)
             return True
-        err = client.errors.get(i)
-        self.done(i, outcome("error" if err else "ok", err or ""))
+        error = client.errors.get(i)
+        self.done(i, outcome("error" if error else "ok", error or ""))
         return False

@@ -38,6 +38,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def _real(p: str | Path) -> str:
     return os.path.realpath(str(p))
 
 
-def pythonpath(hide: list[str | Path] = ()) -> list[str]:
+def pythonpath(hide: Sequence[str | Path] = ()) -> list[str]:
     """The folders of ``PYTHONPATH`` a kernel may see (read-only): all but a folder that is,
     or holds, one of ``hide`` (the course folder, whose solutions/ no kernel may read)."""
     out = []
@@ -94,7 +95,8 @@ def course_packages() -> dict[str, str]:
     import course_lib
     import course_tools
 
-    return {m.__name__: _real(Path(m.__file__).parent) for m in (course_lib, course_tools)}
+    files = {"course_lib": course_lib.__file__, "course_tools": course_tools.__file__}
+    return {name: _real(Path(file).parent) for name, file in files.items()}
 
 
 # the chapter checks: references, hidden-case generators (chNN.py) and their texts (chNN.md)
@@ -133,7 +135,7 @@ def _remove_if_mine(root: str, pid: int) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def course_lib_views(hide: list[str | Path] = ()) -> list[str]:
+def course_lib_views(hide: Sequence[str | Path] = ()) -> list[str]:
     """Every path under which a kernel could find ``course_lib``'s files: the grader's own
     (:data:`PACKAGES`), where it really lives, and a ``course_lib`` inside any folder the
     kernel sees (site-packages, ``PYTHONPATH``). The sandbox binds the learner's copy over each."""
@@ -159,7 +161,7 @@ def _under(path: str, folders: list[str]) -> bool:
     return any(path == f or path.startswith(str(f).rstrip("/") + "/") for f in folders)
 
 
-def python_paths(hide: list[str | Path] = ()) -> list[str]:
+def python_paths(hide: Sequence[str | Path] = ()) -> list[str]:
     """Folders the kernel's Python needs: the environment, its base, site-packages, the
     course's own packages (wherever an editable install keeps them) and ``PYTHONPATH``
     (see :func:`pythonpath`)."""
@@ -410,7 +412,7 @@ class Sandbox:
     bwrap: str
     user_namespace: bool = True
     ro: list[str] = field(default_factory=list)  # extra read-only folders
-    hide: list[str] = field(default_factory=list)  # never bound, nor any folder above them
+    hide: list[str | Path] = field(default_factory=list)  # never bound, nor any folder above them
     version: tuple[int, ...] = (0, 8, 0)
 
     @staticmethod
@@ -461,7 +463,11 @@ class Sandbox:
         )
 
     def command(
-        self, cmd: list[str], rw: list[str | Path], cwd: str | Path, ro: list[str | Path] = ()
+        self,
+        cmd: list[str],
+        rw: Sequence[str | Path],
+        cwd: str | Path,
+        ro: Sequence[str | Path] = (),
     ) -> list[str]:
         """``cmd`` wrapped: ``rw`` folders writable, ``ro`` (and the system) read-only."""
         b = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
@@ -512,8 +518,8 @@ class Sandbox:
         for view in course_lib_views(self.hide):  # then, over each place the kernel sees
             if view.startswith(PACKAGES + "/") or _under(view, shown):  # course_lib, the
                 b += ["--ro-bind", learner_course_lib(), view]  # copy without the checks
-        for p in rw:
-            b += ["--bind", str(p), str(p)]
+        for w in rw:
+            b += ["--bind", str(w), str(w)]
         # last: the root (bubblewrap's own tmpfs, unsized) becomes read-only once every
         # mount point is made; the binds and tmpfs under it keep their own modes
         b += ["--remount-ro", "/", "--chdir", str(cwd), "--"]
@@ -529,7 +535,7 @@ def host_models() -> str | None:
     return _real(folder) if folder.is_dir() else None
 
 
-def kernel_env(threads: int, hide: list[str | Path] = ()) -> dict[str, str]:
+def kernel_env(threads: int, hide: Sequence[str | Path] = ()) -> dict[str, str]:
     """The environment inside the sandbox: nothing of the grader's but what a kernel needs
     (no tokens or credentials), private folders under the sandbox's own /tmp, and the
     ``PYTHONPATH`` folders the sandbox shows (see :func:`pythonpath`)."""

@@ -4,6 +4,7 @@ ablation and per-token losses."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -43,6 +44,22 @@ def test_run_model_is_the_models_forward(model, tokens):
     torch.testing.assert_close(run.logits, logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(run.weights[1], weights[1], atol=1e-6, rtol=1e-5)
     assert run.q[0].shape == (2, 4, 24, 8) and run.k_raw[1].shape == (2, 2, 24, 8)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"tie_embeddings": False}, {"scaled": False}, {"mlp": False}],
+    ids=["untied read-out", "unscaled scores", "attention only"],
+)
+def test_run_model_is_the_forward_of_every_kind_of_model(tokens, change):
+    torch.manual_seed(2)
+    other = GPT(replace(LLAMA, **change)).eval()
+    with torch.no_grad():
+        # weights large enough that a missing scale or a wrong read-out shows in the logits
+        for p in other.parameters():
+            p.mul_(3.0)
+        expected = other(tokens)
+    torch.testing.assert_close(run_model(other, tokens).logits, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_shifted_positions_change_nothing_and_a_gap_does(model, tokens):
