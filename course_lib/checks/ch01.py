@@ -284,7 +284,7 @@ def critical_path_reference(parents, *, wait="max", count="nodes", end="any") ->
     without parents), 0 for an empty graph; as :func:`course_lib.rnn.critical_path`."""
     if count == "work":  # every node, as if none ran side by side
         return len(parents)
-    depth = []
+    depth: list[int] = []
     for ps in parents:
         if wait == "sum":  # the parents one after another
             before = sum(depth[p] for p in ps)

@@ -45,8 +45,9 @@ def sinusoidal_table_reference(
     angle = p / BASE**e  # (n, d)
     if concat:  # [sin | cos] of the pairs' angles
         return np.concatenate((np.sin(angle[:, 0::2]), np.cos(angle[:, 0::2])), axis=1)
-    even, odd = (np.cos, np.sin) if swapped else (np.sin, np.cos)
-    return np.where(j % 2 == 0, even(angle), odd(angle))  # (n, d)
+    sin, cos = np.sin(angle), np.cos(angle)  # (n, d) each
+    even, odd = (cos, sin) if swapped else (sin, cos)
+    return np.where(j % 2 == 0, even, odd)  # (n, d)
 
 
 def _sin_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:

@@ -71,7 +71,9 @@ def exercise(
         errors={pattern: text(f"{id}/{name}") for name, pattern in (errors or {}).items()},
         no_warnings=(optional["no-warnings"] or True) if no_warnings else False,
         keeps_inputs=(optional["keeps-inputs"] or True) if keeps_inputs else False,
-        gaps={way: texts[f"{id}/gap-{way}"].render(True) for way in GAPS if f"{id}/gap-{way}" in texts},
+        gaps={
+            way: texts[f"{id}/gap-{way}"].render(True) for way in GAPS if f"{id}/gap-{way}" in texts
+        },
         **fields,
     )
     return register(ex)

@@ -228,14 +228,12 @@ def test_every_path_on_the_architecture_page_exists():
 
 
 def test_no_learner_module_is_longer_than_a_reader_can_hold():
-    # The library a lecture sends its reader to (chapters, experiments, widgets, foundation).
-    # checks/ is left out on purpose: its chapter files hold the exercises' wrong twins, which
-    # a learner should meet as feedback, not read before solving.
+    # The library a lecture sends its reader to (chapters, experiments, widgets, foundation),
+    # and the exercises' checks: a chapter's references with their slips, and its cases.
     long = {
         rel: n
         for rel in _modules("course_lib")
-        if not rel.startswith("course_lib/checks/")
-        and (n := len((ROOT / rel).read_text().splitlines())) >= LEARNER_MODULE_MAX_LINES
+        if (n := len((ROOT / rel).read_text().splitlines())) >= LEARNER_MODULE_MAX_LINES
     }
     assert not long, f"modules of {LEARNER_MODULE_MAX_LINES} lines or more: {long}"
 
@@ -292,8 +290,13 @@ def test_the_library_length_scan_counts_what_it_says(tmp_path, monkeypatch):
 
 
 def test_no_function_of_the_tools_is_longer_than_a_reader_can_follow():
-    # the grader's stages (rebuild, run, harvest, score, report) each in a function of its own
+    # the grader's stages (rebuild, run, harvest, score, report) each in a function of its own;
+    # the benchmark scripts and tools/ too
+    scripts = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "benchmarks").glob("*.py"))]
+    scripts += [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "tools").glob("*.py"))]
     long = [
-        f for rel in _modules("course_tools") for f in _long_functions(rel, TOOL_FUNCTION_MAX_LINES)
+        f
+        for rel in _modules("course_tools") + scripts
+        for f in _long_functions(rel, TOOL_FUNCTION_MAX_LINES)
     ]
     assert not long, f"functions over {TOOL_FUNCTION_MAX_LINES} lines: {long}"
