@@ -217,6 +217,34 @@ def test_the_architecture_page_names_every_tool():
     assert not missing, f"docs/architecture.md has no line for {missing}"
 
 
+def _chapters(text: str) -> set[str]:
+    return set(re.findall(r"\b(\d{2})\b", text))
+
+
+def test_each_folders_chapters_include_its_modules_chapters():
+    """A folder's heading ("### `course_lib/gpt/` (chapters 07, 10 and 11)") and its row in
+    the top table name every chapter its modules' lines start with ("chapter 11: ...")."""
+    text = DOC.read_text()
+    sections = re.split(r"^### ", text, flags=re.M)[1:]
+    checked = 0
+    for section in sections:
+        head = re.match(r"`(course_lib/[^`]+/)` \(chapters? ([^)]*)\)", section)
+        if not head:
+            continue
+        folder, listed = head.group(1), _chapters(head.group(2))
+        named = set()
+        for line in section.splitlines():
+            lead = re.match(r"\| `[^`]+` \| chapters? ([\d, and]+)[:\s]", line)
+            if lead:
+                named |= _chapters(lead.group(1))
+        assert named <= listed, f"{folder}: its modules serve chapters {sorted(named - listed)}"
+        row = re.search(rf"^\| `{re.escape(folder)}` \| ([^|]*) \|", text, re.M)
+        if row:
+            assert _chapters(row.group(1)) >= listed, f"{folder}: the top table lists fewer"
+        checked += 1
+    assert checked >= 4
+
+
 def test_every_path_on_the_architecture_page_exists():
     gone = [
         p
