@@ -43,7 +43,7 @@ FOLDERS = {
     "module has its test file (this map), `course_lib` never imports `course_tools`, one name per "
     "concept, lint and types, clean notebooks",
     "tests/support": "helpers the folders share (not tests), on `sys.path`: `course_lab`, "
-    "`browser_lab`, `grading_lab`, `guide_blocks`, `scripts`, `tiny_gguf`, `flash_lab`, "
+    "`browser_lab`, `grading_lab`, `guide_blocks`, `scripts`, `tiny_gguf`, `flash_lab`, `gpt_lab`, "
     "`context_parallel_lab`",
 }
 

@@ -33,7 +33,7 @@ import grading_lab
 import nbformat
 import pytest
 from grading_lab import grade as _grade  # the course's grader, in this process
-from grading_lab import sandbox_flags
+from grading_lab import notebook_v3, sandbox_flags, strip_course_metadata
 
 from course_tools.grading.rebuild import Course
 
@@ -160,47 +160,6 @@ softmax = get_exercise("00.1").reference
 """
 
 
-def _v3(source: str) -> bytes:
-    nb = {
-        "nbformat": 3,
-        "nbformat_minor": 0,
-        "metadata": {"name": ""},
-        "worksheets": [
-            {
-                "cells": [
-                    {
-                        "cell_type": "code",
-                        "input": "import numpy as np",
-                        "language": "python",
-                        "outputs": [],
-                        "metadata": {},
-                        "collapsed": False,
-                    },
-                    {
-                        "cell_type": "code",
-                        "input": source,
-                        "language": "python",
-                        "outputs": [],
-                        "metadata": {},
-                        "collapsed": False,
-                    },
-                ],
-                "metadata": {},
-            }
-        ],
-    }
-    return _dump(nb)
-
-
-def _strip_course_metadata(nb: dict) -> dict:
-    nb = copy.deepcopy(nb)
-    nb["metadata"].pop("course", None)
-    for c in nb["cells"]:
-        c.get("metadata", {}).pop("course", None)
-        c.get("metadata", {}).pop("nbgrader", None)
-    return nb
-
-
 def _variants() -> dict[str, tuple[bytes, str]]:
     """file name -> (bytes, expected status of exercise 00.1)."""
     v: dict[str, tuple[bytes, str]] = {}
@@ -218,11 +177,11 @@ def _variants() -> dict[str, tuple[bytes, str]]:
     weird = _nb()
     weird["nbformat"] = "four"
     v["00_setup_weird.ipynb"] = (_dump(weird), "error")
-    v["00_setup_v3.ipynb"] = (_v3(CORRECT), "passed")  # converted, matched by `def softmax`
+    v["00_setup_v3.ipynb"] = (notebook_v3(CORRECT), "passed")  # converted, matched by `def softmax`
     # --- unknown assignment: no metadata, a name that says nothing, no exercise tags
-    v["homework.ipynb"] = (_dump(_strip_course_metadata(_nb())), "error")
+    v["homework.ipynb"] = (_dump(strip_course_metadata(_nb())), "error")
     # --- found by file name and function name when every tag was stripped
-    v["alice_00_setup.ipynb"] = (_dump(_strip_course_metadata(_nb())), "passed")
+    v["alice_00_setup.ipynb"] = (_dump(strip_course_metadata(_nb())), "passed")
     # --- missing and duplicated cells
     nb = _nb()
     nb["cells"].remove(_cell(nb, "solution"))

@@ -6,6 +6,7 @@ read back, and whether this machine has the sandbox.
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
@@ -139,3 +140,46 @@ def feedback(run: dict, submission: str) -> str:
 def blames_the_grader(text: str) -> bool:
     """Feedback that puts the fault on the grader rather than on the submission."""
     return "internal grader error" in text or "could not start a grading process" in text
+
+
+def notebook_v3(source: str) -> bytes:
+    """A notebook in the old nbformat 3 layout: an import cell, then ``source``."""
+    nb = {
+        "nbformat": 3,
+        "nbformat_minor": 0,
+        "metadata": {"name": ""},
+        "worksheets": [
+            {
+                "cells": [
+                    {
+                        "cell_type": "code",
+                        "input": "import numpy as np",
+                        "language": "python",
+                        "outputs": [],
+                        "metadata": {},
+                        "collapsed": False,
+                    },
+                    {
+                        "cell_type": "code",
+                        "input": source,
+                        "language": "python",
+                        "outputs": [],
+                        "metadata": {},
+                        "collapsed": False,
+                    },
+                ],
+                "metadata": {},
+            }
+        ],
+    }
+    return dump(nb)
+
+
+def strip_course_metadata(nb: dict) -> dict:
+    """``nb`` without the course's and nbgrader's cell metadata (a notebook from elsewhere)."""
+    nb = copy.deepcopy(nb)
+    nb["metadata"].pop("course", None)
+    for c in nb["cells"]:
+        c.get("metadata", {}).pop("course", None)
+        c.get("metadata", {}).pop("nbgrader", None)
+    return nb

@@ -7,28 +7,11 @@ from dataclasses import replace
 
 import pytest
 import torch
+from gpt_lab import TINY, one_thread  # noqa: F401  (one_thread: an autouse fixture)
+from gpt_lab import tiny_model as _model
+from gpt_lab import tiny_tokens as _tokens
 
 from course_lib.gpt import generate as G
-from course_lib.gpt.model import GPT, GPTConfig
-from course_lib.timing import single_thread
-
-TINY = GPTConfig(vocab_size=23, seq_len=16, d_model=32, num_layers=2, num_heads=2)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Models this small run fastest on one thread (several only fight on a busy machine)."""
-    with single_thread():
-        yield
-
-
-def _model(config: GPTConfig = TINY, seed: int = 0) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(config).eval()
-
-
-def _tokens(b: int, n: int, v: int = TINY.vocab_size, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, v, (b, n), generator=torch.Generator().manual_seed(seed))
 
 
 class Counting:

@@ -4,12 +4,19 @@ code for a human look (all on small sources and the course's chapter 00; nothing
 
 from __future__ import annotations
 
-import copy
 import json
 
 import nbformat
 import pytest
-from grading_lab import ROOT, cell, dump, notebook, with_solutions
+from grading_lab import (
+    ROOT,
+    cell,
+    dump,
+    notebook,
+    notebook_v3,
+    strip_course_metadata,
+    with_solutions,
+)
 
 from course_tools.grading import rebuild as rb
 from course_tools.grading.rebuild import (
@@ -52,47 +59,6 @@ def _with_solution(source: str) -> bytes:
     return with_solutions({"00.1": source})
 
 
-def _v3(source: str) -> bytes:
-    nb = {
-        "nbformat": 3,
-        "nbformat_minor": 0,
-        "metadata": {"name": ""},
-        "worksheets": [
-            {
-                "cells": [
-                    {
-                        "cell_type": "code",
-                        "input": "import numpy as np",
-                        "language": "python",
-                        "outputs": [],
-                        "metadata": {},
-                        "collapsed": False,
-                    },
-                    {
-                        "cell_type": "code",
-                        "input": source,
-                        "language": "python",
-                        "outputs": [],
-                        "metadata": {},
-                        "collapsed": False,
-                    },
-                ],
-                "metadata": {},
-            }
-        ],
-    }
-    return _dump(nb)
-
-
-def _strip_course_metadata(nb: dict) -> dict:
-    nb = copy.deepcopy(nb)
-    nb["metadata"].pop("course", None)
-    for c in nb["cells"]:
-        c.get("metadata", {}).pop("course", None)
-        c.get("metadata", {}).pop("nbgrader", None)
-    return nb
-
-
 @pytest.fixture(scope="module")
 def course() -> Course:
     return Course.load(ROOT, check=False)
@@ -105,7 +71,7 @@ def test_parse_notebook_rejects_what_it_cannot_read():
     for data in (b"{", b"[]", b'{"cells": [], "nbformat": 9}', b"\xff\xfe"):
         with pytest.raises(SubmissionError):
             parse_notebook(data)
-    nb, notes = parse_notebook(_v3("x = 1"))
+    nb, notes = parse_notebook(notebook_v3("x = 1"))
     assert nb.nbformat == 4 and notes
 
 
@@ -157,7 +123,7 @@ def test_identify_by_metadata_name_and_ids():
     course = Course.load(ROOT)
     nb, _ = parse_notebook((ROOT / "solutions/00_setup.ipynb").read_bytes())
     assert identify(nb, "whatever.ipynb", course) == ("00_setup", "metadata")
-    bare, _ = parse_notebook(_dump(_strip_course_metadata(_nb())))
+    bare, _ = parse_notebook(_dump(strip_course_metadata(_nb())))
     assert identify(bare, "bob-00_setup (1).ipynb", course)[0] == "00_setup"
     assert identify(bare, "homework.ipynb", course) == (None, "")
 
