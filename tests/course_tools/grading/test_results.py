@@ -181,3 +181,23 @@ def test_the_grader_fails_an_answer_that_changes_its_input_as_the_check_does(tmp
     assert any("changed its argument `out`" in line for line in verdict.feedback)
     cases = _harvest("11.4", mean_ablate, 3, tmp_path / "copy")
     assert score("11.4", cases, tmp_path / "copy").status == "passed"
+
+
+def test_a_named_mistake_is_recorded_by_its_key_and_the_report_names_it(tmp_path):
+    """The gradebook's diagnoses are keys the checks set, never text re-read from feedback;
+    the class report turns a key back into the mistake's nudge."""
+    from course_tools.grading import class_report
+
+    def wrong_axis(x):
+        return softmax_reference(x, axis=0, shift=False)  # the 00.1/axis-0 slip, as a learner
+
+    cases = _harvest("00.1", wrong_axis, 7, tmp_path)
+    verdict = score("00.1", cases, tmp_path)
+    assert verdict.status == "failed" and verdict.diagnoses
+    # one key per failed case; on huge scores the same slip also overflows, named as such
+    assert "00.1/axis-0" in verdict.diagnoses, verdict.diagnoses
+    assert set(verdict.diagnoses) <= {"00.1/axis-0", "00.1/overflow"}, verdict.diagnoses
+    named = class_report.mistake_name("00.1", class_report._GRADER + "00.1/axis-0")
+    assert named == "you normalised over the wrong axis (axis 0, down the columns).", named
+    # a learner's own text that looks like a key is not a diagnosis
+    assert class_report.mistake_name("00.1", "00.1/axis-0") is None
