@@ -23,6 +23,8 @@ function takes a keyword for each common mistake (a *slip*); what the checks say
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import torch
 
@@ -107,11 +109,12 @@ def _compare_state_dict(got, expected, case) -> str | None:
             f"expected a list of (key, tensor) pairs, got {kind}: the statement asks for "
             "list(block.items()) of your dict (dict(pairs) is what load_state_dict takes)."
         )
-    keys = [k for k, _ in got]
-    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    counts = Counter(k for k, _ in got)  # linear: a learner's list may be very long
+    repeated = sorted(k for k, n in counts.items() if n > 1)
     if repeated:
+        shown = repeated[:5] + (["..."] if len(repeated) > 5 else [])
         return Diagnosed(
-            f"the key(s) {repeated} appear more than once among your pairs: each course key "
+            f"the key(s) {shown} appear more than once among your pairs: each course key "
             "names one tensor, so give each exactly once."
         )
     expected = dict(expected)

@@ -12,7 +12,7 @@ import torch
 
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.ch10 import gpt2_tensors, planted_weights
-from course_lib.checks.core import cases_for, get_exercise
+from course_lib.checks.core import Case, cases_for, get_exercise
 from course_lib.gpt import pretrained as P
 from course_lib.gpt.tiny_checkpoints import make_tiny_checkpoint
 from course_lib.positional import apply_rope
@@ -173,6 +173,28 @@ def test_10_1_a_dict_or_a_repeated_key_gets_one_precise_line():
 
     with pytest.raises(CheckFailed, match=r"appear more than once"):
         check("10.1", twice, quiet=True)
+
+
+def test_10_1_many_repeated_keys_cost_the_grader_linear_work():
+    """Judging runs in the grader's own process: a long list of pairs must not cost it
+    quadratic work (a key compared with every other). Counted, not timed."""
+    from course_lib.checks import ch10
+
+    compared = 0
+
+    class Key(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other):
+            nonlocal compared
+            compared += 1
+            return str.__eq__(self, other)
+
+    n = 2_000
+    pairs = [(Key(f"blocks.0.k{i % 50}"), torch.zeros(1)) for i in range(n)]
+    message = ch10._compare_state_dict(pairs, pairs[:50], Case("many", ()))
+    assert "appear more than once" in message and "..." in message  # 50 keys, 5 shown
+    assert compared < 4 * n, compared  # the old keys.count(k) per key: about n * n / 50 = 80,000
 
 
 # code that would be the answer of 10.2, in any of its spellings
