@@ -70,7 +70,9 @@ def atomic_write(path: Path, text: str) -> None:
     # a short temporary name: the final one may be as long as the file system allows
     fd, tmp = tempfile.mkstemp(prefix=".cg-", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        # a lone surrogate (a learner's exception message may hold one) is written as
+        # "\\udXXX": valid JSON, readable CSV; strict UTF-8 would end the whole run
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -430,7 +432,7 @@ class Gradebook:
         else:
             self.skipped.append(path)
         self.results.append(res)
-        with open(self.journal, "a", encoding="utf-8") as f:
+        with open(self.journal, "a", encoding="utf-8", errors="backslashreplace") as f:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -444,11 +446,12 @@ class Gradebook:
     def finish(self) -> list[Path]:
         """Rewrite everything from memory (after the last learner process is gone, so
         nothing a kernel did to ``DIR`` meanwhile survives)."""
-        self.journal.write_text(
+        atomic_write(
+            self.journal,
             "".join(
                 json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
                 for r in sorted(self.results, key=lambda r: r["submission"])
-            )
+            ),
         )
         skipped = write_all(self.out_dir, self.results, self.provenance, list(self.paths))
         return sorted(set(skipped) | set(self.skipped))

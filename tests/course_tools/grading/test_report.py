@@ -337,6 +337,26 @@ def test_a_gradebook_is_valid_from_the_start_and_after_each_submission(tmp_path)
     assert [r["submission"] for r in read_results(tmp_path)] == ["s/a.ipynb", "s/b.ipynb"]
 
 
+def test_a_lone_surrogate_in_a_learners_message_ends_nothing(tmp_path):
+    """An exception message may hold a lone surrogate ("\\ud800"): strict UTF-8 refused to
+    write it, and the run lost its journal and its final tables (#45, item 5)."""
+    book = Gradebook(tmp_path, {}, ["s/a.ipynb", "s/b.ipynb"])
+    odd = "your function raised ValueError: \ud800 here"
+    book.add(_result("s/a.ipynb", _row("s/a.ipynb", status="failed", points=0, feedback=[odd])))
+    book.add(_result("s/b.ipynb"))
+    assert len(book.results) == 2  # each submission once
+    assert book.finish() == []
+    journal = read_results(tmp_path)
+    assert [r["submission"] for r in journal] == ["s/a.ipynb", "s/b.ipynb"]
+    assert journal[0]["rows"][0]["feedback"] == [odd]  # the same string read back
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "grades.csv").read_text())))
+    assert [(r["submission"], r["status"]) for r in rows] == [
+        ("s/a.ipynb", "failed"),
+        ("s/b.ipynb", "passed"),
+    ]
+    assert "ValueError: ? here" in (tmp_path / "feedback" / "s" / "a.md").read_text()
+
+
 def test_a_result_that_is_not_json_is_recorded_as_an_error(tmp_path):
     book = Gradebook(tmp_path, {}, ["s/x.ipynb"])
     res = _result("s/x.ipynb")
