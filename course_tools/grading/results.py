@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -264,32 +265,49 @@ class Verdict:
     diagnoses: list[str] = field(default_factory=list)
 
 
-def _result_file_problem(path: Path) -> str | None:
-    """A result file must be a plain file of sane size (a planted FIFO would hang us)."""
+def read_result_file(path: Path) -> tuple[bytes | None, str | None]:
+    """A result file's bytes, read through one descriptor: ``(data, None)``, ``(None,
+    None)`` when there is none, or ``(None, why)``. It must be a plain file (not a link, a
+    FIFO or a device) of sane size, and an archive must not unpack to too much. Opening
+    without following links and without blocking, then checking what was opened, leaves no
+    moment in which a FIFO renamed over the file could stall the grader."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
-        st = os.lstat(path)
+        fd = os.open(path, flags)
     except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return f"{path.name} is not a regular file: results were tampered with"
-    if st.st_size > MAX_RESULT_BYTES:
-        return f"{path.name} is {st.st_size} bytes, over the {MAX_RESULT_BYTES} byte limit"
+        return None, None
+    except OSError:  # a link (ELOOP), or something that cannot be opened to read
+        return None, f"{path.name} is not a regular file: results were tampered with"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"{path.name} is not a regular file: results were tampered with"
+        if st.st_size > MAX_RESULT_BYTES:
+            return (
+                None,
+                f"{path.name} is {st.st_size} bytes, over the {MAX_RESULT_BYTES} byte limit",
+            )
+        data = f.read(MAX_RESULT_BYTES + 1)
+    if len(data) > MAX_RESULT_BYTES:
+        return None, f"{path.name} grew past the {MAX_RESULT_BYTES} byte limit while read"
     if path.suffix == ".npz":  # a zip: bound what it unpacks to, not its size on disk
-        return zip_problem(path)
-    return None
+        problem = zip_problem(data, name=path.name)
+        if problem:
+            return None, problem
+    return data, None
 
 
 MAX_ZIP_ENTRIES = 10_000  # a case records a few arrays; the course's largest is far below
 _EOCD, _EOCD64, _LOCATOR64 = b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
 
 
-def zip_entries(path: str | Path) -> tuple[int, int]:
+def zip_entries(path: str | Path | bytes) -> tuple[int, int]:
     """(entries, central directory bytes) of a zip archive, read from its end record (and
     the zip64 one), before anything parses the central directory. ValueError when there
     is no end record."""
     import struct
 
-    with open(path, "rb") as f:
+    with io.BytesIO(path) if isinstance(path, bytes) else open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         size = f.tell()
         tail_len = min(size, 22 + 65535)
@@ -315,13 +333,17 @@ def zip_entries(path: str | Path) -> tuple[int, int]:
 
 
 def zip_problem(
-    path: str | Path, max_entries: int = MAX_ZIP_ENTRIES, max_bytes: int | None = None
+    path: str | Path | bytes,
+    max_entries: int = MAX_ZIP_ENTRIES,
+    max_bytes: int | None = None,
+    name: str = "",
 ) -> str | None:
     """Why the recorded archive at ``path`` must not be opened (too many entries, a
     central directory too large, or it unpacks to more than ``max_bytes``), or None. The
     counts come from the end record: an archive listing millions of entries costs a few
-    bytes read, not the memory and minutes of parsing them."""
-    name = Path(path).name
+    bytes read, not the memory and minutes of parsing them. ``path`` may be the archive's
+    bytes (``name`` then names it)."""
+    name = name or (Path(path).name if not isinstance(path, bytes) else "the archive")
     max_bytes = MAX_RESULT_BYTES if max_bytes is None else max_bytes
     try:
         entries, cd_size = zip_entries(path)
@@ -333,7 +355,7 @@ def zip_problem(
             f"{max_entries} the grader reads"
         )
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(io.BytesIO(path) if isinstance(path, bytes) else path) as zf:
             unpacked = sum(i.file_size for i in zf.infolist())
     except (zipfile.BadZipFile, OSError, ValueError) as err:
         return f"the recorded outputs ({name}) are not a readable archive ({err})"
@@ -401,13 +423,14 @@ def score(
                 "kernel died or the time limit was reached)"
             ],
         )
-    for path in (jpath, npath):
-        problem = _result_file_problem(path)
-        if problem:
-            return Verdict(ex.id, 0, ex.points, "error", [problem])
+    (jdata, jproblem), (ndata, nproblem) = read_result_file(jpath), read_result_file(npath)
+    if jproblem or nproblem:
+        return Verdict(ex.id, 0, ex.points, "error", [jproblem or nproblem or ""])
+    if jdata is None:  # gone since it was seen: as if the check never ran
+        return Verdict(ex.id, 0, ex.points, "error", ["the check's results disappeared"])
     try:
-        record = json.loads(jpath.read_text())
-        arrays = _Loaded(np.load(npath, allow_pickle=False) if npath.exists() else {})
+        record = json.loads(jdata.decode("utf-8"))
+        arrays = _Loaded(np.load(io.BytesIO(ndata), allow_pickle=False) if ndata else {})
     except MemoryError:
         raise  # the grader's own limit for one submission: the worker says so
     except Exception as err:

@@ -152,6 +152,30 @@ def test_a_planted_fifo_is_refused_not_read(tmp_path):
     assert verdict.status == "error" and "not a regular file" in verdict.feedback[0]
 
 
+def test_a_fifo_swapped_in_after_a_look_cannot_stall_the_grader(tmp_path, monkeypatch):
+    """No look-then-open window (#45, item 6): the files are opened without blocking and
+    without following links, then checked through that descriptor. Here the path-based
+    looks would be lied to (a FIFO reported as a file) and must not be used at all."""
+    import os
+    import stat as stat_module
+
+    cases = _harvest("00.1", softmax_ok, 8, tmp_path)
+    regular = os.stat(tmp_path / "00.1.json")
+    (tmp_path / "00.1.npz").unlink()
+    os.mkfifo(tmp_path / "00.1.npz")
+    assert stat_module.S_ISFIFO(os.lstat(tmp_path / "00.1.npz").st_mode)
+    monkeypatch.setattr(os, "lstat", lambda *a, **k: regular)  # what a racing look would see
+    monkeypatch.setattr(os, "stat", lambda *a, **k: regular)
+    verdict = score("00.1", cases, tmp_path)  # returns at once: the FIFO is never read
+    assert verdict.status == "error" and "not a regular file" in verdict.feedback[0]
+    monkeypatch.undo()
+    link = tmp_path / "00.1.json"
+    target = tmp_path / "elsewhere.json"
+    link.rename(target)
+    link.symlink_to(target)  # a link to a file the kernel wrote elsewhere
+    assert "not a regular file" in score("00.1", cases, tmp_path).feedback[0]
+
+
 def test_a_compressed_bomb_is_refused_before_it_is_unpacked(tmp_path, monkeypatch):
     cases = _harvest("00.1", softmax_ok, 8, tmp_path)
     npz = tmp_path / "00.1.npz"
