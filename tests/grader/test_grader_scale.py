@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from grading_lab import ROOT, grade, row, with_solutions
+from grading_lab import ROOT, grade, readable_tree, row, with_solutions
 
 from course_tools.grading import cli
 from course_tools.grading.report import student_keys
@@ -55,16 +55,6 @@ def _class(folder: Path) -> Path:
     return subs
 
 
-def _tree(folder: Path) -> dict[str, bytes]:
-    """Every file a run leaves for people to read, by path (not the run's own records)."""
-    skip = {"run.json", "results.jsonl", "grading.log", ".grader-seed"}
-    return {
-        str(p.relative_to(folder)): p.read_bytes()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name not in skip
-    }
-
-
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     base = tmp_path_factory.mktemp("sharded")
@@ -91,7 +81,7 @@ def sharded(tmp_path_factory):
 def test_three_shards_merged_equal_one_run_byte_for_byte(sharded):
     base = sharded["base"]
     assert sharded["merge_code"] == 0
-    single, merged = _tree(base / "single"), _tree(base / "merged")
+    single, merged = readable_tree(base / "single"), readable_tree(base / "merged")
     assert sorted(single) == sorted(merged)
     assert {"grades.csv", "review.csv", "lms.csv"} <= set(single)
     assert sum(k.startswith("feedback/") for k in single) == 9

@@ -183,3 +183,13 @@ def strip_course_metadata(nb: dict) -> dict:
         c.get("metadata", {}).pop("course", None)
         c.get("metadata", {}).pop("nbgrader", None)
     return nb
+
+
+def readable_tree(folder: Path) -> dict[str, bytes]:
+    """Every file a run leaves for people to read, by path (not the run's own records)."""
+    skip = {"run.json", "results.jsonl", "grading.log", ".grader-seed"}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name not in skip
+    }

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from grading_lab import readable_tree
 from scripts import ROOT
 
 from course_tools.grading import cli
@@ -24,15 +25,6 @@ def _class(folder: Path) -> Path:
     return subs
 
 
-def _tree(folder: Path) -> dict[str, bytes]:
-    skip = {"run.json", "results.jsonl", "grading.log", ".grader-seed"}
-    return {
-        str(p.relative_to(folder)): p.read_bytes()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name not in skip
-    }
-
-
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("shards")
@@ -47,7 +39,7 @@ def test_merged_shards_equal_one_run_byte_for_byte(shards, tmp_path, capsys):
     argv = [str(shards / "shard1"), str(shards / "shard2"), "--out", str(tmp_path / "m")]
     assert merge_main([*argv, "--export", "lms,gradescope"]) == 0
     assert "merged 2 shard(s), 5 submission(s)" in capsys.readouterr().out
-    single, merged = _tree(shards / "single"), _tree(tmp_path / "m")
+    single, merged = readable_tree(shards / "single"), readable_tree(tmp_path / "m")
     assert sorted(single) == sorted(merged) and {"grades.csv", "lms.csv"} <= set(single)
     for path in single:
         assert single[path] == merged[path], path

@@ -59,6 +59,12 @@ def _result(sub: str, *rows: dict, assignment: str = "00_setup", **kw) -> dict:
     }
 
 
+def _unknown_error_result(feedback: list[str]) -> dict:
+    """An error of no known assignment or exercise (what a broken submission records)."""
+    row = _row("s/x.ipynb", "", "error", 0, 0, assignment="", feedback=feedback, title="")
+    return _result("s/x.ipynb", row, assignment="")
+
+
 # --------------------------------------------------------------------------- grades.csv
 
 
@@ -154,23 +160,7 @@ def test_feedback_never_leaves_the_output_folder(tmp_path):
     out.mkdir()
     elsewhere.mkdir()
     (out / "feedback").symlink_to(elsewhere)  # planted by a kernel during grading
-    res = {
-        "submission": "s/x.ipynb",
-        "assignment": "",
-        "notes": [],
-        "flags": {},
-        "rows": [
-            {
-                "submission": "s/x.ipynb",
-                "assignment": "",
-                "exercise": "",
-                "points": 0,
-                "max_points": 0,
-                "status": "error",
-                "feedback": ["r"],
-            }
-        ],
-    }
+    res = _unknown_error_result(feedback=["r"])
     skipped = write_all(out, [res])
     assert len(skipped) == 1 and not list(elsewhere.rglob("*"))
     assert (out / "grades.csv").exists()
@@ -410,27 +400,7 @@ def test_lms_export_keeps_each_students_best_score_per_assignment():
 
 
 def test_an_unknown_assignment_never_makes_a_percentage_nan(tmp_path):
-    results = [
-        {
-            "submission": "s/x.ipynb",
-            "assignment": "",
-            "notes": [],
-            "flags": {},
-            "rows": [
-                {
-                    "submission": "s/x.ipynb",
-                    "assignment": "",
-                    "exercise": "",
-                    "points": 0,
-                    "max_points": 0,
-                    "status": "error",
-                    "feedback": ["?"],
-                    "title": "",
-                }
-            ],
-        },
-    ]
-    text = lms_csv(results)
+    text = lms_csv([_unknown_error_result(feedback=["?"])])
     assert "nan" not in text.lower() and text.splitlines() == ["Student,SIS Login ID"]
 
 
