@@ -5,10 +5,10 @@
 
 Where the class got stuck, in figures: the distribution of totals, each exercise's pass rate
 and median points, a grid of every submission's status on every exercise, the mistakes the
-checks diagnosed most often (and the failures no named mistake explains, counted beside them) ("Likely cause: ..." in the
-feedback, counted only when it is one of the exercise's own diagnoses: its declared
-mistakes and hints, never a learner's text), the time-outs and errors, and the
-submissions that need a human look (``review.csv``, grouped by submission). It reads what a grading run wrote
+checks diagnosed most often (the keys the grader recorded, such as ``02.1/unscaled``, named
+by their nudge; never text from the feedback) and the failures no named mistake explains,
+the time-outs and errors, and the submissions that need a human look (``review.csv``,
+grouped by submission). It reads what a grading run wrote
 (``results.jsonl``, else ``grades.csv``, and ``review.csv``) and changes nothing there.
 
 The page needs no network and no other file: the figures are inline SVG drawn by
@@ -32,7 +32,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STATUSES = ("passed", "failed", "error", "timeout", "missing")
+from .protocol import STATUSES, exercise_key
+
 COLOURS = {
     "passed": "#2e7d32",
     "failed": "#ef6c00",
@@ -45,7 +46,6 @@ TOP_MISTAKES = 15
 # counted beside the named mistakes, so that the chart shows every failure
 UNNAMED = "failed, and no named mistake explains it"
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⏱", "missing": "–"}
-CAUSE = re.compile(r"Likely cause:\s*(.+)")
 
 
 @dataclass
@@ -105,7 +105,7 @@ class ClassData:
             s.max_points = max(s.max_points, float(r.get("max_points", 0)))
             s.points.append(float(r.get("points", 0)))
             s.statuses[r.get("status", "error")] += 1
-        return sorted(stats.values(), key=lambda s: _exercise_key(s.exercise))
+        return sorted(stats.values(), key=lambda s: exercise_key(s.exercise))
 
     def mistakes(self) -> list[tuple[str, str, int]]:
         """(exercise, mistake, submissions) for the mistakes the checks named, most common
@@ -119,14 +119,14 @@ class ClassData:
                 seen[(r["exercise"], name)] += 1
         ranked = sorted(
             seen.items(),
-            key=lambda kv: (-kv[1], _exercise_key(kv[0][0]), kv[0][1] == UNNAMED, kv[0][1]),
+            key=lambda kv: (-kv[1], exercise_key(kv[0][0]), kv[0][1] == UNNAMED, kv[0][1]),
         )
         return [(ex, name, n) for (ex, name), n in ranked]
 
     def grid(self) -> tuple[list[str], list[tuple[str, dict[str, dict]]]]:
         """(exercises in course order, [(submission, {exercise: its row})] by submission)."""
         exercises = sorted(
-            {r["exercise"] for r in self.rows if r.get("exercise")}, key=_exercise_key
+            {r["exercise"] for r in self.rows if r.get("exercise")}, key=exercise_key
         )
         subs = []
         for res in sorted(self.results, key=lambda res: str(res.get("submission", ""))):
@@ -165,11 +165,7 @@ class ClassData:
                         "reason": _first_line(str(why)),
                     }
                 )
-        return sorted(out, key=lambda t: (t["submission"], _exercise_key(t["exercise"])))
-
-
-def _exercise_key(ex_id: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.]", str(ex_id)))
+        return sorted(out, key=lambda t: (t["submission"], exercise_key(t["exercise"])))
 
 
 def _title(ex_id: str) -> str:
@@ -186,44 +182,15 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def causes(feedback: list) -> list[str]:
-    """The "Likely cause: ..." text the check appended to each of a row's feedback
-    messages (the last one of a message: text before it may be a learner's own exception
-    message)."""
-    found = []
-    for message in feedback:
-        hits = list(CAUSE.finditer(str(message)))
-        if hits:
-            found.append(hits[-1].group(1).strip())
-    return found
-
-
 def _diagnoses(row: dict) -> list[str]:
-    """A failed row's diagnoses: the grader's own record of them (``diagnoses``, made in
-    its process, every one a check's) where the row has one, else the "Likely cause" texts
-    of its feedback (a gradebook from an older grader), which only count when they name
-    a declared diagnosis (see :func:`mistake_name`)."""
-    if isinstance(row.get("diagnoses"), list):
-        return [_GRADER + str(d) for d in row["diagnoses"]]
-    return causes(row.get("feedback", []))
+    """A failed row's diagnoses: the keys the grader recorded (``diagnoses``, made in its
+    process from the checks' own results). Feedback text is never read for them: a row
+    without the record (a gradebook from a grader before 0.4) names no mistake."""
+    recorded = row.get("diagnoses")
+    return [_GRADER + str(d) for d in recorded] if isinstance(recorded, list) else []
 
 
 _GRADER = "\0grader:"  # marks a diagnosis the grader recorded itself (no learner text has it)
-
-
-def _declared(exercise_id: str) -> list[str]:
-    """The diagnoses the exercise's checks can make: its declared mistakes, the hints of
-    its exception patterns, its warning hint and its general hint (their short forms)."""
-    try:
-        from course_lib.checks.core import get_exercise
-
-        ex = get_exercise(exercise_id)
-    except Exception:  # an exercise this course no longer has: nothing is declared
-        return []
-    hints = [*ex.mistakes, ex.hint, *(getattr(ex, "errors", None) or {}).values()]
-    if isinstance(getattr(ex, "no_warnings", None), str):
-        hints.append(ex.no_warnings)
-    return sorted({str(h).strip() for h in hints if h and str(h).strip()}, key=len, reverse=True)
 
 
 _KEY = re.compile(r"^\d{2}\.\d+/[a-z0-9-]+$")
@@ -242,19 +209,15 @@ def _keyed(exercise_id: str, key: str) -> str:
 
 
 def mistake_name(exercise_id: str, cause: str) -> str | None:
-    """The diagnosis of the exercise's own checks that ``cause`` names (its short form,
-    the hint's nudge), else None: text that is not one of the checks' own (a learner's
-    exception saying "Likely cause: ...") is never reported as a diagnosis. The grader
-    records a diagnosis as its key ("02.1/unscaled"); older gradebooks hold its text."""
-    ours = cause.startswith(_GRADER)
-    cause = cause.removeprefix(_GRADER)
-    if ours and _KEY.match(cause):
-        return _keyed(exercise_id, cause)
-    for nudge in _declared(exercise_id):
-        if cause.startswith(nudge):
-            return nudge
-    if not ours:
+    """The diagnosis of the exercise's own checks that ``cause`` names: the hint's nudge
+    for a key the grader recorded ("02.1/unscaled"), else None. Only what the grader
+    recorded itself counts: text (a learner's exception saying "Likely cause: ...") is
+    never a diagnosis."""
+    if not cause.startswith(_GRADER):
         return None
+    cause = cause.removeprefix(_GRADER)
+    if _KEY.match(cause):
+        return _keyed(exercise_id, cause)
     first = re.split(r"(?<=[.!?])\s", cause, maxsplit=1)[0]
     return first if len(first) <= 200 else first[:199] + "…"
 

@@ -38,8 +38,16 @@ from .. import __version__  # noqa: E402
 from ..course import CourseRootError, course_commit, course_root  # noqa: E402
 from .collect import Submission, collect, snapshot  # noqa: E402
 from .merge import merge_main, write_json  # noqa: E402
-from .options import KERNEL_MEMORY, SEED_FILE, build_parser, default_jobs, make_limits  # noqa: E402, F401
-from .pool import Grader, Progress, Reaper, _signed_lines  # noqa: E402, F401
+from .options import (  # noqa: E402, F401
+    KERNEL_MEMORY,
+    SEED_FILE,
+    Options,
+    build_parser,
+    default_jobs,
+    make_limits,
+    parse_options,
+)
+from .pool import Grader, Progress, Reaper, signed_lines  # noqa: E402, F401
 from .report import (  # noqa: E402
     Gradebook,
     recording_failed,
@@ -114,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         from .class_report import main as report_main
 
         return report_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse_options(argv)
     try:
         _check_usage(args)
         root, sandbox, course = _find_course(args)
@@ -128,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     return _grade_class(args, run)
 
 
-def _check_usage(args) -> None:
+def _check_usage(args: Options) -> None:
     if args.jobs < 1 or args.timeout <= 0 or args.cell_timeout <= 0:
         raise _Usage("--jobs, --timeout and --cell-timeout must be positive")
     if args.shard and args.seed is None and args.seed_file is None:
@@ -139,10 +147,10 @@ def _check_usage(args) -> None:
         )
 
 
-def _find_course(args):
+def _find_course(args: Options):
     """The course folder, the sandbox (None with --unsafe-no-sandbox) and the course's
     own notebooks, each validated."""
-    from .rebuild import Course
+    from .identity import Course
 
     try:
         root = course_root(args.course)
@@ -171,7 +179,7 @@ def _find_course(args):
     return root, sandbox, course
 
 
-def _select(args) -> tuple[list[Submission], list[Submission]]:
+def _select(args: Options) -> tuple[list[Submission], list[Submission]]:
     """Every submission found, and this shard's, within the caps."""
     missing = [str(p) for p in args.inputs if not os.path.lexists(p)]
     if missing:  # a typo must not produce a gradebook with a bogus row
@@ -195,7 +203,7 @@ def _select(args) -> tuple[list[Submission], list[Submission]]:
     return everyone, subs
 
 
-def _open_out(args) -> tuple[Path, int]:
+def _open_out(args: Options) -> tuple[Path, int]:
     """The output folder, proven writable, and the seed."""
     out_dir = args.out.resolve()
     try:
@@ -209,7 +217,7 @@ def _open_out(args) -> tuple[Path, int]:
     return out_dir, seed
 
 
-def _grade_class(args, run: _Class) -> int:
+def _grade_class(args: Options, run: _Class) -> int:
     """Grade every submission of ``run``, write what the instructor reads, say how it went."""
     scratch = Path(tempfile.mkdtemp(prefix="cg-", dir=_short_tmp()))
     # before any learner code runs: every submission copied where no kernel can reach
@@ -255,7 +263,7 @@ def _grade_class(args, run: _Class) -> int:
     return _summarise(args, grader, results, len(run.subs), time.monotonic() - t0, out_dir)
 
 
-def _announce(args, run: _Class, limits: Limits) -> None:
+def _announce(args: Options, run: _Class, limits: Limits) -> None:
     sandbox = run.sandbox
     where = (
         f"sandbox: bubblewrap{'' if sandbox.user_namespace else ' (no user namespace)'}"
@@ -272,7 +280,7 @@ def _announce(args, run: _Class, limits: Limits) -> None:
     )
 
 
-def _run_info(args, run: _Class) -> dict:
+def _run_info(args: Options, run: _Class) -> dict:
     k, n = args.shard or (1, 1)
     return {
         "format": 1,
@@ -288,7 +296,7 @@ def _run_info(args, run: _Class) -> dict:
     }
 
 
-def _grade_all(args, grader: Grader, subs: list[Submission], book: Gradebook) -> bool:
+def _grade_all(args: Options, grader: Grader, subs: list[Submission], book: Gradebook) -> bool:
     """Grade ``subs``, ``--jobs`` at a time, each result into ``book`` as it finishes;
     True when interrupted (Ctrl-C, SIGTERM)."""
     interrupted = False
@@ -340,7 +348,9 @@ def _record(book: Gradebook, res: dict) -> None:
             book.results.append(failed)
 
 
-def _write_outputs(args, run: _Class, book: Gradebook, run_info: dict, interrupted) -> Path:
+def _write_outputs(
+    args: Options, run: _Class, book: Gradebook, run_info: dict, interrupted
+) -> Path:
     """The gradebook, feedback, review list and exports; somewhere else if DIR fails."""
     out_dir, results = run.out_dir, book.results
     try:
@@ -362,7 +372,9 @@ def _write_outputs(args, run: _Class, book: Gradebook, run_info: dict, interrupt
     return out_dir
 
 
-def _summarise(args, grader: Grader, results, n_subs: int, secs: float, out_dir: Path) -> int:
+def _summarise(
+    args: Options, grader: Grader, results, n_subs: int, secs: float, out_dir: Path
+) -> int:
     """The summary table and what needs the instructor's attention; the exit code."""
     print(summary_table(results))
     print(

@@ -14,7 +14,7 @@ import functools
 import os
 import unicodedata
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -180,7 +180,7 @@ def _from_zip(path: Path, prefix: str) -> list[Submission]:
     return out
 
 
-def _prefixes(inputs: list[str | Path]) -> list[str]:
+def _prefixes(inputs: Sequence[str | Path]) -> list[str]:
     """Each input's id prefix: its path relative to the folder holding all the inputs."""
     absolute = [os.path.abspath(str(p)) for p in inputs]
     parents = [os.path.dirname(p.rstrip(os.sep)) or os.sep for p in absolute]
@@ -195,7 +195,7 @@ def _prefixes(inputs: list[str | Path]) -> list[str]:
     return out
 
 
-def collect(inputs: list[str | Path]) -> list[Submission]:
+def collect(inputs: Sequence[str | Path]) -> list[Submission]:
     """All notebooks under ``inputs`` (files, folders searched recursively, .zip archives).
 
     Ids are paths relative to the folder that holds every input (see the module's

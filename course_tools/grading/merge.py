@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from .options import _exports
+from .options import parse_exports
 from .report import read_results, summary_table, write_all, write_exports
 
 
@@ -27,7 +27,7 @@ def merge_main(argv: list[str]) -> int:
     )
     p.add_argument("shards", nargs="+", type=Path, metavar="SHARD_DIR")
     p.add_argument("--out", required=True, type=Path, metavar="DIR")
-    p.add_argument("--export", type=_exports, default=[], metavar="WHAT")
+    p.add_argument("--export", type=parse_exports, default=[], metavar="WHAT")
     p.add_argument("--student", metavar="REGEX", default=None)
     args = p.parse_args(argv)
     infos, results = [], []

@@ -7,10 +7,11 @@ import argparse
 import os
 import re
 import secrets
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..course import add_course_argument
-from .report import EXPORTS
+from .protocol import EXPORTS
 from .sandbox import CgroupSet, Limits, memory_total, usable_cpus
 
 SEED_FILE = ".grader-seed"
@@ -32,7 +33,7 @@ def _shard(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def _exports(text: str) -> list[str]:
+def parse_exports(text: str) -> list[str]:
     which = [w.strip() for w in text.split(",") if w.strip()]
     bad = [w for w in which if w not in EXPORTS]
     if bad:
@@ -40,6 +41,45 @@ def _exports(text: str) -> list[str]:
             f"unknown export {', '.join(bad)}: choose from {', '.join(EXPORTS)}"
         )
     return which
+
+
+@dataclass(frozen=True)
+class Options:
+    """``course-grade``'s options, as :func:`build_parser` reads them (one field per
+    option; the defaults are the parser's)."""
+
+    inputs: list[str]
+    out: Path
+    jobs: int
+    timeout: float
+    cell_timeout: float
+    output_limit: int
+    memory_limit: float | None
+    disk_limit: float
+    cgroups: bool
+    max_submissions: int
+    max_total_size: float
+    max_time: float | None
+    grader_memory: float
+    assignment: str | None
+    partial: bool
+    export: list[str]
+    student: str | None
+    seed: int | None
+    seed_file: Path | None
+    shard: tuple[int, int] | None
+    course: Path | None
+    sandbox: bool
+    integrity: bool
+    keep_work: bool
+    quiet: bool
+    verbose: bool
+
+
+def parse_options(argv: list[str]) -> Options:
+    """The command line ``argv`` as :class:`Options` (argparse exits on a bad one)."""
+    ns = build_parser().parse_args(argv)
+    return Options(**{f.name: getattr(ns, f.name) for f in fields(Options)})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,7 +223,7 @@ def _add_grading_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--export",
-        type=_exports,
+        type=parse_exports,
         default=[],
         metavar="WHAT",
         help="also write lms (DIR/lms.csv for Canvas or Moodle) and/or gradescope "
@@ -251,14 +291,14 @@ def _add_safety_options(p: argparse.ArgumentParser) -> None:
 GRADER_MEMORY_GB = 2.0  # the grading process's own data (RLIMIT_DATA), per submission
 
 
-def grader_cpu_seconds(args) -> int:
+def grader_cpu_seconds(args: Options) -> int:
     """CPU seconds the grading process of one submission may use itself (its kernel's are
     not counted): its watching, reading and scoring, never more than its notebook's time
     limit plus two minutes (a process that used them is stopped: that submission's error)."""
     return int(args.timeout) + 120
 
 
-def make_limits(args, jobs: int, threads: int) -> Limits:
+def make_limits(args: Options, jobs: int, threads: int) -> Limits:
     """Per-kernel limits: cgroups (memory, processes, CPU share) when this process may make
     them, rlimits always (CPU seconds, file size; address space when asked)."""
     mem = memory_total()

@@ -1,6 +1,5 @@
-"""Grading a class: triage in the grader's process, one worker process per submission that
-needs a kernel (``--jobs`` at a time), its signed messages read back, and nothing a learner
-started left running (:class:`Reaper`)."""
+"""Grading a class: one worker process per submission (``--jobs`` at a time), its signed
+messages read back, and nothing a learner started left running (:class:`Reaper`)."""
 
 from __future__ import annotations
 
@@ -17,9 +16,11 @@ import time
 from pathlib import Path
 
 from .collect import Submission
-from .options import grader_cpu_seconds
+from .identity import assignment_from_name, expected_assignment
+from .integrity import changed_files, manifest
+from .options import Options, grader_cpu_seconds
+from .protocol import verify, whole_submission_rows
 from .sandbox import Limits, Sandbox, usable_cpus
-from .worker import changed_files, manifest, verify, whole_submission_rows
 
 MAX_LINE = 64 * 1024 * 1024
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
@@ -132,14 +133,15 @@ class Progress:
 
 
 class Grader:
-    """Triage in this process; one worker process per submission that needs a kernel."""
+    """One worker process per submission, ``--jobs`` at a time; this process reads their signed
+    results and keeps the gradebook."""
 
     def __init__(
         self,
         root: Path,
         course,
         seed: int,
-        args,
+        args: Options,
         scratch: Path,
         out_dir: Path,
         n_subs: int = 0,
@@ -184,8 +186,6 @@ class Grader:
     def _fallback(
         self, sub: Submission, status: str, reason: str, assignment: str | None = None
     ) -> dict:
-        from .rebuild import assignment_from_name
-
         assignment = (
             assignment
             or self._expected(sub).get("expected")
@@ -242,9 +242,7 @@ class Grader:
 
     def _expected(self, sub: Submission) -> dict:
         """The assignment ``sub`` was handed in for: ``--assignment``, else its folder or
-        file name (see :func:`course_tools.grading.rebuild.expected_assignment`)."""
-        from .rebuild import expected_assignment
-
+        file name (see :func:`course_tools.grading.identity.expected_assignment`)."""
         chosen = getattr(self.args, "assignment", None)
         if chosen:
             return {"expected": chosen, "expected_from": "--assignment"}
@@ -283,19 +281,10 @@ class Grader:
                 "not graded: the course's files were modified "
                 f"during this grading run ({self.tainted})",
             )
-        # Triage here, without a process or a kernel: unreadable notebooks, unknown
-        # assignments and untouched exercises are decided at once.
-        from .worker import grade as grade_here
-
+        # Everything about the submission, its reading and planning included, happens in a
+        # worker process under the grader's own limits: none of it in this process.
         work = self.scratch / f"s{index:06d}"
         job = self._job(sub, data, work)
-        try:
-            res = grade_here(job, course=self.course, kernel=False)
-        except Exception as err:  # a grader bug: report it, keep the others
-            return self._fallback(sub, "error", f"internal grader error: {err}")
-        if res is not None:
-            res.pop("seconds", None)
-            return res
         res_assignment = None
         try:
             res = self._run_worker(index, sub, job)
@@ -370,11 +359,9 @@ class Grader:
     def _worker_job(self, index: int, job: dict, key: bytes) -> dict:
         """The job as the worker reads it: with its key, the manifest, the sandbox and the
         limits (a cgroup of its own)."""
-        from .options import GRADER_MEMORY_GB, grader_cpu_seconds
-
         job = dict(job, key=key.hex(), manifest=self.manifest)
         job["grader_limits"] = {
-            "data_bytes": int(getattr(self.args, "grader_memory", GRADER_MEMORY_GB) * 2**30),
+            "data_bytes": int(self.args.grader_memory * 2**30),
             "cpu_seconds": grader_cpu_seconds(self.args),
         }
         if self.sandbox is not None:
@@ -456,7 +443,7 @@ class _Heard:
             proc.stdin.close()
         except BrokenPipeError:
             pass
-        for payload in _signed_lines(r, proc, key):
+        for payload in signed_lines(r, proc, key):
             if payload is None:
                 self.forged += 1
                 if self.forged > 100:
@@ -476,7 +463,7 @@ class _Heard:
                 self.fatal = str(payload["fatal"])
 
 
-def _signed_lines(fd: int, proc: subprocess.Popen, key: bytes):
+def signed_lines(fd: int, proc: subprocess.Popen, key: bytes):
     """The worker's messages, verified: a payload, or None for a forged or garbled line.
 
     Reading stops when the worker has exited and nothing more is waiting, not only at

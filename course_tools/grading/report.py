@@ -38,6 +38,7 @@ from collections import Counter
 from pathlib import Path
 
 from .collect import printable
+from .protocol import exercise_key
 
 COLUMNS = [
     "submission",
@@ -89,17 +90,10 @@ def _num(x: float) -> str:
     return f"{float(x):g}"
 
 
-def _exercise_key(ex_id: str) -> tuple:
-    """Sort "00.2" before "00.10"; any other key ("*", "") sorts too, before the ids."""
-    return tuple(
-        (1, int(p), "") if p.isdigit() else (0, 0, p) for p in re.split(r"[.]", ex_id or "")
-    )
-
-
 def sorted_rows(results: list[dict]) -> list[dict]:
     rows = [r for res in results for r in res["rows"]]
     return sorted(
-        rows, key=lambda r: (r["submission"], r["assignment"], _exercise_key(r["exercise"]))
+        rows, key=lambda r: (r["submission"], r["assignment"], exercise_key(r["exercise"]))
     )
 
 
@@ -231,7 +225,7 @@ def _items(messages: list[str], bullet: str = "- ") -> list[str]:
 def feedback_markdown(result: dict) -> str:
     """The learner's feedback file. Everything a learner's code or file could have put in
     a message (exception texts, printed values, the file name) sits in code blocks."""
-    rows = sorted(result["rows"], key=lambda r: _exercise_key(r["exercise"]))
+    rows = sorted(result["rows"], key=lambda r: exercise_key(r["exercise"]))
     got = sum(float(r["points"]) for r in rows)
     total = sum(float(r["max_points"]) for r in rows)
     lines = [
@@ -279,7 +273,7 @@ def review_csv(results: list[dict]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["submission", "exercise", "reason"])
     for res in sorted(results, key=lambda r: r["submission"]):
-        for ex_id in sorted(res.get("flags", {}), key=_exercise_key):
+        for ex_id in sorted(res.get("flags", {}), key=exercise_key):
             for reason in res["flags"][ex_id]:
                 w.writerow([cell(res["submission"]), cell(ex_id), cell(reason)])
     return buf.getvalue()
@@ -532,7 +526,7 @@ def gradescope_result(res: dict) -> dict:
     """A submission's result in the format of Gradescope's ``results.json``: a score and
     one test per exercise (its points, status and the feedback as plain text)."""
     tests = []
-    for r in sorted(res["rows"], key=lambda r: _exercise_key(r["exercise"])):
+    for r in sorted(res["rows"], key=lambda r: exercise_key(r["exercise"])):
         name = f"{r['exercise']} {r.get('title', '')}".strip() or "this submission"
         tests.append(
             {
@@ -549,9 +543,6 @@ def gradescope_result(res: dict) -> dict:
         "output": "\n".join(printable(str(n)) for n in res.get("notes", [])),
         "tests": tests,
     }
-
-
-EXPORTS = ("lms", "gradescope")
 
 
 def write_exports(
@@ -598,7 +589,7 @@ def summary_table(results: list[dict]) -> str:
                 per_ex.setdefault((r["assignment"], r["exercise"]), Counter())[r["status"]] += 1
     if per_ex:
         lines += ["", "per exercise:"]
-        for (a, e), c in sorted(per_ex.items(), key=lambda kv: (kv[0][0], _exercise_key(kv[0][1]))):
+        for (a, e), c in sorted(per_ex.items(), key=lambda kv: (kv[0][0], exercise_key(kv[0][1]))):
             stat = " ".join(f"{k}:{c[k]}" for k in ICONS if c[k])
             lines.append(f"  {e:<7} {a:<22} {stat}")
     return "\n".join(lines)

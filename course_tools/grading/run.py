@@ -37,7 +37,7 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from .sandbox import CgroupSet, Limits, Sandbox, apply_limits
+from .sandbox import CgroupSet, Limits, Sandbox, apply_limits, lift_own_limits
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # The largest message the grader's sockets accept from a kernel: ZMQ drops a bigger one
@@ -202,8 +202,6 @@ class _Started:
                 self.cgroups = []
 
     def preexec(self) -> None:
-        from .worker import lift_own_limits
-
         lift_own_limits()  # the grading process's own limits are not the kernel's
         apply_limits(self.limits, self.cgroups)
 

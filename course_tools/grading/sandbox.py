@@ -583,3 +583,16 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def lift_own_limits() -> None:
+    """In a kernel's process before it starts: the grading process's own soft limits
+    lifted (the kernel has limits of its own: :func:`course_tools.grading.sandbox.apply_limits`)."""
+    import resource
+
+    for which in (resource.RLIMIT_DATA, resource.RLIMIT_CPU):
+        try:
+            _, hard = resource.getrlimit(which)
+            resource.setrlimit(which, (hard, hard))
+        except (ValueError, OSError):
+            pass

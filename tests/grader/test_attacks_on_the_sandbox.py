@@ -43,9 +43,10 @@ from grading_lab import (
 )
 
 from course_lib.checks.core import cases_for, get_exercise
+from course_tools.grading.cases import grader_cases
 from course_tools.grading.collect import collect
-from course_tools.grading.rebuild import Course, parse_notebook, rebuild
-from course_tools.grading.results import grader_cases
+from course_tools.grading.identity import Course, parse_notebook
+from course_tools.grading.plan import rebuild
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +69,7 @@ _targets = [
     os.path.join(_np, "lib", "_npyio_impl.py"),
     os.path.join(_lib, "checks", "core.py"),
     os.path.join(_lib, "flash", "__init__.py"),
-    os.path.join(os.path.dirname(course_tools.__file__), "grading", "results.py"),
+    os.path.join(os.path.dirname(course_tools.__file__), "grading", "scoring.py"),
     os.path.join(site.getsitepackages()[0], "zz_course_hack.pth"),
 ]
 for _t in _targets:
@@ -138,7 +139,7 @@ while time.time() < _end:
             _kc = BlockingKernelClient(connection_file=_f)
             _kc.load_connection_file()
             _kc.start_channels()
-            _kc.execute("import course_tools.grading.results as r; r.harvest = lambda *a, **k: None")
+            _kc.execute("import course_tools.grading.harvest as r; r.harvest = lambda *a, **k: None")
             _driven.append(_f)
         except Exception as _e:
             pass
@@ -333,7 +334,7 @@ def _tamper_targets() -> list[Path]:
         npdir / "lib" / "_npyio_impl.py",
         lib / "checks" / "core.py",
         lib / "flash" / "__init__.py",
-        Path(course_tools.__file__).parent / "grading" / "results.py",
+        Path(course_tools.__file__).parent / "grading" / "scoring.py",
         Path(site.getsitepackages()[0]) / "zz_course_hack.pth",
         lib / "checks" / "__pycache__" / f"core.{sys.implementation.cache_tag}.pyc",
     ]
@@ -781,8 +782,8 @@ def test_reference_implementations_the_course_imports_are_flagged():
 def test_the_grader_stops_reading_when_its_worker_is_gone():
     """A process that holds the write end of a worker's result pipe (here: a child the
     "worker" leaves behind, sleeping for a minute) cannot keep the grader waiting."""
-    from course_tools.grading.cli import _signed_lines
-    from course_tools.grading.worker import sign
+    from course_tools.grading.cli import signed_lines
+    from course_tools.grading.protocol import sign
 
     key = b"k" * 32
     r, w = os.pipe()
@@ -797,7 +798,7 @@ def test_the_grader_stops_reading_when_its_worker_is_gone():
     proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(w,))
     os.close(w)
     t0 = time.monotonic()
-    got = list(_signed_lines(r, proc, key))
+    got = list(signed_lines(r, proc, key))
     assert got == [{"result": {"ok": 1}}]
     assert time.monotonic() - t0 < 10  # not the minute the left-behind process sleeps
 

@@ -32,8 +32,9 @@ from grading_lab import (
     with_solutions,
 )
 
-from course_tools.grading import rebuild as rb
-from course_tools.grading.results import MAX_MESSAGE, score, zip_problem
+from course_tools.grading import analysis, identity, plan
+from course_tools.grading.harvest import MAX_MESSAGE
+from course_tools.grading.scoring import score, zip_problem
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +136,7 @@ def _fake(exercise_id, fn, inputs, out_dir):
     _os.makedirs(out_dir, exist_ok=True)
     open(_os.path.join(out_dir, exercise_id + ".json"), "w").write(
         _json.dumps({"exercise": exercise_id, "missing": "M" * 3_000_000}))
-import course_tools.grading.results as _r
+import course_tools.grading.harvest as _r
 _r.harvest = _fake
 def softmax(x):
     return x
@@ -151,7 +152,7 @@ def _fake(exercise_id, fn, inputs, out_dir):
             z.writestr(f"e{i}", b"")
     open(_os.path.join(out_dir, exercise_id + ".json"), "w").write(
         _json.dumps({"exercise": exercise_id, "cases": []}))
-import course_tools.grading.results as _r
+import course_tools.grading.harvest as _r
 _r.harvest = _fake
 def softmax(x):
     return x
@@ -321,11 +322,11 @@ def test_every_analysis_of_learner_source_is_bounded():
     """No recursion on deep trees, no quadratic regex on long words, and a failure of the
     analysis costs the flag only."""
     deep = "x = " + "(" * 90 + "1" + ")" * 90 + " + " + " + ".join(["0"] * 2000) + "\nprint(x)"
-    assert len(rb.canonical_tokens(deep)) > 4000  # an explicit stack: no RecursionError
-    assert rb.similarity(deep, "print(1)") < 0.01  # bounded by the lengths, not compared
+    assert len(analysis.canonical_tokens(deep)) > 4000  # an explicit stack: no RecursionError
+    assert analysis.similarity(deep, "print(1)") < 0.01  # bounded by the lengths, not compared
     long_word = "a" * 200_000
-    assert rb.suspicious(long_word) == []  # linear patterns (seconds, not hours, if not)
-    assert rb.safe_flags(lambda: 1 / 0) == (
+    assert analysis.suspicious(long_word) == []  # linear patterns (seconds, not hours, if not)
+    assert analysis.safe_flags(lambda: 1 / 0) == (
         [],
         [
             "the copy and pattern checks could not read this code (ZeroDivisionError); "
@@ -358,38 +359,38 @@ def test_the_expected_assignment_is_graded_and_a_mismatch_flagged(round3):
 
 
 def test_the_assignment_option_wins_over_the_metadata():
-    course = rb.Course.load(ROOT, check=False)
-    nb, _ = rb.parse_notebook((ROOT / "solutions" / "00_setup.ipynb").read_bytes())
-    assert rb.identify(nb, "00_setup.ipynb", course, expected="02_qkv_attention") == (
+    course = identity.Course.load(ROOT, check=False)
+    nb, _ = identity.parse_notebook((ROOT / "solutions" / "00_setup.ipynb").read_bytes())
+    assert identity.identify(nb, "00_setup.ipynb", course, expected="02_qkv_attention") == (
         "02_qkv_attention",
         "expected",
     )
-    assert rb.expected_assignment("class/02_qkv_attention/alice.ipynb", course) == (
+    assert identity.expected_assignment("class/02_qkv_attention/alice.ipynb", course) == (
         "02_qkv_attention"
     )
-    assert rb.expected_assignment("class/alice/hw_2024_01.ipynb", course) is None
+    assert identity.expected_assignment("class/alice/hw_2024_01.ipynb", course) is None
 
 
 # --------------------------------------------------------------------------- 5. copy flag
 
 
 def _plan_flags(sources: dict[str, str], assignment: str) -> dict:
-    course = rb.Course.load(ROOT, check=False)
-    nb, _ = rb.parse_notebook(with_solutions(sources, assignment))
+    course = identity.Course.load(ROOT, check=False)
+    nb, _ = identity.parse_notebook(with_solutions(sources, assignment))
     dirs = {e: f"/nowhere/{e}" for e in course.exercises[assignment]}
-    return rb.rebuild(nb, assignment, course, dirs).flags
+    return plan.rebuild(nb, assignment, course, dirs).flags
 
 
 def test_the_copy_flag_reads_source_as_python_does():
     ref = source(cell(notebook("02_qkv_attention"), "solution", "02.1"))
-    region = rb.solution_region(ref)
+    region = analysis.solution_region(ref)
     dead = "\n    if False:\n        print('nothing')\n    _unused = 1 + 1\n    pass\n"
     padded = ref.replace(region.splitlines()[0], region.splitlines()[0] + dead, 1)
     flags = _plan_flags({"02.1": padded}, "02_qkv_attention")
     assert any("course's own solution" in f for f in flags.get("02.1", [])), flags
     # full-width letters (Python reads them as ASCII) still name a reference
     wide = "def softmax(x):\n    return ｓｏｆｔｍａｘ_reference(x)\n"
-    assert any("reference" in f for f in rb.suspicious(wide)), rb.suspicious(wide)
+    assert any("reference" in f for f in analysis.suspicious(wide)), analysis.suspicious(wide)
     # the registry reached through a function's globals, with names built at run time
     flags = _plan_flags({"00.1": GLOBALS_REACH}, "00_setup")["00.1"]
     assert any("__globals__" in f for f in flags), flags

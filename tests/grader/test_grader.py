@@ -35,7 +35,7 @@ import pytest
 from grading_lab import grade as _grade  # the course's grader, in this process
 from grading_lab import notebook_v3, sandbox_flags, strip_course_metadata
 
-from course_tools.grading.rebuild import Course
+from course_tools.grading.identity import Course
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
@@ -93,7 +93,7 @@ def softmax(x):
 """
 # Replaces harvest with one that writes made-up result files claiming some output.
 TAMPER_FAKE_RESULTS = """import json, pathlib
-import course_tools.grading.results as core
+import course_tools.grading.harvest as core
 def _fake(ex_id, fn, seed, out_dir):
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -105,14 +105,14 @@ def softmax(x):
     raise NotImplementedError
 """
 # Harvest recording nothing: the check "never ran".
-TAMPER_SILENCE = """import course_tools.grading.results as core
+TAMPER_SILENCE = """import course_tools.grading.harvest as core
 core.harvest = lambda *a, **k: None
 def softmax(x):
     return x
 """
 # A named pipe where the results belong: a grader that opened it would wait forever.
 TAMPER_FIFO = """import os
-import course_tools.grading.results as core
+import course_tools.grading.harvest as core
 def _fifo(ex_id, fn, seed, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     os.mkfifo(os.path.join(out_dir, f"{ex_id}.json"))

@@ -60,7 +60,9 @@ def test_a_table_of_the_written_out_cases_earns_no_partial_credit(tmp_path):
     import json
 
     from course_lib.checks.core import get_exercise
-    from course_tools.grading.results import _flatten, fixed_cases, grader_cases, score
+    from course_tools.grading.cases import fixed_cases, grader_cases
+    from course_tools.grading.harvest import flatten
+    from course_tools.grading.scoring import score
 
     cases = grader_cases("01.4", 7, "fp")
     fixed = fixed_cases("01.4", cases, 7, "fp")
@@ -70,7 +72,7 @@ def test_a_table_of_the_written_out_cases_earns_no_partial_credit(tmp_path):
     entries = []
     for i, c in enumerate(cases):
         out = ex.reference(*c.args, **c.kwargs) if i in fixed else 0.0  # the table's answers
-        entries.append({"name": c.name, "output": _flatten(out, f"c{i}", arrays)})
+        entries.append({"name": c.name, "output": flatten(out, f"c{i}", arrays)})
     import numpy as np
 
     np.savez(tmp_path / "01.4.npz", **arrays)

@@ -256,7 +256,7 @@ def test_make_update_after_editing_a_lecture(upstream: Path):
 
 def test_the_grader_recognises_work_copies_by_name():
     """A copy that lost its metadata is still matched by its file name (the grader's rule)."""
-    from course_tools.grading.rebuild import Course, assignment_from_name
+    from course_tools.grading.identity import Course, assignment_from_name
 
     course = Course.load(ROOT, check=False)
     for assignment in course.notebooks:

@@ -20,7 +20,9 @@ import torch
 from course_lib.checks import CheckFailed, Hint, check, core
 from course_lib.checks.core import PLACEHOLDER_MARK, all_exercises, get_exercise
 from course_tools.exercises import BEGIN_SOLUTION, END_SOLUTION, exercise_cells
-from course_tools.grading.results import grader_cases, harvest, score, write_inputs
+from course_tools.grading.cases import grader_cases
+from course_tools.grading.harvest import harvest, write_inputs
+from course_tools.grading.scoring import score
 
 IDS = sorted(all_exercises())
 ROOT = Path(__file__).resolve().parents[3]

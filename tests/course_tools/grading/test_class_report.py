@@ -13,6 +13,7 @@ import pytest
 from course_lib.checks.core import all_exercises, get_exercise
 from course_tools.grading import class_report as C
 from course_tools.grading import cli
+from course_tools.grading.protocol import exercise_key
 from course_tools.grading.report import grades_csv, review_csv
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -26,7 +27,7 @@ def simulated_class(n: int = 40, seed: int = 7) -> list[dict]:
     mistake made by half), 02.1 is easy, two notebooks time out, one errors, one is a
     broken file; one submission's name carries markup."""
     rng = random.Random(seed)
-    exercises = sorted((e for e in all_exercises() if e.startswith("02.")), key=C._exercise_key)
+    exercises = sorted((e for e in all_exercises() if e.startswith("02.")), key=exercise_key)
     results = []
     for i in range(n):
         sub = HOSTILE if i == 0 else f"class/student{i:02d}/{ASSIGNMENT}.ipynb"
@@ -35,7 +36,7 @@ def simulated_class(n: int = 40, seed: int = 7) -> list[dict]:
             ex = get_exercise(ex_id)
             p_pass = {"02.1": 0.9, "02.4": 0.3}.get(ex_id, 0.7)
             roll = rng.random()
-            status, feedback = "passed", ["✓ a case"]
+            status, feedback, diagnoses = "passed", ["✓ a case"], []
             if i in (1, 2) and ex_id == "02.6":
                 status, feedback = "timeout", ["your function ran past 180 s (infinite loop?)"]
             elif i == 3 and ex_id == "02.5":
@@ -52,6 +53,7 @@ def simulated_class(n: int = 40, seed: int = 7) -> list[dict]:
                     "✓ a case",
                     f"✗ a batch: 3 of 12 values are off.\n    Likely cause: {hint} {detail}",
                 ]
+                diagnoses = [hint.key]
                 if i == 0:
                     feedback.append('✗ x: <img src=x onerror="window.__pwned=2">')
             points = ex.points if status == "passed" else 0
@@ -65,6 +67,7 @@ def simulated_class(n: int = 40, seed: int = 7) -> list[dict]:
                     "max_points": ex.points,
                     "status": status,
                     "feedback": feedback,
+                    "diagnoses": diagnoses,
                 }
             )
         flags = {"02.1": ["calls course_lib's own attention (R.attention)"]} if i in (5, 6) else {}

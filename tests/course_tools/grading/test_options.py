@@ -12,12 +12,12 @@ from course_tools.grading import options
 from course_tools.grading.collect import Submission
 from course_tools.grading.options import (
     KERNEL_MEMORY,
-    _exports,
     _shard,
     build_parser,
     default_jobs,
     grader_cpu_seconds,
     make_limits,
+    parse_exports,
 )
 from course_tools.grading.sandbox import memory_total, usable_cpus
 
@@ -98,10 +98,10 @@ def test_a_bad_shard_says_what_is_expected(text):
 
 
 def test_exports_are_a_comma_separated_choice():
-    assert _exports("lms, gradescope,") == ["lms", "gradescope"]
-    assert _exports("") == []
+    assert parse_exports("lms, gradescope,") == ["lms", "gradescope"]
+    assert parse_exports("") == []
     with pytest.raises(Exception, match="unknown export canvas: choose from lms, gradescope"):
-        _exports("lms,canvas")
+        parse_exports("lms,canvas")
 
 
 @pytest.mark.parametrize(
@@ -191,8 +191,8 @@ def test_partial_reaches_the_job_the_worker_reads(tmp_path):
     """``--partial`` is carried into every worker's job (the worker passes it to
     :func:`course_tools.grading.results.score`; tests/course_tools/grading/test_worker.py
     follows it from the job to the verdict)."""
+    from course_tools.grading.identity import Course
     from course_tools.grading.pool import Grader
-    from course_tools.grading.rebuild import Course
 
     course = Course.load(ROOT, check=False)
     sub = Submission("class/alice/00_setup.ipynb", "00_setup.ipynb", b"{}")

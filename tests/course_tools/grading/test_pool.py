@@ -17,11 +17,11 @@ import pytest
 from scripts import ROOT
 
 from course_tools.grading.collect import Submission
+from course_tools.grading.identity import Course
 from course_tools.grading.options import build_parser
-from course_tools.grading.pool import Grader, Progress, Reaper, _Heard, _signed_lines, _worker_env
-from course_tools.grading.rebuild import Course
+from course_tools.grading.pool import Grader, Progress, Reaper, _Heard, _worker_env, signed_lines
+from course_tools.grading.protocol import sign
 from course_tools.grading.sandbox import Limits, Sandbox
-from course_tools.grading.worker import sign
 
 KEY = b"k" * 32
 BLANK = (ROOT / "exercises" / "00_setup.ipynb").read_bytes()
@@ -59,12 +59,13 @@ def test_an_unreadable_submission_is_an_error_without_a_worker(tmp_path, course)
     assert " start class/00_setup.ipynb" in log and " done  class/00_setup.ipynb error:1" in log
 
 
-def test_a_blank_notebook_is_decided_in_the_graders_process(tmp_path, course):
+def test_a_blank_notebook_is_decided_by_its_worker_without_a_kernel(tmp_path, course):
     res = _grader(tmp_path, course).grade(
         0, Submission("s/00_setup.ipynb", "00_setup.ipynb", BLANK)
     )
-    assert [r["status"] for r in res["rows"]] == ["missing"] and "seconds" not in res
-    assert not (tmp_path / "scratch").exists()  # no worker, no scratch folder
+    # read and planned in the worker (under its limits), which needed no kernel for it
+    assert [r["status"] for r in res["rows"]] == ["missing"] and "seconds" in res
+    assert not list((tmp_path / "scratch").glob("s*"))  # its scratch folder is gone
 
 
 def test_a_link_to_the_courses_own_solution_is_not_graded(tmp_path, course):
@@ -158,7 +159,7 @@ def test_signed_lines_are_read_and_forgeries_counted_as_none():
     r, w = os.pipe()
     os.write(w, sign(KEY, {"a": 1}) + b"0" * 64 + b' {"result": {}}\n' + sign(KEY, {"b": 2}))
     os.close(w)
-    assert list(_signed_lines(r, _Done(), KEY)) == [{"a": 1}, None, {"b": 2}]
+    assert list(signed_lines(r, _Done(), KEY)) == [{"a": 1}, None, {"b": 2}]
 
 
 def test_a_process_holding_the_pipe_cannot_keep_the_grader_waiting():
@@ -167,7 +168,7 @@ def test_a_process_holding_the_pipe_cannot_keep_the_grader_waiting():
     r, w = os.pipe()
     os.write(w, sign(KEY, {"result": {"x": 1}}))
     try:
-        assert list(_signed_lines(r, _Done(), KEY)) == [{"result": {"x": 1}}]
+        assert list(signed_lines(r, _Done(), KEY)) == [{"result": {"x": 1}}]
     finally:
         os.close(w)
 

@@ -16,14 +16,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import math
 import os
-import pickle
 import stat
-import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,195 +31,15 @@ from course_lib.checks.core import (
     Call,
     Case,
     CaseResult,
-    call_learner,
-    cases_for,
     evaluate_case,
     get_exercise,
     judge_call,
-    to_numpy,
 )
 
-MAX_RESULT_BYTES = 256 * 2**20
-MAX_MESSAGE = 2000  # characters of a learner's exception message kept per case
-
-
-def case_seed(seed: int, exercise_id: str, kind: str, fingerprint: str = "") -> int:
-    """The seed of one exercise's visible or hidden cases: the grader's secret ``seed``
-    mixed with the exercise and a ``fingerprint`` of the submission's code."""
-    text = f"{int(seed)}:{exercise_id}:{kind}:{fingerprint}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
-def grader_cases(exercise_id: str, seed: int, fingerprint: str = "") -> list[Case]:
-    """The grader's cases for one exercise: visible ones, then hidden ones (both drawn
-    afresh, so a function fitted to the notebook's visible cases gains nothing)."""
-    visible = cases_for(exercise_id, False, case_seed(seed, exercise_id, "visible", fingerprint))
-    hidden = cases_for(exercise_id, True, case_seed(seed, exercise_id, "hidden", fingerprint))
-    return list(visible) + list(hidden)
-
-
-def _signature(x: Any, out: list) -> list:
-    """A case's inputs as comparable parts (arrays by shape and bytes)."""
-    x = to_numpy(x)
-    if isinstance(x, np.ndarray):
-        out.append((x.shape, str(x.dtype), x.tobytes()))
-    elif isinstance(x, (list, tuple)):
-        for e in x:
-            _signature(e, out)
-    elif isinstance(x, dict):
-        for k in sorted(x, key=str):
-            _signature(x[k], out)
-    else:
-        out.append(repr(x))
-    return out
-
-
-def fixed_cases(exercise_id: str, cases: list[Case], seed: int, fingerprint: str = "") -> set[int]:
-    """The positions of ``cases`` whose inputs the seed does not change (the written-out
-    cases, which the learners' edition shows): drawn once more from another seed, the
-    cases that come out the same. ``--partial`` credit counts only the others."""
-    other = grader_cases(exercise_id, int(seed) ^ 0x5EED5EED, fingerprint + ":fixed?")
-    if len(other) != len(cases):
-        return set()
-    return {
-        i
-        for i, (a, b) in enumerate(zip(cases, other))
-        if _signature((a.args, a.kwargs), []) == _signature((b.args, b.kwargs), [])
-    }
-
-
-def code_fingerprint(sources: list[str]) -> str:
-    """A digest of the learner's code as it will run (every cell's source, in order)."""
-    h = hashlib.sha256()
-    for src in sources:
-        h.update(hashlib.sha256(src.encode("utf-8", "surrogatepass")).digest())
-    return h.hexdigest()
-
-
-def write_inputs(cases: list[Case], path: str | Path, exercise_id: str | None = None) -> None:
-    """The cases' inputs (names, arguments) for the kernel, and what the kernel needs to call
-    the learner's function (its name, whether warnings fail a case): no seed, no expected
-    output, nothing the kernel would have to import the exercise's checks for."""
-    ex = get_exercise(exercise_id) if exercise_id else None
-    data = {
-        "target": ex.target if ex else "",
-        "no_warnings": bool(ex.no_warnings) if ex else False,
-        "keeps_inputs": bool(ex.keeps_inputs) if ex else False,
-        "cases": [(c.name, c.args, c.kwargs) for c in cases],
-    }
-    Path(path).write_bytes(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
-
+from .harvest import MAX_MESSAGE, unflatten
+from .protocol import MAX_RECORD_BYTES, MAX_RESULT_BYTES
 
 # --------------------------------------------------------------------------- recording
-
-
-def _flatten(x: Any, prefix: str, arrays: dict) -> Any:
-    """Turn an output into JSON-able structure with arrays stored separately (a torch
-    tensor marked as one, so that the grader judges what the notebook's check would)."""
-    torch = sys.modules.get("torch")
-    was_tensor = torch is not None and isinstance(x, torch.Tensor)
-    x = to_numpy(x)
-    if isinstance(x, (tuple, list)):
-        return {
-            "seq": type(x).__name__,
-            "items": [_flatten(e, f"{prefix}_{i}", arrays) for i, e in enumerate(x)],
-        }
-    if isinstance(x, np.ndarray):
-        if x.dtype == object:
-            return {"repr": repr(x)[:200]}
-        # a copy, made now: a function that reuses its output buffer (or returns a view
-        # of its state) must be recorded as it returned, not as the next call leaves it
-        arrays[prefix] = np.array(x, copy=True)
-        return {"array": prefix, "torch": True} if was_tensor else {"array": prefix}
-    if x is None or isinstance(x, (bool, int, float, str)):
-        if isinstance(x, float) and not math.isfinite(x):
-            return {"float": repr(x)}
-        return {"value": x}
-    return {"repr": f"{type(x).__name__}: {repr(x)[:200]}"}
-
-
-def _unflatten(node: dict, arrays: Any) -> Any:
-    if "seq" in node:
-        items = [_unflatten(e, arrays) for e in node["items"]]
-        return tuple(items) if node["seq"] == "tuple" else items
-    if "array" in node:
-        if node.get("torch") is True:
-            import torch
-
-            return torch.as_tensor(np.array(arrays[node["array"]]))
-        return arrays[node["array"]]
-    if "float" in node:
-        return float(node["float"])
-    if "value" in node:
-        return node["value"]
-    return _Unreadable(node.get("repr", "?"))
-
-
-class _Loaded:
-    """A recorded archive's arrays, each read once however many cases name it (a record
-    naming one 100 MB array 20 times costs 100 MB, not 2 GB)."""
-
-    def __init__(self, archive):
-        self.archive, self.cache = archive, {}
-
-    def __getitem__(self, name: str):
-        if name not in self.cache:
-            self.cache[name] = self.archive[name]
-        return self.cache[name]
-
-
-class _Unreadable:
-    def __init__(self, text: str):
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def harvest(exercise_id: str, fn: Any, inputs: str | Path, out_dir: str | Path) -> None:
-    """Run inside the student's kernel: record the learner's outputs, decide nothing.
-
-    Reads the cases' inputs from ``inputs`` (written by :func:`write_inputs`) and writes
-    ``<out_dir>/<id>.json`` (per case, what the call did: :class:`~course_lib.checks.core.Call`)
-    and ``<out_dir>/<id>.npz`` (arrays). It needs no exercise: the kernel in the grader's
-    sandbox has no chapter checks, so no reference and no hidden-case generator to reach.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(inputs, "rb") as f:
-        spec = pickle.load(f)
-    record: dict[str, Any] = {"exercise": str(exercise_id), "cases": []}
-    arrays: dict[str, np.ndarray] = {}
-    if fn is None or not callable(fn):
-        record["missing"] = f"no function named `{spec['target']}` was defined"
-    else:
-        for i, (name, args, kwargs) in enumerate(spec["cases"]):
-            call = call_learner(
-                fn, Case(name, args, kwargs), spec["no_warnings"], spec.get("keeps_inputs", False)
-            )
-            entry: dict[str, Any] = {"name": name}
-            if call.raised or call.exit is not None:
-                entry["raised"] = {
-                    "type": call.raised[:200],
-                    "message": call.message[:MAX_MESSAGE],
-                    "frames": call.frames[:MAX_MESSAGE],
-                    "not_implemented": call.not_implemented,
-                    "exit": None if call.exit is None else call.exit[:200],
-                }
-            else:
-                if call.warning:
-                    entry["warning"] = call.warning[:MAX_MESSAGE]
-                if call.changed:
-                    entry["changed"] = call.changed[:MAX_MESSAGE]
-                try:
-                    entry["output"] = _flatten(call.output, f"c{i}", arrays)
-                except Exception as err:  # pragma: no cover - defensive
-                    entry["raised"] = {"type": "", "message": f"could not record: {err}"}
-            record["cases"].append(entry)
-    # (mypy matches **arrays against allow_pickle, which numpy >= 2.1's savez has too; the
-    # keys are case names. unused-ignore: older numpy has no such parameter.)
-    np.savez(out / f"{exercise_id}.npz", **arrays)  # type: ignore[arg-type, unused-ignore]
-    (out / f"{exercise_id}.json").write_text(json.dumps(record))
 
 
 def _recorded_call(entry: dict, arrays) -> Call:
@@ -244,7 +60,7 @@ def _recorded_call(entry: dict, arrays) -> Call:
             exit=text(raised["exit"]) if isinstance(raised.get("exit"), str) else None,
         )
     return Call(
-        output=_unflatten(entry["output"], arrays),
+        output=unflatten(entry["output"], arrays),
         warning=text(entry.get("warning")),
         changed=text(entry.get("changed")),
     )
@@ -360,7 +176,10 @@ def zip_problem(
     except (zipfile.BadZipFile, OSError, ValueError) as err:
         return f"the recorded outputs ({name}) are not a readable archive ({err})"
     if unpacked > max_bytes:
-        return f"{name} unpacks to {unpacked} bytes, over the {max_bytes} byte limit"
+        return (
+            f"{name} unpacks to {unpacked / 2**20:.1f} MB, more than the "
+            f"{max_bytes / 2**20:.0f} MB the grader reads"
+        )
     return None
 
 
@@ -471,3 +290,181 @@ def score(
             f"{passed} of {len(cases)} in all"
         )
     return Verdict(ex.id, points, ex.points, "failed", feedback, diagnoses)
+
+
+def results_problem(folder: Path) -> str | None:
+    """Why the recorded outputs in ``folder`` must not be read, or None.
+
+    The kernel wrote them, so they are untrusted: only regular files (no links, pipes or
+    devices, which could make the grader read forever) of a bounded total size.
+    """
+    import stat
+
+    if not folder.exists():
+        return None
+    if folder.is_symlink() or not folder.is_dir():
+        return "the results folder was replaced by something else"
+    import zipfile
+
+    total = 0
+    for n, f in enumerate(folder.iterdir()):
+        if n >= 100:
+            return "the results folder holds more than 100 files"
+        st = os.lstat(f)
+        if not stat.S_ISREG(st.st_mode):
+            return f"the results folder holds a non-file ({f.name})"
+        total += st.st_size
+        if f.suffix == ".json" and st.st_size > MAX_RECORD_BYTES:
+            return (
+                f"the recorded results ({f.name}) take {st.st_size / 2**20:.0f} MB, more "
+                f"than the {MAX_RECORD_BYTES / 2**20:.0f} MB the grader reads"
+            )
+        if f.suffix == ".npz":  # a zip: what it unpacks to counts, not its size on disk
+            problem = zip_problem(f)  # (its entries counted from the end record first)
+            if problem:
+                return problem
+            with zipfile.ZipFile(f) as zf:
+                total += sum(i.file_size for i in zf.infolist()) - st.st_size
+    if total > MAX_RESULT_BYTES:
+        return (
+            f"your function's outputs take {total / 2**20:.0f} MB, more than the "
+            f"{MAX_RESULT_BYTES / 2**20:.0f} MB the grader reads"
+        )
+    return None
+
+
+def _harvest_failure(h, cell_timeout) -> tuple[str, float, list[str]] | None:
+    """The verdict when the harvest cell itself timed out or its kernel died."""
+    if h is None:
+        return None
+    if h.status == "timeout":
+        if "total time limit" in h.message:
+            why = (
+                "your function was still running when the notebook reached "
+                f"its total time limit ({h.message})"
+            )
+        else:
+            why = (
+                f"your function did not finish within {cell_timeout:g} s on the "
+                "grader's tests: an infinite loop, or far too slow"
+            )
+        return "timeout", 0, [why]
+    if h.status == "died":
+        if "was stopped" in h.message or "connection" in h.message:
+            return "error", 0, [f"while your function ran on the grader's tests, {h.message}"]
+        return (
+            "error",
+            0,
+            [
+                "the kernel crashed while your function ran on the grader's tests "
+                "(os._exit, sys.exit from native code, a segfault, or running out "
+                "of memory)"
+            ],
+        )
+    return None
+
+
+def _solution_cell_failure(outcomes, sol_cells) -> tuple[str, float, list[str]] | None:
+    """The verdict when one of the exercise's own cells hung or crashed its kernel."""
+    for i in sol_cells:
+        o = outcomes[i]
+        if o.status == "timeout":
+            return (
+                "timeout",
+                0,
+                [
+                    f"your solution cell itself did not finish ({o.message}): "
+                    "is there an infinite loop outside the function?"
+                ],
+            )
+        if o.status == "died" and ("was stopped" in o.message or "connection" in o.message):
+            return "error", 0, [f"in your solution cell: {o.message}"]
+        if o.status == "died":
+            return (
+                "error",
+                0,
+                [
+                    "the kernel crashed while your solution cell ran (os._exit, a "
+                    "signal, a crash in native code, or out of memory)"
+                ],
+            )
+    return None
+
+
+def _scored_verdict(ex, v, h, errored) -> tuple[str, float, list[str]]:
+    """The verdict from the score of the recorded outputs, with the cells' errors."""
+    if (
+        errored
+        and v.status in ("missing", "error", "failed")
+        and not any("not implemented" in f for f in v.feedback)
+    ):
+        # the cell raised (a NameError, say) and the function did not pass: `error`, as the
+        # guide's table says, with the exception named first
+        return "error", 0, [f"your solution cell raised {errored[-1].message}"] + v.feedback
+    if v.status == "error" and h is not None and h.status == "error":
+        if h.message.startswith(("SystemExit", "KeyboardInterrupt")):
+            return (
+                "error",
+                0,
+                [
+                    f"your function stopped the program ({h.message}): it must "
+                    "return its result, not call sys.exit() or exit()"
+                ],
+            )
+        return "error", 0, [f"the check of this exercise could not run: {h.message}"] + v.feedback
+    if v.status == "missing" and v.feedback[:1] == ["not implemented"]:
+        rest = [f for f in v.feedback[1:] if not f.endswith("not implemented yet")]
+        return (
+            "missing",
+            0,
+            [
+                f"not implemented yet: `{ex.target}` still raises "
+                "NotImplementedError (the placeholder line)"
+            ]
+            + rest,
+        )
+    return v.status, v.points, v.feedback
+
+
+def verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float, list[str]]:
+    """Combine the score of the recorded outputs with what happened to the cells."""
+    ex_id = ex.id
+    sol_cells = [
+        i for i, (r, e) in enumerate(plan.roles) if r in ("solution", "learner") and e == ex_id
+    ]
+    harvest = [i for i, (r, e) in enumerate(plan.roles) if r == "harvest" and e == ex_id]
+    v = verdicts.get(ex_id)
+    errored = [outcomes[i] for i in sol_cells if outcomes[i].status == "error"]
+    if v is not None and v.status == "passed":
+        # the check saw a working definition; the exception the cell raised is still named
+        raised = [
+            f"your solution cell raised {o.message}: the function it defined passed, but "
+            "a top-to-bottom run of your notebook stops at that cell"
+            for o in errored[-1:]
+        ]
+        return "passed", v.points, raised + v.feedback
+    h = outcomes[harvest[0]] if harvest else None
+    failed = _harvest_failure(h, cell_timeout) or _solution_cell_failure(outcomes, sol_cells)
+    if failed:
+        return failed
+    if h is not None and h.status == "skipped":
+        status = "timeout" if "time limit" in h.message else "error"
+        return status, 0, [f"your function was never checked: {h.message}"]
+    if v is None:
+        msg = h.message if h is not None and h.message else "no results were recorded"
+        extra = [f"your solution cell raised {errored[-1].message}"] if errored else []
+        return "error", 0, extra + [f"the check of this exercise did not run: {msg}"]
+    return _scored_verdict(ex, v, h, errored)
+
+
+class _Loaded:
+    """A recorded archive's arrays, each read once however many cases name it (a record
+    naming one 100 MB array 20 times costs 100 MB, not 2 GB)."""
+
+    def __init__(self, archive):
+        self.archive, self.cache = archive, {}
+
+    def __getitem__(self, name: str):
+        if name not in self.cache:
+            self.cache[name] = self.archive[name]
+        return self.cache[name]

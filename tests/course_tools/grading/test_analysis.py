@@ -1,0 +1,138 @@
+"""course_tools/grading/analysis.py: reading the learner's code without running it. The
+names a cell defines, its canonical tokens and the similarity of two sources (a copy under
+new names), the statement's dictated lines, the course's imports and who uses them, and the
+patterns that flag code for a human look (all on small sources; nothing runs)."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from course_tools.grading import analysis
+from course_tools.grading.analysis import (
+    canonical_tokens,
+    course_imports,
+    defined_names,
+    dictated,
+    reaching,
+    references_used,
+    safe_flags,
+    similarity,
+    solution_region,
+    suspicious,
+)
+
+CORRECT = """def softmax(x):
+    z = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+"""
+
+
+# --------------------------------------------------------------------------- patterns
+
+
+@pytest.mark.parametrize(
+    "source, what",
+    [
+        ("from course_lib.checks import core", "imports the course's checks"),
+        ("import course_tools.grading", "imports the course's checks or grading code"),
+        ("from course_lib import attention", "uses the course's library"),
+        ("f = get_exercise('00.1')", "uses the checking machinery"),
+        ("y = softmax_reference(x)", "uses a reference implementation"),
+        ("import ctypes", "inspects or patches the interpreter"),
+        ("g = globals ()", "inspects or patches the interpreter"),
+        ("import os\nos.kill(1, 9)", "manipulates processes"),
+        ("eval('1')", "runs code built at run time"),
+        ("open('x').read()", "reads files"),
+        ("ｏｐｅｎ('x')", "reads files"),  # full-width letters: `open` to Python
+    ],
+)
+def test_suspicious_patterns_are_named_with_what_matched(source, what):
+    found = suspicious(source)
+    assert any(f.startswith(what) and "(`" in f for f in found), found
+
+
+def test_honest_code_is_not_suspicious():
+    assert suspicious(CORRECT) == []
+    assert suspicious("def softmax(x):\n    return x.evaluate()\n") == []  # a method
+
+
+def test_reaching_past_a_name_is_found_in_the_syntax_tree():
+    assert "__globals__" in reaching("g = f.__globals__")[0]
+    assert "built at run time" in reaching("name = 'a' + 'b'\ngetattr(m, name)")[0]
+    assert "built at run time" in reaching("m.__dict__[k]")[0]
+    assert reaching("getattr(m, 'shape')") == [] and reaching("def (") == []
+
+
+# --------------------------------------------------------------------------- names and tokens
+
+
+def test_defined_names_are_what_a_cell_binds_at_its_top_level():
+    src = (
+        "%matplotlib inline\n"
+        "import numpy as np, os.path\n"
+        "from math import sqrt as root\n"
+        "a, (b, c) = 1, (2, 3)\n"
+        "d: int = 4\n"
+        "class K: pass\n"
+        "def f():\n    inner = 1\n"
+        "async def g(): pass\n"
+    )
+    assert defined_names(src) == {"np", "os", "root", "a", "b", "c", "d", "K", "f", "g"}
+    assert defined_names("def softmax(x):\n    return x +\n") == {"softmax"}  # not Python yet
+
+
+def test_canonical_tokens_ignore_names_comments_docstrings_and_dead_code():
+    a = 'def softmax(x):\n    """Doc."""\n    e = np.exp(x)  # exp\n    return e / e.sum()\n'
+    b = (
+        "def my_soft(values):\n    unused = 3\n    if False:\n        print(1)\n"
+        "    ex = np.exp(values)\n    return ex / ex.sum()\n    print('after')\n"
+    )
+    assert canonical_tokens(a) == canonical_tokens(b)
+    assert "np" in canonical_tokens(a) and "softmax" not in canonical_tokens(a)
+    assert canonical_tokens(a) != canonical_tokens(a.replace("np.exp", "np.log"))
+    assert canonical_tokens("def (") == []
+
+
+def test_similarity_sees_a_copy_under_new_names():
+    renamed = (
+        "def stable(values):\n    shifted = values - values.max(axis=-1, keepdims=True)\n"
+        "    num = np.exp(shifted)\n    return num / num.sum(axis=-1, keepdims=True)\n"
+    )
+    assert similarity(CORRECT, renamed) == 1.0
+    assert similarity(CORRECT, "def softmax(x):\n    return x\n") < analysis.COPY_SIMILARITY
+    assert similarity(CORRECT, "def (") == 0.0  # not Python: nothing to compare
+
+
+def test_a_small_solution_region_is_dictated_by_the_statement():
+    short = "def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n"
+    assert solution_region(short) == "return x"
+    assert dictated(short)
+    body = "\n".join(f"    y{i} = np.dot(x, x) + {i} * np.sum(x ** 2)" for i in range(8))
+    long = f"def f(x):\n    ### BEGIN SOLUTION\n{body}\n    return y7\n    ### END SOLUTION\n"
+    assert not dictated(long)
+
+
+def test_what_the_course_imports_from_course_lib_and_who_calls_it():
+    cells = [
+        nbformat.v4.new_code_cell("import course_lib.rnn as R\nfrom course_lib import env, check"),
+        nbformat.v4.new_code_cell("from course_lib.positional import apply_rope as rope"),
+        nbformat.v4.new_markdown_cell("import course_lib.attention"),
+    ]
+    names = course_imports(cells)
+    assert names == {"R": "course_lib.rnn", "rope": "course_lib.positional.apply_rope"}
+    used = references_used("y = R.rnn_forward(x)\nz = getattr(R, 'gru')\nw = rope(q)", names)
+    assert used == {"R.rnn_forward", "R.gru", "rope"}
+    assert references_used("R = 1", names) == set()  # bound, not read
+    assert references_used("R.x(\n", names) == {"R"}  # not Python: by word
+
+
+def test_a_failed_analysis_skips_the_flag_not_the_grade():
+    assert safe_flags(lambda: ["ok"]) == (["ok"], [])
+
+    def deep():
+        raise RecursionError
+
+    result, notes = safe_flags(deep)
+    assert result == [] and "(RecursionError); they were skipped" in notes[0]
