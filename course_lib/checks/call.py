@@ -20,6 +20,7 @@ import numpy as np
 
 from .compare import to_numpy
 from .exercise import Case
+from .rules import Watch, watched
 
 # The placeholders of generated exercise notebooks raise NotImplementedError with this text
 # (course_tools/exercises.py writes them); nbgrader's own release writes a bare
@@ -62,7 +63,8 @@ class Call:
     placeholder's exception); ``exit``: it called ``sys.exit`` (the code, as text);
     ``warning``: the first RuntimeWarning it emitted where the exercise forbids them (its
     category, text and line); ``changed``: the argument it changed in place, and how, where
-    the exercise forbids that (``keeps_inputs``). :func:`call_learner` makes one without the
+    the exercise forbids that (``keeps_inputs``); ``broke``: the rule of the statement it broke
+    (:mod:`course_lib.checks.rules`, its name) and ``how``. :func:`call_learner` makes one without the
     exercise (so without its reference); :func:`judge_call` turns it into feedback with it.
     The grader records a Call in the learner's kernel and judges it in its own process."""
 
@@ -74,6 +76,8 @@ class Call:
     exit: str | None = None
     warning: str = ""
     changed: str = ""
+    broke: str = ""
+    how: str = ""
 
 
 def _call_watching_warnings(fn: Callable, c: Case) -> tuple[Any, str]:
@@ -97,16 +101,23 @@ def _call_watching_warnings(fn: Callable, c: Case) -> tuple[Any, str]:
 
 
 def call_learner(
-    fn: Callable, case: Case, no_warnings: bool = False, keeps_inputs: bool = False
+    fn: Callable,
+    case: Case,
+    no_warnings: bool = False,
+    keeps_inputs: bool = False,
+    watch: Watch | None = None,
 ) -> Call:
     """Call the learner's function on a copy of the case and record what happened
-    (with ``keeps_inputs``, also whether it changed that copy of its arguments)."""
+    (with ``keeps_inputs``, also whether it changed that copy of its arguments; with a
+    ``watch``, the first rule of the statement it broke)."""
     c = _copy_args(case)
+    watch = watch or Watch()
     try:
         if no_warnings:
-            out, warning = _call_watching_warnings(fn, c)
+            (out, warning), breach = watched(lambda: _call_watching_warnings(fn, c), watch)
         else:
-            out, warning = fn(*c.args, **c.kwargs), ""
+            out, breach = watched(lambda: fn(*c.args, **c.kwargs), watch)
+            warning = ""
     except SystemExit as err:  # sys.exit() inside the function fails this case only
         return Call(exit=repr(err.code))
     except Exception as err:  # learner code may raise anything
@@ -119,6 +130,8 @@ def call_learner(
             not_implemented=_is_not_implemented(err),
         )
     changed = changed_argument(fn, case, c) if keeps_inputs else ""
+    if breach is not None:
+        return Call(output=out, warning=warning, changed=changed, broke=breach.rule, how=breach.how)
     return Call(output=out, warning=warning, changed=changed)
 
 

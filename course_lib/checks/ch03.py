@@ -23,6 +23,7 @@ import torch
 from .core import Case
 from .declare import exercise
 from .kit import BROADCAST_ERROR, randn, softmax_rows, within
+from .rules import SOFTMAX_CALLS, SOFTMAX_NAMES, Rule
 
 # --------------------------------------------------------------------------- 03.1
 
@@ -176,6 +177,7 @@ exercise(
     atol=1e-6,
     rtol=1e-5,
     check_dtype=True,
+    rules=(Rule("no-softmax", calls=SOFTMAX_CALLS, names=SOFTMAX_NAMES),),
     slips={
         # first: its values equal the reference's, so other slips would match them too
         "float64": dict(double=True),

@@ -28,6 +28,7 @@ from ..multihead import merge_heads, repeat_kv, split_heads
 from .core import Case
 from .declare import exercise
 from .kit import DT, byte_compare, randn, within
+from .rules import LIBRARY_ATTENTION_CALLS, LIBRARY_ATTENTION_NAMES, Rule
 
 # torch's message when the H query heads meet H_kv < H key/value heads (04.5, 04.8)
 UNREPEATED_HEADS = (
@@ -183,6 +184,9 @@ exercise(
     cases=_mha_cases,
     atol=1e-9,
     rtol=1e-7,
+    rules=(
+        Rule("no-library-attention", calls=LIBRARY_ATTENTION_CALLS, names=LIBRARY_ATTENTION_NAMES),
+    ),
     slips={
         "d-model-scale": dict(scale_by="d_model"),
         "no-w-o": dict(project_out=False),

@@ -31,6 +31,14 @@ import torch
 from .core import Case, Diagnosed
 from .declare import exercise
 from .kit import randn, with_note, within
+from .rules import (
+    LIBRARY_ATTENTION_CALLS,
+    LIBRARY_ATTENTION_NAMES,
+    SOFTMAX_CALLS,
+    SOFTMAX_NAMES,
+    Rule,
+    whole_scores,
+)
 from .texts import text
 
 # --------------------------------------------------------------------------- 06.1 online softmax
@@ -180,6 +188,10 @@ def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "one key tile scores about +750, the next about -750 (tiles of 4)",
                 _plus_minus_750(rng),
             ),
+            Case(
+                "160 queries and keys in tiles of 16: never all the scores at once",
+                qkv(160, 160, 4, 4, 16),
+            ),
         ]
     return [
         Case("7 queries, 13 keys, d_v = 5 != d_h = 3, tiles of 4", qkv(7, 13, 3, 5, 4)),
@@ -189,6 +201,10 @@ def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         Case(
             "a key tile scoring about +750 before one about -750, another draw",
             _plus_minus_750(rng),
+        ),
+        Case(
+            "176 queries, 160 keys in tiles of 16: never all the scores at once",
+            qkv(176, 160, 4, 4, 16),
         ),
     ]
 
@@ -203,6 +219,7 @@ exercise(
     atol=1e-10,
     rtol=1e-8,
     outputs=("O", "L"),
+    rules=(Rule("whole-scores", largest=whole_scores(margin=8)),),
     slips={
         "acc-not-rescaled": dict(rescale_acc=False),
         "unscaled": dict(scaled=False),
@@ -233,23 +250,21 @@ def flash_forward_reference(
 
     A kernel that leaves a state unrescaled is 06.2's loop with tiles of ``TRITON_BLOCK``; one
     that lets zero-filled keys past the end into the softmax, the same softmax over the keys
-    padded with zeros."""
-    if not (rescale_acc and rescale_l):  # the kernel's loop, one state not rescaled
-        Q, K, V = (t.detach().double().cpu().numpy() for t in (q, k, v))  # (N, d_h) each
-        out = tiled_attention_reference(
-            Q, K, V, TRITON_BLOCK, rescale_acc=rescale_acc, rescale_l=rescale_l
-        )[0]  # (N, d_h)
-        return torch.from_numpy(out).float().to(q.device)
+    padded with zeros. Computed as that loop is (in float64, a tile at a time): the
+    reference keeps the rules it checks, no softmax call and no (N, N) tensor."""
     n, pad = k.shape[0], 0  # pad: zero keys past the end that take part in the softmax
     if keys == "unmasked":  # loaded with other=0.0 and left unmasked: the last tile's padding
         pad = -n % TRITON_BLOCK
     elif keys == "off-by-one" and n % TRITON_BLOCK:  # cols <= n: key n, in a partial tile only
         pad = 1
-    k = torch.cat([k, k.new_zeros(pad, k.shape[1])])  # (N + pad, d_h)
-    v = torch.cat([v, v.new_zeros(pad, v.shape[1])])  # (N + pad, d_h)
-    s = (q.double() @ k.double().T) / (math.sqrt(q.shape[-1]) if scaled else 1.0)  # (N, N + pad)
-    s = s * math.log(exp_base)  # base ** s = e ** (s ln base): tl.exp2 gives base 2
-    return (torch.softmax(s, dim=-1) @ v.double()).float()  # (N, d_h)
+    Q, K, V = (t.detach().double().cpu().numpy() for t in (q, k, v))  # (N, d_h) each
+    K = np.concatenate([K, np.zeros((pad, K.shape[1]))])  # (N + pad, d_h)
+    V = np.concatenate([V, np.zeros((pad, V.shape[1]))])  # (N + pad, d_h)
+    Q = Q * math.log(exp_base)  # base ** s = e ** (s ln base): tl.exp2 gives base 2
+    out = tiled_attention_reference(
+        Q, K, V, TRITON_BLOCK, scaled=scaled, rescale_acc=rescale_acc, rescale_l=rescale_l
+    )[0]  # (N, d_h)
+    return torch.from_numpy(out).float().to(q.device)
 
 
 def _last_block_missing(got, expected, case: Case) -> str | None:
@@ -279,6 +294,10 @@ def _flash_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         return [
             Case("N = 16 (one tile), d_h = 16", (t(16, 16), t(16, 16), t(16, 16))),
             Case("N = 37 (ragged last tile), d_h = 32", (t(37, 32), t(37, 32), t(37, 32))),
+            Case(
+                "N = 100, d_h = 16: the scores stay in the kernel",
+                (t(100, 16), t(100, 16), t(100, 16)),
+            ),
         ]
     return [
         Case("N = 1, d_h = 16", (t(1, 16), t(1, 16), t(1, 16))),
@@ -286,6 +305,7 @@ def _flash_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             "N = 50, d_h = 16, large scores (inputs x 3)",
             (t(50, 16, scale=3.0), t(50, 16, scale=3.0), t(50, 16)),
         ),
+        Case("N = 80, d_h = 16", (t(80, 16), t(80, 16), t(80, 16))),
     ]
 
 
@@ -299,6 +319,14 @@ exercise(
     atol=_FLASH_ATOL,
     rtol=_FLASH_RTOL,
     compare=with_note(_FLASH_ATOL, _FLASH_RTOL, _last_block_missing),
+    rules=(
+        Rule(
+            "no-library-attention",
+            calls=LIBRARY_ATTENTION_CALLS | SOFTMAX_CALLS,
+            names=LIBRARY_ATTENTION_NAMES | SOFTMAX_NAMES,
+        ),
+        Rule("whole-scores", largest=whole_scores(margin=1), numpy=False),
+    ),
     slips={
         "unmasked": dict(keys="unmasked"),
         "acc-not-rescaled": dict(rescale_acc=False),

@@ -23,6 +23,9 @@ Other texts of an exercise, each a section of the same file when it is declared:
   matches ``PATTERN`` (``re.search``), under ``## 11.1/broadcast``;
 * ``no_warnings=True``: a RuntimeWarning fails a case; ``## 11.1/no-warnings`` says why, if
   the section exists;
+* ``rules=(Rule("no-softmax", ...),)``: what the statement forbids
+  (:mod:`course_lib.checks.rules`); a call that breaks one fails its case, and
+  ``## 11.1/no-softmax`` says why the statement forbids it (required);
 * ``keeps_inputs=True``: changing an argument in place fails a case; ``## 11.1/keeps-inputs``
   says how to avoid it, if the section exists (else :data:`~.core.CHANGED_INPUT`);
 * for a measurement on a real model (:func:`~.core.reveal`), ``## 11.1/gap-high``,
@@ -39,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .core import Exercise, register
+from .rules import Rule
 from .texts import chapter_texts, text
 
 GAPS = ("high", "low", "right")
@@ -52,6 +56,7 @@ def exercise(
     errors: dict[str, str] | None = None,
     no_warnings: bool = False,
     keeps_inputs: bool = False,
+    rules: tuple[Rule, ...] = (),
     **fields: Any,
 ) -> Exercise:
     """Declare and register exercise ``id``: ``fn`` with its keyword defaults is the
@@ -71,6 +76,8 @@ def exercise(
         errors={pattern: text(f"{id}/{name}") for name, pattern in (errors or {}).items()},
         no_warnings=(optional["no-warnings"] or True) if no_warnings else False,
         keeps_inputs=(optional["keeps-inputs"] or True) if keeps_inputs else False,
+        rules=tuple(rules),
+        rule_texts={r.name: text(f"{id}/{r.name}") for r in rules},
         gaps={
             way: texts[f"{id}/gap-{way}"].render(True) for way in GAPS if f"{id}/gap-{way}" in texts
         },

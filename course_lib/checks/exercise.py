@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from .rules import Rule
+
 
 class Hint(str):
     """A hint in two tiers: a *nudge* (the string itself) and a *detail* (often the formula).
@@ -137,6 +139,9 @@ class Exercise:
     gaps: dict[str, str] = field(default_factory=dict)
     reveals: str = ""
     keeps_inputs: bool | str = False
+    # what the statement forbids (course_lib.checks.rules), each rule's hint by its name
+    rules: tuple[Rule, ...] = ()
+    rule_texts: dict[str, str] = field(default_factory=dict)
 
     @property
     def chapter(self) -> str:

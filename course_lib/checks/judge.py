@@ -21,6 +21,7 @@ import numpy as np
 from .call import Call, _copy_args, call_learner
 from .compare import Diagnosed, compare_values, to_numpy
 from .exercise import CHANGED_INPUT, Case, Exercise, hint_key, render_hint
+from .rules import watch_for
 
 
 @dataclass
@@ -165,6 +166,13 @@ def judge_call(
     ex: Exercise, case: Case, call: Call, full: bool = True
 ) -> tuple[Any, CaseResult | None]:
     """(output, None) for a call that returned, or (None, the failure and its diagnosis)."""
+    if call.broke:  # a rule of the statement broken: the case fails whatever it returned
+        msg = f"your function breaks a rule of the exercise's statement: {call.how}."
+        hint = ex.rule_texts.get(call.broke)
+        if not hint:
+            return None, CaseResult(case.name, False, msg, cause=f"{ex.id}/{call.broke}")
+        text, cause = _likely(hint, ex, full, call.broke)
+        return None, CaseResult(case.name, False, msg + text, cause=cause)
     if call.exit is not None:
         return None, CaseResult(case.name, False, f"your function called sys.exit({call.exit})")
     if call.not_implemented:
@@ -191,7 +199,8 @@ def run_case(
     ex: Exercise, fn: Callable, case: Case, full: bool = True
 ) -> tuple[Any, CaseResult | None]:
     """Call the learner's function on a copy of the case; (output, None) or (None, failure)."""
-    call = call_learner(fn, case, bool(ex.no_warnings), bool(ex.keeps_inputs))
+    watch = watch_for(ex.rules, case)
+    call = call_learner(fn, case, bool(ex.no_warnings), bool(ex.keeps_inputs), watch)
     return judge_call(ex, case, call, full)
 
 

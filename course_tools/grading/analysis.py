@@ -425,3 +425,61 @@ def normal_code(source: str) -> str:
     """Code without comments, blank lines and spacing."""
     lines = [re.sub(r"\s+", "", line.split("#", 1)[0]) for line in source.splitlines()]
     return "\n".join(line for line in lines if line)
+
+
+# --------------------------------------------------------------------------- statement rules
+
+
+def _function_bodies(trees: list, target: str) -> list:
+    """The learner's function ``target`` (a def, or a lambda assigned to the name) and every
+    function of theirs it calls by name, transitively: the code that runs when it is called,
+    not a cell's module-level code (a learner's own comparison with the library, say)."""
+    defs: dict[str, list] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs.setdefault(node.name, []).append(node)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        defs.setdefault(t.id, []).append(node.value)
+    todo, seen, bodies = [target], set(), []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for fn in defs.get(name, []):
+            bodies.append(fn)
+            todo += [n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in defs]
+    return bodies
+
+
+def forbidden_uses(sources: list[str], target: str, names: frozenset[str]) -> list[str]:
+    """Where the code of the learner's ``target`` uses a name its statement forbids
+    (:class:`course_lib.checks.rules.Rule` ``names``): an attribute (``torch.softmax``,
+    ``F.softmax``, ``x.softmax``) or a name imported under it (``from torch import softmax
+    as sm``), inside ``target`` or a function of theirs it calls. The run-time watch sees
+    calls; this sees the code, so a watch switched off inside the kernel still leaves
+    this."""
+    if not names:
+        return []
+    trees = [t for t in (_parse(s) for s in sources) if t is not None]
+    imported = {
+        alias.asname or alias.name
+        for tree in trees
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.name in names
+    }
+    found: set[str] = set()
+    for body in _function_bodies(trees, target):
+        for node in ast.walk(body):
+            if isinstance(node, ast.Attribute) and node.attr in names:
+                found.add(f"`{_show(node)}` (line {node.lineno})")
+            elif isinstance(node, ast.Name) and node.id in imported:
+                found.add(f"`{node.id}` (line {node.lineno}), imported as a forbidden name")
+            elif _constant(node) and isinstance(node.value, str) and node.value in names:
+                found.add(f"the text {node.value!r} (line {node.lineno}), a forbidden name")
+    return sorted(found)

@@ -14,20 +14,23 @@ from typing import Any
 import numpy as np
 
 from course_lib.checks.core import Case, call_learner, get_exercise, to_numpy
+from course_lib.checks.rules import Watch, watch_for
 
 MAX_MESSAGE = 2000  # characters of a learner's exception message kept per case
 
 
 def write_inputs(cases: list[Case], path: str | Path, exercise_id: str | None = None) -> None:
     """The cases' inputs (names, arguments) for the kernel, and what the kernel needs to call
-    the learner's function (its name, whether warnings fail a case): no seed, no expected
-    output, nothing the kernel would have to import the exercise's checks for."""
+    the learner's function (its name, whether warnings fail a case, what to watch on each
+    case: :mod:`course_lib.checks.rules`): no seed, no expected output, nothing the kernel
+    would have to import the exercise's checks for."""
     ex = get_exercise(exercise_id) if exercise_id else None
     data = {
         "target": ex.target if ex else "",
         "no_warnings": bool(ex.no_warnings) if ex else False,
         "keeps_inputs": bool(ex.keeps_inputs) if ex else False,
         "cases": [(c.name, c.args, c.kwargs) for c in cases],
+        "watches": [watch_for(ex.rules, c).to_json() if ex else {} for c in cases],
     }
     Path(path).write_bytes(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -99,11 +102,18 @@ def harvest(exercise_id: str, fn: Any, inputs: str | Path, out_dir: str | Path) 
     if fn is None or not callable(fn):
         record["missing"] = f"no function named `{spec['target']}` was defined"
     else:
-        for i, (name, args, kwargs) in enumerate(spec["cases"]):
+        watches = spec.get("watches") or [{}] * len(spec["cases"])
+        for i, ((name, args, kwargs), watch) in enumerate(zip(spec["cases"], watches)):
             call = call_learner(
-                fn, Case(name, args, kwargs), spec["no_warnings"], spec.get("keeps_inputs", False)
+                fn,
+                Case(name, args, kwargs),
+                spec["no_warnings"],
+                spec.get("keeps_inputs", False),
+                Watch.from_json(watch),
             )
             entry: dict[str, Any] = {"name": name}
+            if call.broke:  # (a learner who fakes this only loses the case)
+                entry["broke"] = {"rule": call.broke[:100], "how": call.how[:MAX_MESSAGE]}
             if call.raised or call.exit is not None:
                 entry["raised"] = {
                     "type": call.raised[:200],

@@ -33,6 +33,7 @@ from .analysis import (
     course_imports,
     defined_names,
     dictated,
+    forbidden_uses,
     normal_code,
     references_used,
     safe_flags,
@@ -65,6 +66,8 @@ class Plan:
     missing: dict[str, str] = field(default_factory=dict)
     notes: dict[str, list[str]] = field(default_factory=dict)
     flags: dict[str, list[str]] = field(default_factory=dict)
+    # per exercise: where the learner's code uses what its statement forbids
+    breaches: dict[str, list[str]] = field(default_factory=dict)
     fingerprint: str = ""
 
     @property
@@ -410,6 +413,11 @@ def _flag(plan: Plan, order, solutions, reference, unstarted, imported) -> None:
             src for role, _, src in order if role == "learner" and ex.target in defined_names(src)
         ]
         flags = sorted({f for s in solutions[ex_id] for f in suspicious(s)})
+        forbidden = frozenset().union(*(r.names for r in ex.rules)) if ex.rules else frozenset()
+        breaches = forbidden_uses(mine, ex.target, forbidden)
+        if breaches and ex_id not in unstarted:
+            plan.breaches[ex_id] = breaches
+            flags.append("breaks the statement's rules: uses " + ", ".join(breaches[:5]))
         ref = reference[ex_id]
         if ref and ex_id not in unstarted and not dictated(ref):
             best = max((similarity(s, ref) for s in mine), default=0.0)

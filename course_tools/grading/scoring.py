@@ -42,12 +42,16 @@ from .protocol import MAX_RECORD_BYTES, MAX_RESULT_BYTES
 # --------------------------------------------------------------------------- recording
 
 
-def _recorded_call(entry: dict, arrays) -> Call:
-    """The :class:`Call` a harvest recorded (every field checked: the kernel wrote it)."""
+def _recorded_call(entry: dict, arrays, rules: frozenset[str] = frozenset()) -> Call:
+    """The :class:`Call` a harvest recorded (every field checked: the kernel wrote it; a
+    broken rule counts only when it is one of the exercise's ``rules``)."""
 
     def text(x: Any) -> str:
         return x[:MAX_MESSAGE] if isinstance(x, str) else ""
 
+    broke = entry.get("broke")
+    if isinstance(broke, dict) and broke.get("rule") in rules:  # the kernel saw one broken
+        return Call(broke=text(broke.get("rule")), how=text(broke.get("how")) or "a rule")
     raised = entry.get("raised")
     if isinstance(raised, dict):
         if not raised.get("type") and raised.get("exit") is None:
@@ -79,6 +83,8 @@ class Verdict:
     # the keys of the checks' own diagnoses ("02.1/unscaled"), made in the grader's process
     # from the recorded outputs: never text from the learner's kernel (the class report's list)
     diagnoses: list[str] = field(default_factory=list)
+    # the rules of the statement the function broke ("03.2/no-softmax"), and how
+    broke: list[str] = field(default_factory=list)
 
 
 def read_result_file(path: Path) -> tuple[bytes | None, str | None]:
@@ -193,7 +199,7 @@ def _judge(ex, cases: list[Case], recorded: list[dict], arrays, fixed: set[int] 
     drawn_passed = 0
     for i, (case, entry) in enumerate(zip(cases, recorded)):
         try:
-            call = _recorded_call(entry, arrays)
+            call = _recorded_call(entry, arrays, frozenset(r.name for r in ex.rules))
             got, result = judge_call(ex, case, call)
             if result is None:
                 result = evaluate_case(ex, case, got)
@@ -211,6 +217,21 @@ def _judge(ex, cases: list[Case], recorded: list[dict], arrays, fixed: set[int] 
         if "/" in result.cause:  # a named diagnosis ("02.1/unscaled"), not the general hint
             diagnoses.append(result.cause)
     return feedback, passed, drawn_passed, not_impl, diagnoses
+
+
+def _broken_rules(ex, recorded: list[dict], feedback: list[str], diagnoses: list[str]):
+    """The verdict of a function that broke a rule of the statement on some case (the
+    checks' diagnosis is the rule's key: ``03.2/no-softmax``), else None."""
+    rules = {f"{ex.id}/{r.name}" for r in ex.rules}
+    broke = sorted({d for d in diagnoses if d in rules})
+    if not broke:
+        return None
+    how = sorted(
+        {str(e["broke"].get("how", ""))[:300] for e in recorded if isinstance(e.get("broke"), dict)}
+    )
+    why = f"no points: the function breaks the statement's rules ({', '.join(broke)})"
+    seen = [f"{key}: {h}" for key in broke for h in how[:1]] or broke
+    return Verdict(ex.id, 0, ex.points, "failed", feedback + [why], diagnoses, seen)
 
 
 def score(
@@ -268,6 +289,9 @@ def score(
             [f"expected results for {len(cases)} cases, found {len(recorded)}"],
         )
     feedback, passed, drawn_passed, not_impl, diagnoses = _judge(ex, cases, recorded, arrays, fixed)
+    broken = _broken_rules(ex, recorded, feedback, diagnoses)
+    if broken is not None:  # a rule of the statement broken: no points, whatever else passed
+        return broken
     fixed = set(fixed or ()) if len(set(fixed or ())) < len(cases) else set()
     ran = sum(1 for entry in recorded if "raised" not in entry)  # cases that returned
     if passed == len(cases):
@@ -427,7 +451,21 @@ def _scored_verdict(ex, v, h, errored) -> tuple[str, float, list[str]]:
 
 
 def verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float, list[str]]:
-    """Combine the score of the recorded outputs with what happened to the cells."""
+    """Combine the score of the recorded outputs with what happened to the cells; a
+    function whose code uses what the statement forbids (``plan.breaches``) earns nothing."""
+    status, points, feedback = _verdict_for(ex, plan, outcomes, verdicts, cell_timeout)
+    breaches = getattr(plan, "breaches", {}).get(ex.id)
+    if breaches and status in ("passed", "failed"):
+        why = (
+            "no points: the statement forbids what your function uses: "
+            + ", ".join(breaches[:5])
+            + " (see the exercise's statement)"
+        )
+        return "failed", 0, [why] + [f for f in feedback if not f.startswith("partial credit")]
+    return status, points, feedback
+
+
+def _verdict_for(ex, plan, outcomes, verdicts, cell_timeout) -> tuple[str, float, list[str]]:
     ex_id = ex.id
     sol_cells = [
         i for i, (r, e) in enumerate(plan.roles) if r in ("solution", "learner") and e == ex_id

@@ -352,9 +352,8 @@ STAGES: tuple[Callable[[Grading], None], ...] = (
 
 
 def _exercise_rows(job: dict, plan, outcomes: list, verdicts: dict) -> list[Row]:
-    """Stage 4: one row per exercise, from its score and what happened to its cells."""
-    from course_lib.checks.core import get_exercise
-
+    """One row per exercise, from its score and what happened to its cells; the rules of a
+    statement broken at run time are flagged for review."""
     sub_id, limit = job["submission"], int(job.get("output_limit", 0))
     cell_timeout = float(job["cell_timeout"])
     rows = []
@@ -368,6 +367,9 @@ def _exercise_rows(job: dict, plan, outcomes: list, verdicts: dict) -> list[Row]
             )
             continue
         status, points, feedback = verdict_for(ex, plan, outcomes, verdicts, cell_timeout)
+        broke = verdicts[ex_id].broke if ex_id in verdicts else []
+        for how in broke:  # seen at run time: for a human look, beside the code's own flags
+            plan.flags.setdefault(ex_id, []).append(f"breaks the statement's rules: {how}")
         cells = [i for i, (_, e) in enumerate(plan.roles) if e == ex_id]
         printed = sum(outcomes[i].output_bytes for i in cells)
         if limit and printed > limit:

@@ -54,6 +54,7 @@ def _used_keys() -> set[str]:
     used = set()
     for ex_id, ex in all_exercises().items():
         hints = [ex.hint, *ex.mistakes, *ex.errors.values(), ex.no_warnings, ex.keeps_inputs]
+        hints += list(ex.rule_texts.values())
         used |= {h.key for h in hints if getattr(h, "key", "")}
         used |= {f"{ex_id}/gap-{way}" for way in ex.gaps}
     for module in CHECKS.glob("ch[0-9]*.py"):

@@ -136,3 +136,34 @@ def test_a_failed_analysis_skips_the_flag_not_the_grade():
 
     result, notes = safe_flags(deep)
     assert result == [] and "(RecursionError); they were skipped" in notes[0]
+
+
+def test_forbidden_uses_are_found_in_the_function_and_its_helpers_only():
+    names = frozenset({"softmax", "log_softmax", "Softmax"})
+    direct = "def stable_softmax(s, t=1.0):\n    return torch.softmax(s / t, -1)\n"
+    assert analysis.forbidden_uses([direct], "stable_softmax", names) == [
+        "`torch.softmax` (line 2)"
+    ]
+    helper = (
+        "from torch.nn.functional import softmax as sm\n"
+        "def _h(z):\n    return sm(z, -1)\n"
+        "def stable_softmax(s, t=1.0):\n    return _h(s / t)\n"
+    )
+    assert analysis.forbidden_uses([helper], "stable_softmax", names) == [
+        "`sm` (line 3), imported as a forbidden name"
+    ]
+    by_text = "def stable_softmax(s, t=1.0):\n    return getattr(s, 'softmax')(-1)\n"
+    assert analysis.forbidden_uses([by_text], "stable_softmax", names) == [
+        "the text 'softmax' (line 2), a forbidden name"
+    ]
+    as_lambda = "stable_softmax = lambda s, t=1.0: F.softmax(s / t, -1)\n"
+    assert analysis.forbidden_uses([as_lambda], "stable_softmax", names)
+    # a learner's own comparison at the cell's top level is not the function
+    honest = (
+        "def stable_softmax(s, t=1.0):\n    e = (s / t - (s / t).amax(-1, keepdim=True)).exp()\n"
+        "    return e / e.sum(-1, keepdim=True)\n"
+        "print(torch.allclose(stable_softmax(x), torch.softmax(x, -1)))\n"
+    )
+    assert analysis.forbidden_uses([honest], "stable_softmax", names) == []
+    assert analysis.forbidden_uses([direct], "stable_softmax", frozenset()) == []
+    assert analysis.forbidden_uses(["def (:"], "stable_softmax", names) == []  # unparsable

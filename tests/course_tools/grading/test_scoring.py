@@ -343,3 +343,55 @@ def test_an_untouched_placeholder_is_missing_and_says_so():
     status, _, feedback = verdict_for(EX, _plan(*ROLES), outcomes, verdicts, 10)
     assert status == "missing" and feedback[1:] == ["other"]
     assert "`softmax` still raises NotImplementedError" in feedback[0]
+
+
+# --------------------------------------------------------------------------- statement rules
+
+
+def _torch_softmax(scores, temperature=1.0):
+    import torch
+
+    return torch.softmax(scores / temperature, dim=-1)
+
+
+def test_a_function_that_breaks_a_rule_earns_nothing_even_with_partial_credit(tmp_path):
+    """03.2 answered with torch.softmax: right on every case, and no point, partial or not;
+    the verdict names the rule and what the kernel saw."""
+    ref = get_exercise("03.2").reference
+    assert score("03.2", _harvest("03.2", ref, 3, tmp_path / "ok"), tmp_path / "ok").points == 1
+    cases = _harvest("03.2", _torch_softmax, 3, tmp_path / "r")
+    for partial in (False, True):
+        v = score("03.2", cases, tmp_path / "r", partial=partial)
+        assert (v.status, v.points) == ("failed", 0), v
+        assert v.broke == ["03.2/no-softmax: it called `softmax`"]
+        assert "03.2/no-softmax" in v.diagnoses
+        assert any("breaks the statement's rules (03.2/no-softmax)" in f for f in v.feedback)
+
+
+def test_a_breach_the_kernel_reports_counts_only_as_one_of_the_exercises_rules(tmp_path):
+    """The kernel's record is the learner's to forge: a rule the exercise does not have is
+    ignored (no learner-chosen key reaches the class report), and a forged real one only
+    loses the learner the points."""
+    ref = get_exercise("03.2").reference
+    cases = _harvest("03.2", ref, 3, tmp_path)
+    record = json.loads((tmp_path / "03.2.json").read_text())
+    record["cases"][0]["broke"] = {"rule": "made-up", "how": "Likely cause: the teacher"}
+    (tmp_path / "03.2.json").write_text(json.dumps(record))
+    v = score("03.2", cases, tmp_path)
+    assert v.status == "passed" and v.broke == [] and v.diagnoses == []
+    record["cases"][0]["broke"] = {"rule": "no-softmax", "how": "it called `softmax`"}
+    (tmp_path / "03.2.json").write_text(json.dumps(record))
+    v = score("03.2", cases, tmp_path, partial=True)
+    assert (v.status, v.points, v.diagnoses) == ("failed", 0, ["03.2/no-softmax"])
+
+
+def test_a_plans_breach_fails_a_passing_verdict(tmp_path):
+    ex = get_exercise("03.2")
+    plan = SimpleNamespace(roles=[("solution", "03.2"), ("harvest", "03.2")], breaches={})
+    outcomes = [CellOutcome("ok", ""), CellOutcome("ok", "")]
+    passed = {"03.2": Verdict("03.2", 1, 1, "passed", ["✓ a case"])}
+    assert verdict_for(ex, plan, outcomes, passed, 60)[:2] == ("passed", 1)
+    plan.breaches = {"03.2": ["`torch.softmax` (line 2)"]}
+    status, points, feedback = verdict_for(ex, plan, outcomes, passed, 60)
+    assert (status, points) == ("failed", 0)
+    assert feedback[0].startswith("no points: the statement forbids what your function uses")
