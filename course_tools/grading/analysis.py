@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
+import json
 import re
 import textwrap
+from pathlib import Path
 from typing import TypeGuard
 
 from ..exercises import BEGIN_SOLUTION, END_SOLUTION
@@ -40,6 +43,11 @@ SUSPICIOUS: list[tuple[str, str]] = [
         "manipulates processes",
     ),
     (r"(?<![.\w])(exec|eval|compile|__import__)\s*\(", "runs code built at run time"),
+    (
+        r"\b(pkgutil|runpy|resolve_name|import_module|find_spec|spec_from_file_location"
+        r"|zipimport|SourceFileLoader)\b",
+        "reaches a module by a name or path given as text",
+    ),
     (
         r"\bsolutions\b|\.ipynb\b|ipynb|\.grader-seed|__file__|/proc/|\bopen\s*\(|read_text"
         r"|read_bytes|\bos\.(listdir|walk|scandir)|\bglob\b",
@@ -483,3 +491,76 @@ def forbidden_uses(sources: list[str], target: str, names: frozenset[str]) -> li
             elif _constant(node) and isinstance(node.value, str) and node.value in names:
                 found.add(f"the text {node.value!r} (line {node.lineno}), a forbidden name")
     return sorted(found)
+
+
+# --------------------------------------------------------------------------- the course's own code
+
+
+def _big_enough(node) -> bool:
+    """A function long enough that a copy of it is told from an honest answer."""
+    statements = sum(isinstance(n, ast.stmt) for n in ast.walk(node)) - 1  # (not the def)
+    return statements >= COPY_MIN_STATEMENTS and sum(1 for _ in ast.walk(node)) >= COPY_MIN_NODES
+
+
+@functools.lru_cache(maxsize=4)
+def course_functions(package: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Every function of the course's library under ``package`` (its modules and the
+    references its checks ship), big enough to tell (:func:`_big_enough`), as
+    ``(label, canonical tokens)``: what a learner could find and paste."""
+    root = Path(package)
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        tree = _parse(source)
+        if tree is None:
+            continue
+        where = f"{root.name}/{path.relative_to(root).as_posix()}"
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _big_enough(node):
+                text = ast.get_source_segment(source, node) or ""
+                tokens = canonical_tokens(textwrap.dedent(text))
+                if tokens:
+                    out.append((f"{where} `{node.name}`", tuple(tokens)))
+    return tuple(out)
+
+
+def write_course_functions(package: str | Path, path: Path) -> None:
+    """:func:`course_functions` as JSON in ``path``: the grader reads the library once
+    per run, and each worker loads it (:func:`read_course_functions`)."""
+    data = [[label, list(tokens)] for label, tokens in course_functions(str(package))]
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def read_course_functions(path: str | Path | None, package: str | Path):
+    """What :func:`write_course_functions` wrote, else the library read here."""
+    if path:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            return tuple((str(label), tuple(tokens)) for label, tokens in data)
+        except (OSError, ValueError, TypeError):
+            pass  # read it afresh
+    return course_functions(str(package))
+
+
+def course_copies(sources: list[str], target: str, library) -> list[str]:
+    """The functions of the learner's ``target`` (and the helpers it calls) that match a
+    function of the course's library once names and layout are set aside, each with the
+    source it matches: ``"`rnn_forward` matches course_lib/rnn.py `rnn_forward` (100% alike)"``.
+    ``library``: :func:`course_functions`' result."""
+    trees = [(s, t) for s, t in ((s, _parse(s)) for s in sources) if t is not None]
+    found = []
+    for source, tree in trees:
+        for fn in _function_bodies([tree], target):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not _big_enough(fn):
+                continue
+            mine = canonical_tokens(textwrap.dedent(ast.get_source_segment(source, fn) or ""))
+            best, label = 0.0, ""
+            for name, theirs in library:
+                if 2 * min(len(mine), len(theirs)) / (len(mine) + len(theirs)) < COPY_SIMILARITY:
+                    continue  # the lengths alone rule it out
+                ratio = difflib.SequenceMatcher(None, mine, theirs, autojunk=False).ratio()
+                if ratio > best:
+                    best, label = ratio, name
+            if best >= COPY_SIMILARITY:
+                found.append(f"`{fn.name}` matches {label} ({best:.0%} alike)")
+    return sorted(set(found))

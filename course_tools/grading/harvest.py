@@ -85,6 +85,23 @@ class _Unreadable:
         return self.text
 
 
+def course_origin(fn: Any) -> str:
+    """Where ``fn``'s code lives when it is the course's library's own (``course_lib/rnn.py
+    `rnn_forward```: reached through ``pkgutil``, ``importlib`` or an import), else ""."""
+    import course_lib
+
+    package = Path(course_lib.__file__).resolve().parent
+    inner = getattr(fn, "func", fn)  # a functools.partial of it
+    code = getattr(inner, "__code__", None)
+    if code is None:
+        return ""
+    try:
+        where = Path(code.co_filename).resolve().relative_to(package)
+    except (ValueError, OSError):
+        return ""
+    return f"course_lib/{where.as_posix()} `{getattr(inner, '__qualname__', '?')}`"[:300]
+
+
 def harvest(exercise_id: str, fn: Any, inputs: str | Path, out_dir: str | Path) -> None:
     """Run inside the student's kernel: record the learner's outputs, decide nothing.
 
@@ -102,6 +119,9 @@ def harvest(exercise_id: str, fn: Any, inputs: str | Path, out_dir: str | Path) 
     if fn is None or not callable(fn):
         record["missing"] = f"no function named `{spec['target']}` was defined"
     else:
+        origin = course_origin(fn)
+        if origin:  # (a learner who fakes this only flags themselves)
+            record["origin"] = origin
         watches = spec.get("watches") or [{}] * len(spec["cases"])
         for i, ((name, args, kwargs), watch) in enumerate(zip(spec["cases"], watches)):
             call = call_learner(

@@ -30,11 +30,13 @@ import nbformat
 from ..exercises import BEGIN_SOLUTION, END_SOLUTION
 from .analysis import (
     COPY_SIMILARITY,
+    course_copies,
     course_imports,
     defined_names,
     dictated,
     forbidden_uses,
     normal_code,
+    read_course_functions,
     references_used,
     safe_flags,
     similarity,
@@ -202,6 +204,7 @@ def rebuild(
     course: Course,
     harvest_dirs: dict[str, str],
     inputs: dict[str, str] | None = None,
+    library=None,
 ) -> Plan:
     """The notebook to run: the course's copy with the learner's code spliced in.
 
@@ -237,7 +240,17 @@ def rebuild(
     reference = {e: solution_source(course, assignment, e) for e in plan.exercises}
     unstarted = _unstarted(order, plan, solutions, reference)
     _, trouble = safe_flags(
-        lambda: _flag(plan, order, solutions, reference, unstarted, course_imports(base.cells))
+        lambda: _flag(
+            plan,
+            order,
+            solutions,
+            reference,
+            unstarted,
+            course_imports(base.cells),
+            library
+            if library is not None
+            else read_course_functions(None, course.root / "course_lib"),
+        )
     )
     plan.notes.setdefault("*", []).extend(trouble)
     learner_sources = [
@@ -405,7 +418,7 @@ def _unstarted(order, plan: Plan, solutions, reference) -> set[str]:
     return unstarted
 
 
-def _flag(plan: Plan, order, solutions, reference, unstarted, imported) -> None:
+def _flag(plan: Plan, order, solutions, reference, unstarted, imported, library) -> None:
     """Flags for a human look: suspicious code, copies, the course's implementations."""
     for ex_id in plan.exercises:
         ex = get_exercise(ex_id)
@@ -413,6 +426,9 @@ def _flag(plan: Plan, order, solutions, reference, unstarted, imported) -> None:
             src for role, _, src in order if role == "learner" and ex.target in defined_names(src)
         ]
         flags = sorted({f for s in solutions[ex_id] for f in suspicious(s)})
+        if ex_id not in unstarted:
+            for copy in course_copies(mine, ex.target, library):
+                flags.append(f"{copy}: the course's own code, not the learner's")
         forbidden = frozenset().union(*(r.names for r in ex.rules)) if ex.rules else frozenset()
         breaches = forbidden_uses(mine, ex.target, forbidden)
         if breaches and ex_id not in unstarted:

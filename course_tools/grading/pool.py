@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from .analysis import write_course_functions
 from .collect import Submission
 from .identity import assignment_from_name, expected_assignment
 from .integrity import changed_files, manifest
@@ -166,6 +167,19 @@ class Grader:
         self.deadline = time.monotonic() + args.max_time if args.max_time else None
         self.out_of_time = 0
 
+    def library_file(self) -> Path:
+        """The course library's functions, read once per run for the copy check
+        (:func:`course_tools.grading.analysis.course_functions`), in the grader's scratch."""
+        path = self.scratch / "course-functions.json"
+        with self.lock:
+            if not path.exists():
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    write_course_functions(self.root / "course_lib", path)
+                except (OSError, SyntaxError, ValueError):  # each worker reads it then
+                    return Path("")
+        return path
+
     def sweep(self) -> None:
         """Kill what learners' code left running (see :class:`Reaper`)."""
         with self.lock:  # no worker is being started meanwhile: its pid is in self.live
@@ -237,6 +251,7 @@ class Grader:
             "output_limit": self.args.output_limit,
             "threads": self.threads,
             "partial": self.args.partial,
+            "course_functions": str(self.library_file() or ""),
             **self._expected(sub),
         }
 

@@ -85,6 +85,8 @@ class Verdict:
     diagnoses: list[str] = field(default_factory=list)
     # the rules of the statement the function broke ("03.2/no-softmax"), and how
     broke: list[str] = field(default_factory=list)
+    # where the function checked lives when it is the course library's own (the kernel says)
+    origin: str = ""
 
 
 def read_result_file(path: Path) -> tuple[bytes | None, str | None]:
@@ -275,6 +277,15 @@ def score(
         raise  # the grader's own limit for one submission: the worker says so
     except Exception as err:
         return Verdict(ex.id, 0, ex.points, "error", [f"unreadable results: {err}"])
+    verdict = _verdict_of(ex, cases, record, arrays, partial, fixed)
+    origin = record.get("origin") if isinstance(record, dict) else None
+    if isinstance(origin, str) and origin.startswith("course_lib/"):
+        verdict.origin = origin[:300]
+    return verdict
+
+
+def _verdict_of(ex, cases: list[Case], record, arrays, partial: bool, fixed) -> Verdict:
+    """The verdict on a readable record of the cases (see :func:`score`)."""
     if isinstance(record, dict) and record.get("missing"):
         return Verdict(ex.id, 0, ex.points, "missing", [str(record["missing"])[:MAX_MESSAGE]])
     recorded = record.get("cases", []) if isinstance(record, dict) else None

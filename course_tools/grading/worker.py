@@ -47,6 +47,7 @@ from pathlib import Path  # noqa: E402
 
 from course_lib.checks.core import cases_for, evaluate_case, get_exercise  # noqa: E402
 
+from .analysis import read_course_functions  # noqa: E402
 from .cases import fixed_cases, grader_cases  # noqa: E402
 from .harvest import flatten, unflatten, write_inputs  # noqa: E402
 from .identity import (  # noqa: E402
@@ -227,7 +228,10 @@ def plan_run(g: Grading) -> None:
         {e: str(box / f"results-{e}") for e in exercises},
         {e: str(inputs_dir / f"{e}.pkl") for e in exercises},
     )
-    g.plan = plan = rebuild(g.nb, assignment, g.course, g.where.harvest_dirs, g.where.inputs)
+    library = read_course_functions(g.job.get("course_functions"), g.course.root / "course_lib")
+    g.plan = plan = rebuild(
+        g.nb, assignment, g.course, g.where.harvest_dirs, g.where.inputs, library
+    )
     g.nb = None  # the submission is read: only the plan goes on
     whole = g.result["flags"].pop("*", [])
     g.result["flags"] = plan.flags
@@ -368,6 +372,11 @@ def _exercise_rows(job: dict, plan, outcomes: list, verdicts: dict) -> list[Row]
             continue
         status, points, feedback = verdict_for(ex, plan, outcomes, verdicts, cell_timeout)
         broke = verdicts[ex_id].broke if ex_id in verdicts else []
+        origin = verdicts[ex_id].origin if ex_id in verdicts else ""
+        if origin:
+            plan.flags.setdefault(ex_id, []).append(
+                f"the function checked is the course's own: {origin}"
+            )
         for how in broke:  # seen at run time: for a human look, beside the code's own flags
             plan.flags.setdefault(ex_id, []).append(f"breaks the statement's rules: {how}")
         cells = [i for i, (_, e) in enumerate(plan.roles) if e == ex_id]

@@ -167,3 +167,32 @@ def test_forbidden_uses_are_found_in_the_function_and_its_helpers_only():
     assert analysis.forbidden_uses([honest], "stable_softmax", names) == []
     assert analysis.forbidden_uses([direct], "stable_softmax", frozenset()) == []
     assert analysis.forbidden_uses(["def (:"], "stable_softmax", names) == []  # unparsable
+
+
+def test_a_function_pasted_from_the_course_library_is_matched_with_its_source(tmp_path):
+    """Any function of course_lib (its modules, the references its checks ship), renamed and
+    re-laid out, is named; the course's own solutions match none of them."""
+    library = tmp_path / "course_lib"
+    library.mkdir()
+    (library / "rnn.py").write_text(
+        "def rnn_forward(x, h0, W):\n"
+        "    h = h0\n    out = []\n    for t in range(x.shape[0]):\n"
+        "        h = (x[t] @ W + h).tanh()\n        out.append(h)\n"
+        "    return torch.stack(out), h\n"
+    )
+    functions = analysis.course_functions(str(library))
+    assert [label for label, _ in functions] == ["course_lib/rnn.py `rnn_forward`"]
+    pasted = (
+        "def my_rnn(inputs, state, weights):  # renamed, re-spaced\n"
+        "    hidden = state\n    outs = []\n    for i in range(inputs.shape[0]):\n"
+        "        hidden = (inputs[i] @ weights + hidden).tanh()\n        outs.append(hidden)\n"
+        "    return torch.stack(outs), hidden\n"
+    )
+    assert analysis.course_copies([pasted], "my_rnn", functions) == [
+        "`my_rnn` matches course_lib/rnn.py `rnn_forward` (100% alike)"
+    ]
+    own = "def my_rnn(x, h, W):\n    for t in range(len(x)):\n        h = np.tanh(W @ h + x[t])\n    return h\n"
+    assert analysis.course_copies([own], "my_rnn", functions) == []
+    path = tmp_path / "functions.json"
+    analysis.write_course_functions(library, path)
+    assert analysis.read_course_functions(path, "elsewhere") == functions

@@ -37,3 +37,21 @@ def test_only_inputs_reach_the_kernel(tmp_path):
     assert [name for name, _, _ in data] == [c.name for c in cases]
     for _, args, kwargs in data:  # arrays and numbers: no seed, no reference, no function
         assert all(isinstance(a, np.ndarray) for a in args) and kwargs == {}
+
+
+def test_a_function_of_the_course_library_is_recognised_by_where_its_code_lives():
+    """01.4 answered with ``pkgutil.resolve_name("course_lib.rnn:critical_path")``: the kernel
+    records where the function's code lives, and the grader flags it."""
+    import functools
+    import pkgutil
+
+    from course_tools.grading.harvest import course_origin
+
+    resolved = pkgutil.resolve_name("course" + "_lib.rnn:critical_path")
+    assert course_origin(resolved) == "course_lib/rnn.py `critical_path`"
+    assert course_origin(functools.partial(resolved)) == "course_lib/rnn.py `critical_path`"
+
+    def mine(x):
+        return x
+
+    assert course_origin(mine) == "" and course_origin(len) == ""
