@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .. import rnn as R
-from .core import Case
+from .core import Case, Fixed
 from .declare import exercise
 from .kit import DT, randn, within
 
@@ -149,19 +149,19 @@ def _nonnormal(rng: np.random.Generator, d: int) -> torch.Tensor:
 def _radius_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "2×2 [[0, 4], [0.25, 0]] to rho=0.5 (eigenvalues ±1, largest singular value 4)",
                 (torch.tensor([[0.0, 4.0], [0.25, 0.0]], dtype=DT), 0.5),
             ),
             Case("a random non-normal 6×6 matrix to rho=1.2", (_nonnormal(rng, 6), 1.2)),
         ]
     return [
-        Case(
+        Fixed(
             "a rotation (complex eigenvalues) to rho=0.9",
             (torch.tensor([[0.0, -2.0], [2.0, 0.0]], dtype=DT), 0.9),
         ),
         Case("a random non-normal 16×16 matrix to rho=1.0", (_nonnormal(rng, 16), 1.0)),
-        Case(
+        Fixed(
             "a matrix with a dominant negative eigenvalue to rho=2",
             (
                 torch.diag(torch.tensor([-3.0, 1.0, 0.5], dtype=DT))
@@ -308,35 +308,35 @@ def _random_dag(rng: np.random.Generator, n: int, p: float) -> list[list[int]]:
 def _path_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("a chain of 5 nodes (an RNN over 5 tokens)", (R.dependency_graph("rnn", 5),)),
-            Case("an empty graph (no nodes: depth 0)", ([],)),
-            Case("a diamond [[], [0], [0], [1, 2]]", ([[], [0], [0], [1, 2]],)),
-            Case(
+            Fixed("a chain of 5 nodes (an RNN over 5 tokens)", (R.dependency_graph("rnn", 5),)),
+            Fixed("an empty graph (no nodes: depth 0)", ([],)),
+            Fixed("a diamond [[], [0], [0], [1, 2]]", ([[], [0], [0], [1, 2]],)),
+            Fixed(
                 "a join whose slowest parent comes second: [[], [], [1], [2], [0, 3], [4], [5]]",
                 ([[], [], [1], [2], [0, 3], [4], [5]],),
             ),
-            Case(
+            Fixed(
                 "a join whose fastest parent comes second: [[], [0], [1], [], [2, 3], [4]]",
                 ([[], [0], [1], [], [2, 3], [4]],),
             ),
-            Case(
+            Fixed(
                 "a chain of 3, then an independent node: [[], [0], [1], []]", ([[], [0], [1], []],)
             ),
-            Case("3 RNN layers over 6 tokens", (R.dependency_graph("rnn", 6, 3),)),
-            Case("3 attention layers over 6 tokens", (R.dependency_graph("attention", 6, 3),)),
+            Fixed("3 RNN layers over 6 tokens", (R.dependency_graph("rnn", 6, 3),)),
+            Fixed("3 attention layers over 6 tokens", (R.dependency_graph("attention", 6, 3),)),
         ]
     return [
-        Case(
+        Fixed(
             "the slowest parent is not the first: [[], [0], [], [2, 1]]", ([[], [0], [], [2, 1]],)
         ),
-        Case(
+        Fixed(
             "a chain of 4 joined three times by a shortcut from a free node",
             ([[], [0], [1], [2], [], [3, 4], [5, 4], [6, 4]],),
         ),
-        Case("4 RNN layers over 50 tokens", (R.dependency_graph("rnn", 50, 4),)),
-        Case("5 attention layers over 20 tokens", (R.dependency_graph("attention", 20, 5),)),
+        Fixed("4 RNN layers over 50 tokens", (R.dependency_graph("rnn", 50, 4),)),
+        Fixed("5 attention layers over 20 tokens", (R.dependency_graph("attention", 20, 5),)),
         Case("a random DAG of 60 nodes", (_random_dag(rng, 60, 0.08),)),
-        Case("8 independent nodes", ([[] for _ in range(8)],)),
+        Fixed("8 independent nodes", ([[] for _ in range(8)],)),
     ]
 
 
@@ -415,7 +415,7 @@ def _clip_args(rng: np.random.Generator, shapes, scale: float, max_norm: float) 
 def _clip_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "two gradients [3.] and [4.] (global norm 5), max_norm = 1",
                 ([torch.tensor([3.0], dtype=DT), torch.tensor([4.0], dtype=DT)], 1.0),
             ),
@@ -428,7 +428,7 @@ def _clip_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "a small gradient (global norm below max_norm = 10): unchanged",
                 _clip_args(rng, [(3, 3), (3,)], 0.5, 10.0),
             ),
-            Case(
+            Fixed(
                 "all-zero gradients (norm 0: nothing to divide)",
                 ([torch.zeros(3, 2, dtype=DT), torch.zeros(2, dtype=DT)], 1.0),
             ),
@@ -442,12 +442,12 @@ def _clip_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             "an exploded gradient (entries ~1e6), max_norm = 1",
             _clip_args(rng, [(6, 6), (6,)], 1e6, 1.0),
         ),
-        Case("one tensor, exactly at the norm", ([torch.tensor([0.6, 0.8], dtype=DT)], 1.0)),
+        Fixed("one tensor, exactly at the norm", ([torch.tensor([0.6, 0.8], dtype=DT)], 1.0)),
         Case(
             "three small gradients (global norm below max_norm = 5): unchanged",
             _clip_args(rng, [(2, 5), (5,), (3,)], 0.3, 5.0),
         ),
-        Case(
+        Fixed(
             "zero gradients in two tensors (a frozen layer): norm 0, nothing to divide",
             ([torch.zeros(4, dtype=DT), torch.zeros(2, 2, dtype=DT)], 0.1),
         ),
@@ -504,9 +504,9 @@ def growth_rate_reference(
 def _growth_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("d = 16, rho = 0.9, 200 steps", (16, 0.9, 200, 0)),
-            Case("d = 16, rho = 1.1, 200 steps", (16, 1.1, 200, 1)),
-            Case("d = 64, rho = 1.05, 200 steps", (64, 1.05, 200, 2)),
+            Fixed("d = 16, rho = 0.9, 200 steps", (16, 0.9, 200, 0)),
+            Fixed("d = 16, rho = 1.1, 200 steps", (16, 1.1, 200, 1)),
+            Fixed("d = 64, rho = 1.05, 200 steps", (64, 1.05, 200, 2)),
         ]
     return [
         Case("d = 8, rho = 0.5, 100 steps", (8, 0.5, 100, int(rng.integers(1000)))),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import Case
+from .core import Case, Fixed
 from .declare import exercise
 from .kit import within
 
@@ -126,12 +126,12 @@ def causal_mask_reference(n_q, n_k, *, upper=False, offset=0, bottom_right=False
 
 def _causal_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
-        return [Case("a square 4 × 4 mask", (4, 4)), Case("3 queries, 5 keys", (3, 5))]
+        return [Fixed("a square 4 × 4 mask", (4, 4)), Fixed("3 queries, 5 keys", (3, 5))]
     n = int(rng.integers(6, 10))
     return [
         Case(f"a square {n} × {n} mask", (n, n)),
-        Case("5 queries, 2 keys", (5, 2)),
-        Case("a single token", (1, 1)),
+        Fixed("5 queries, 2 keys", (5, 2)),
+        Fixed("a single token", (1, 1)),
     ]
 
 
@@ -173,14 +173,14 @@ def padding_mask_reference(lengths, n_k, *, real=np.less, max_width=False, axis=
 def _padding_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("lengths [3, 1, 4], n_k = 4", (np.array([3, 1, 4]), 4)),
-            Case("lengths [2, 5], n_k = 6 (every sequence padded)", (np.array([2, 5]), 6)),
+            Fixed("lengths [3, 1, 4], n_k = 4", (np.array([3, 1, 4]), 4)),
+            Fixed("lengths [2, 5], n_k = 6 (every sequence padded)", (np.array([2, 5]), 6)),
         ]
     b = int(rng.integers(4, 8))
     n_k = int(rng.integers(5, 9))
     return [
         Case(f"{b} random lengths, n_k = {n_k}", (rng.integers(1, n_k + 1, size=b), n_k)),
-        Case("a length-0 sequence among others", (np.array([0, 3]), 3)),
+        Fixed("a length-0 sequence among others", (np.array([0, 3]), 3)),
         Case(
             f"{b} sequences all shorter than n_k = {n_k + 2} (every one padded)",
             (rng.integers(1, n_k + 1, size=b), n_k + 2),
@@ -248,7 +248,7 @@ def _masked_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         return [
             Case("3 rows, some keys masked", (s, m)),
             Case("a row with every key masked (the NaN trap)", (s2, m2)),
-            Case(
+            Fixed(
                 "large scores (1000, 1002, 1001, masked 4000): exp must not overflow",
                 (
                     np.array([[1000.0, 1002.0, 1001.0, 4000.0], [2.0, -1.0, 0.5, 1.0]]),
@@ -261,7 +261,7 @@ def _masked_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     m[0, 2] = False
     return [
         Case("a (2, 4, 6) batch with a random mask and an empty row", (s, m)),
-        Case(
+        Fixed(
             "large scores (1000, 1001, …): subtract the max of the kept entries",
             (np.array([[1000.0, 1001.0, 1002.0, 5000.0]]), np.array([[True, True, True, False]])),
         ),
@@ -485,8 +485,8 @@ def self_weight_reference(num_tokens, d, trials, seed, *, power=0.5, diagonal=Tr
 def _self_weight_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("N = 16 tokens, d = 64, 200 trials", (16, 64, 200, 0)),
-            Case("N = 16 tokens, d = 4, 500 trials", (16, 4, 500, 1)),
+            Fixed("N = 16 tokens, d = 64, 200 trials", (16, 64, 200, 0)),
+            Fixed("N = 16 tokens, d = 4, 500 trials", (16, 4, 500, 1)),
         ]
     return [
         Case("N = 64 tokens, d = 16, 100 trials", (64, 16, 100, int(rng.integers(1000)))),

@@ -20,7 +20,7 @@ import math
 import numpy as np
 import torch
 
-from .core import Case
+from .core import Case, Fixed
 from .declare import exercise
 from .kit import BROADCAST_ERROR, randn, softmax_rows, within
 from .rules import SOFTMAX_CALLS, SOFTMAX_NAMES, Rule
@@ -223,7 +223,7 @@ def _jacobian_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     onehot[0, 2] = onehot[1, 5] = 1.0
     return [
         Case("a (2, 3, 7) batch", (softmax_rows(rng, (2, 3, 7)),)),
-        Case("one-hot rows: the Jacobian is all zeros", (onehot,)),
+        Fixed("one-hot rows: the Jacobian is all zeros", (onehot,)),
         Case("nearly saturated rows (scores of std 30)", (softmax_rows(rng, (4, 8), 30.0),)),
     ]
 
@@ -269,13 +269,13 @@ def _entropy_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         uniform = torch.full((1, 8), 1 / 8, dtype=torch.float64)
         return [
-            Case("uniform over 8 keys: log 8", (uniform,)),
+            Fixed("uniform over 8 keys: log 8", (uniform,)),
             Case("4 attention rows over 6 keys", (softmax_rows(rng, (4, 6)),)),
             Case("causal rows with exact zeros (0 log 0 = 0)", (causal,)),
         ]
     return [
         Case("causal rows, another draw", (causal,)),
-        Case("one-hot rows: entropy 0", (torch.eye(4, dtype=torch.float64),)),
+        Fixed("one-hot rows: entropy 0", (torch.eye(4, dtype=torch.float64),)),
         Case("a (2, 3, 10) batch", (softmax_rows(rng, (2, 3, 10), 3.0),)),
     ]
 
@@ -434,13 +434,13 @@ def max_weight_reference(
 def _max_weight_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("d_k = 256, 32 keys, unscaled, 300 trials", (256, 32, False, 300, 0)),
-            Case("d_k = 256, 32 keys, scaled by 1/sqrt(d_k), 300 trials", (256, 32, True, 300, 1)),
-            Case("d_k = 16, 32 keys, unscaled, 500 trials", (16, 32, False, 500, 2)),
+            Fixed("d_k = 256, 32 keys, unscaled, 300 trials", (256, 32, False, 300, 0)),
+            Fixed("d_k = 256, 32 keys, scaled by 1/sqrt(d_k), 300 trials", (256, 32, True, 300, 1)),
+            Fixed("d_k = 16, 32 keys, unscaled, 500 trials", (16, 32, False, 500, 2)),
         ]
     return [
         Case("d_k = 64, 8 keys, scaled, 1000 trials", (64, 8, True, 1000, int(rng.integers(999)))),
-        Case("d_k = 128, 64 keys, unscaled, 300 trials", (128, 64, False, 300, 5)),
+        Fixed("d_k = 128, 64 keys, unscaled, 300 trials", (128, 64, False, 300, 5)),
     ]
 
 

@@ -25,7 +25,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, repeat_kv, split_heads
-from .core import Case
+from .core import Case, Fixed
 from .declare import exercise
 from .kit import DT, byte_compare, randn, within
 from .rules import LIBRARY_ATTENTION_CALLS, LIBRARY_ATTENTION_NAMES, Rule
@@ -53,7 +53,7 @@ def split_heads_reference(x: torch.Tensor, num_heads: int, *, via="(B, N, H, d_h
 def _split_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "x of shape (1, 3, 8) into 2 heads (features 0..3 and 4..7)",
                 (torch.arange(24, dtype=DT).reshape(1, 3, 8), 2),
             ),
@@ -97,7 +97,7 @@ def merge_heads_reference(x: torch.Tensor, *, via="(B, N, H, d_h)") -> torch.Ten
 def _merge_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "2 heads of shape (3, 4) each, batch 1",
                 (torch.arange(24, dtype=DT).reshape(1, 2, 3, 4),),
             ),
@@ -216,7 +216,7 @@ def _repeat_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     labelled = torch.arange(2, dtype=DT).reshape(1, 2, 1, 1).expand(1, 2, 3, 2).clone()
     if not hidden:
         return [
-            Case("2 KV heads filled with their index, G=2: heads 0,0,1,1", (labelled, 2)),
+            Fixed("2 KV heads filled with their index, G=2: heads 0,0,1,1", (labelled, 2)),
             Case("x of shape (2, 3, 4, 5), G=2", (randn(rng, 2, 3, 4, 5), 2)),
         ]
     return [
@@ -355,23 +355,23 @@ def _config(layers, d_model, heads, kv_heads):
 def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "a tiny GQA model: 3 layers, d_model=64, 8 heads, 2 KV heads, 5 sequences of "
                 "10 tokens, fp32",
                 (_config(3, 64, 8, 2), 10, 5, 4),
             ),
-            Case(
+            Fixed(
                 "a Llama-3-8B-like config, one token in bf16", (_config(32, 4096, 32, 8), 1, 1, 2)
             ),
         ]
     n = int(rng.integers(100, 5000))
     return [
-        Case(
+        Fixed(
             "Llama-3-8B-like, 128k tokens (131072) in bf16",
             (_config(32, 4096, 32, 8), 131072, 1, 2),
         ),
         Case(f"MQA, 12 layers, batch 3, {n} tokens, fp16", (_config(12, 768, 12, 1), n, 3, 2)),
-        Case(
+        Fixed(
             "plain MHA, 6 layers, 2 sequences of 512 tokens, fp32",
             (_config(6, 512, 8, 8), 512, 2, 4),
         ),
@@ -434,7 +434,7 @@ def _pool_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         labelled = torch.arange(4, dtype=DT).repeat_interleave(2)[None, :].expand(3, 8).clone()
         return [
-            Case(
+            Fixed(
                 "4 heads of d_h = 2 whose columns hold the head's index, into 2 KV heads: "
                 "[0.5, 0.5, 2.5, 2.5]",
                 (labelled, 4, 2),
@@ -558,12 +558,12 @@ def cache_saving_reference(
 def _saving_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("T = 8 tokens, 2 heads of 4", (8, 2, 4, 0)),
-            Case("T = 64 tokens, 4 heads of 8", (64, 4, 8, 1)),
+            Fixed("T = 8 tokens, 2 heads of 4", (8, 2, 4, 0)),
+            Fixed("T = 64 tokens, 4 heads of 8", (64, 4, 8, 1)),
         ]
     return [
         Case("T = 100 tokens, 1 head of 2", (100, 1, 2, int(rng.integers(999)))),
-        Case("T = 2 tokens, 3 heads of 4", (2, 3, 4, 3)),
+        Fixed("T = 2 tokens, 3 heads of 4", (2, 3, 4, 3)),
     ]
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..positional import rope_frequencies, rope_permutation
-from .core import Case, Diagnosed, compare_values
+from .core import Case, Diagnosed, Fixed, compare_values
 from .declare import exercise
 from .kit import DT, randn, refuse_complex, with_note, within
 from .texts import text
@@ -53,13 +53,13 @@ def sinusoidal_table_reference(
 def _sin_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("4 positions, d_model = 6", (4, 6)),
-            Case("50 positions, d_model = 16", (50, 16)),
+            Fixed("4 positions, d_model = 6", (4, 6)),
+            Fixed("50 positions, d_model = 16", (50, 16)),
         ]
     n = int(rng.integers(5, 30))
     return [
-        Case("1 position, d_model = 2: [[0, 1]]", (1, 2)),
-        Case("200 positions, d_model = 64", (200, 64)),
+        Fixed("1 position, d_model = 2: [[0, 1]]", (1, 2)),
+        Fixed("200 positions, d_model = 64", (200, 64)),
         Case(f"{n} positions, d_model = 10", (n, 10)),
     ]
 
@@ -121,7 +121,7 @@ def rope_interleaved_reference(
 def _rope_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "two tokens (1, 0) at positions 1 and 2, d = 2: rotations by 1 and 2 radians",
                 (torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DT), torch.tensor([1, 2])),
             ),
@@ -218,7 +218,7 @@ def relative_score_reference(
 def _rel_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "d = 2, rows (q, k, delta) = ((1,0), (1,0), 0), ((1,0), (1,0), 1), "
                 "((1,0), (0,1), 1), ((0,1), (0,1), 1); expected [1, cos 1, sin 1, cos 1]",
                 (
@@ -297,7 +297,7 @@ def interleaved_to_half_weights_reference(
 def _conv_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "one head, W = the column indices 0..7 (d_model 1, d_h 8)",
                 (torch.arange(8, dtype=DT)[None, :], 1),
             ),
@@ -366,11 +366,11 @@ def llama3_reference(
 def _llama3_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "Llama 3.1 8B: d_h 128, base 500000, factor 8, low 1, high 4, context 8192",
                 (rope_frequencies(128, 500_000.0), 8.0, 1.0, 4.0, 8192),
             ),
-            Case(
+            Fixed(
                 "four pairs of wavelengths 1000 (kept), 3000 and 6000 (blended) and 20000 "
                 "positions (slowed down 8 times)",
                 (
@@ -383,12 +383,12 @@ def _llama3_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             ),
         ]
     return [
-        Case("Llama 3.2 1B: factor 32", (rope_frequencies(64, 500_000.0), 32.0, 1.0, 4.0, 8192)),
-        Case(
+        Fixed("Llama 3.2 1B: factor 32", (rope_frequencies(64, 500_000.0), 32.0, 1.0, 4.0, 8192)),
+        Fixed(
             "base 10000, d_h 64, factor 4, low 2, high 16, context 4096",
             (rope_frequencies(64, 10_000.0), 4.0, 2.0, 16.0, 4096),
         ),
-        Case("factor 1: nothing changes", (rope_frequencies(32, 10_000.0), 1.0, 1.0, 4.0, 2048)),
+        Fixed("factor 1: nothing changes", (rope_frequencies(32, 10_000.0), 1.0, 1.0, 4.0, 2048)),
         *(_llama3_drawn(rng) for _ in range(2)),
     ]
 
@@ -444,16 +444,16 @@ def full_turns_reference(
 def _turns_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("d = 128, base 10000, 2048 positions", (128, 10000.0, 2048)),
-            Case("d = 128, base 500000 (Llama 3), 8192 positions", (128, 500000.0, 8192)),
-            Case("d = 64, base 10000, 512 positions", (64, 10000.0, 512)),
-            Case("d = 32, base 10000, 7 positions: does even pair 0 turn?", (32, 10000.0, 7)),
+            Fixed("d = 128, base 10000, 2048 positions", (128, 10000.0, 2048)),
+            Fixed("d = 128, base 500000 (Llama 3), 8192 positions", (128, 500000.0, 8192)),
+            Fixed("d = 64, base 10000, 512 positions", (64, 10000.0, 512)),
+            Fixed("d = 32, base 10000, 7 positions: does even pair 0 turn?", (32, 10000.0, 7)),
         ]
     return [
-        Case("d = 128, base 10000, 131072 positions", (128, 10000.0, 131072)),
-        Case("d = 16, base 100, 64 positions", (16, 100.0, 64)),
-        Case("d = 128, base 10000, 7 positions", (128, 10000.0, 7)),
-        Case("d = 128, base 10000, 8 positions: pair 0 turns once", (128, 10000.0, 8)),
+        Fixed("d = 128, base 10000, 131072 positions", (128, 10000.0, 131072)),
+        Fixed("d = 16, base 100, 64 positions", (16, 100.0, 64)),
+        Fixed("d = 128, base 10000, 7 positions", (128, 10000.0, 7)),
+        Fixed("d = 128, base 10000, 8 positions: pair 0 turns once", (128, 10000.0, 8)),
         *(_turns_drawn(rng) for _ in range(2)),
     ]
 

@@ -28,7 +28,7 @@ import math
 import numpy as np
 import torch
 
-from .core import Case, Diagnosed
+from .core import Case, Diagnosed, Fixed
 from .declare import exercise
 from .kit import randn, with_note, within
 from .rules import (
@@ -66,15 +66,15 @@ def _online_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 "the first block: m = -inf, l = 0 (nothing seen yet), 2 rows of 4 scores",
                 (np.full(2, -np.inf), np.zeros(2), rng.normal(size=(2, 4))),
             ),
-            Case(
+            Fixed(
                 "a block whose scores exceed the running max (the old sum must shrink)",
                 (a([0.5, 1.0]), a([2.0, 3.0]), a([[3.0, 0.0, 1.0], [2.5, 4.0, -1.0]])),
             ),
-            Case(
+            Fixed(
                 "scores around 1000: only differences may be exponentiated",
                 (a([1000.0]), a([1.0]), a([[1001.0, 999.0, 1002.5]])),
             ),
-            Case(
+            Fixed(
                 "a block below the running max: the max must not go down",
                 (a([4.0, 2.0]), a([1.5, 2.5]), a([[1.0, -0.5, 0.25], [0.0, 1.5, -2.0]])),
             ),
@@ -84,7 +84,7 @@ def _online_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             "a block entirely below the running max (m stays)",
             (a([5.0, 6.0, 7.0]), a([1.5, 2.0, 1.0]), rng.normal(size=(3, 5)) - 3.0),
         ),
-        Case(
+        Fixed(
             "scores around -1000: e^x underflows to 0 unless the max is subtracted",
             (a([-1000.0, -990.0]), a([1.0, 2.0]), a([[-1001.0, -999.5], [-995.0, -1003.0]])),
         ),
@@ -429,16 +429,16 @@ def causal_tiles_reference(
 def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("n = 256, block_m = 64, block_n = 64", (256, 64, 64)),
-            Case("n = 1000, block_m = 128, block_n = 64", (1000, 128, 64)),
-            Case(
+            Fixed("n = 256, block_m = 64, block_n = 64", (256, 64, 64)),
+            Fixed("n = 1000, block_m = 128, block_n = 64", (1000, 128, 64)),
+            Fixed(
                 "n = 1000, block_m = 128, block_n = 48: a ragged last query tile", (1000, 128, 48)
             ),
         ]
     return [
-        Case("n = 1", (1, 128, 64)),
-        Case("n = 4096, block_m = 128, block_n = 32", (4096, 128, 32)),
-        Case("n = 300, block_m = 32, block_n = 128", (300, 32, 128)),
+        Fixed("n = 1", (1, 128, 64)),
+        Fixed("n = 4096, block_m = 128, block_n = 32", (4096, 128, 32)),
+        Fixed("n = 300, block_m = 32, block_n = 128", (300, 32, 128)),
         *(_tiles_drawn(rng) for _ in range(2)),
     ]
 
@@ -558,13 +558,13 @@ def rescale_count_reference(
 def _rescale_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("1024 scores, one at a time (blocks of 1), 2000 rows", (1024, 1, 2000, 0)),
-            Case("1024 scores in blocks of 64, 2000 rows", (1024, 64, 2000, 1)),
+            Fixed("1024 scores, one at a time (blocks of 1), 2000 rows", (1024, 1, 2000, 0)),
+            Fixed("1024 scores in blocks of 64, 2000 rows", (1024, 64, 2000, 1)),
         ]
     return [
         Case("4096 scores in blocks of 128, 1000 rows", (4096, 128, 1000, int(rng.integers(999)))),
         Case("256 scores in blocks of 16, 4000 rows", (256, 16, 4000, int(rng.integers(999)))),
-        Case("64 scores in one block", (64, 64, 100, 5)),
+        Fixed("64 scores in one block", (64, 64, 100, 5)),
     ]
 
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, repeat_kv, split_heads
 from ..positional import apply_rope
-from .core import Case
+from .core import Case, Fixed
 from .declare import exercise
 from .kit import randn, within
 
@@ -505,19 +505,19 @@ def lr_schedule_reference(
 def _sched_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("10 steps, 3 of warm-up, from 1e-2 down to 1e-3", (10, 1e-2, 1e-3, 3)),
-            Case("50 steps, 5 of warm-up, 3e-3 down to 3e-4", (50, 3e-3, 3e-4, 5)),
-            Case(
+            Fixed("10 steps, 3 of warm-up, from 1e-2 down to 1e-3", (10, 1e-2, 1e-3, 3)),
+            Fixed("50 steps, 5 of warm-up, 3e-3 down to 3e-4", (50, 3e-3, 3e-4, 5)),
+            Fixed(
                 "4 steps, 3 of warm-up: num_steps - 1 - warmup_steps = 0 (divide by 1)",
                 (4, 1e-2, 1e-3, 3),
             ),
         ]
     s = int(rng.integers(100, 400))
     return [
-        Case("no warm-up: starts at max_lr", (20, 1e-3, 1e-4, 0)),
+        Fixed("no warm-up: starts at max_lr", (20, 1e-3, 1e-4, 0)),
         Case(f"{s} steps, 30 of warm-up", (s, 6e-4, 6e-5, 30)),
-        Case("2 steps after 1 of warm-up", (3, 1.0, 0.5, 1)),
-        Case(
+        Fixed("2 steps after 1 of warm-up", (3, 1.0, 0.5, 1)),
+        Fixed(
             "6 steps, 5 of warm-up: num_steps - 1 - warmup_steps = 0 (divide by 1)",
             (6, 2e-3, 2e-4, 5),
         ),
@@ -572,8 +572,8 @@ def initial_loss_reference(vocab_size, d_model, seed, *, bits=False, summed=Fals
 def _initial_loss_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("97 characters, d_model = 64", (97, 64, 0)),
-            Case("a vocabulary of 1000, d_model = 32", (1000, 32, 1)),
+            Fixed("97 characters, d_model = 64", (97, 64, 0)),
+            Fixed("a vocabulary of 1000, d_model = 32", (1000, 32, 1)),
         ]
     return [
         Case("50 tokens, d_model = 128", (50, 128, int(rng.integers(999)))),

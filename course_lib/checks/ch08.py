@@ -25,7 +25,7 @@ from ..attention import masked_softmax
 from ..multihead import repeat_kv
 from ..variants.flex import tile_map
 from ..variants.mask_mods import document_ids, index_grids
-from .core import Case
+from .core import Case, Fixed
 from .declare import exercise
 from .kit import BROADCAST_ERROR, DT, byte_compare, randn, within
 
@@ -50,9 +50,9 @@ def document_causal_reference(b, h, q_idx, kv_idx, doc_ids, *, docs="of-b", caus
 
 
 def _doc_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    def packed(name, lengths: list[list[int]], seq_len: int, num_heads: int = 1) -> Case:
+    def packed(name, lengths: list[list[int]], seq_len: int, heads: int = 1, fixed=True) -> Case:
         doc = torch.stack([document_ids(ls, seq_len) for ls in lengths])  # (B, N)
-        return Case(name, (*index_grids(len(lengths), num_heads, seq_len, seq_len), doc))
+        return Case(name, (*index_grids(len(lengths), heads, seq_len, seq_len), doc), fixed=fixed)
 
     if not hidden:
         return [
@@ -67,13 +67,13 @@ def _doc_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     n = max(sum(ls) for ls in lengths)
     doc = torch.tensor([[0, 0, 1, 1, 1, 2]])
     return [
-        packed("three random packings of four documents, 2 heads", lengths, n, 2),
+        packed("three random packings of four documents, 2 heads", lengths, n, 2, False),
         packed("a single document: plain causal", [[7]], 7),
-        Case(
+        Fixed(
             "0-dimensional indices, as FlexAttention passes them: q=4, kv=2 (same document)",
             (torch.tensor(0), torch.tensor(0), torch.tensor(4), torch.tensor(2), doc),
         ),
-        Case(
+        Fixed(
             "0-dimensional indices: q=4, kv=1 (another document)",
             (torch.tensor(0), torch.tensor(0), torch.tensor(4), torch.tensor(1), doc),
         ),
@@ -132,12 +132,12 @@ def alibi_slopes_reference(
 def _slopes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("8 heads (a power of two)", (8,)),
-            Case("12 heads (not a power of two)", (12,)),
-            Case("6 heads", (6,)),
+            Fixed("8 heads (a power of two)", (8,)),
+            Fixed("12 heads (not a power of two)", (12,)),
+            Fixed("6 heads", (6,)),
         ]
     n = int(rng.choice([20, 24, 40, 48, 96]))
-    return [Case(f"{h} head" + "s" * (h > 1), (h,)) for h in (1, 2, 3, 16, n)]
+    return [Case(f"{h} head" + "s" * (h > 1), (h,), fixed=h != n) for h in (1, 2, 3, 16, n)]
 
 
 exercise(
@@ -196,13 +196,13 @@ def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         doc = document_ids([5, 7])
         return [
-            Case("causal, 16 x 16, tiles of 8 queries x 4 keys", (_causal(16), 8, 4)),
-            Case(
+            Fixed("causal, 16 x 16, tiles of 8 queries x 4 keys", (_causal(16), 8, 4)),
+            Fixed(
                 "causal over 10 tokens, tiles 4 x 4 (the last row and column of tiles are "
                 "cut to 2)",
                 (_causal(10), 4, 4),
             ),
-            Case(
+            Fixed(
                 "two packed documents (5 and 7 tokens), document mask without causal, tiles 4 x 4",
                 (doc[:, None] == doc[None, :], 4, 4),
             ),
@@ -210,15 +210,15 @@ def _tiles_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     random_mask = torch.from_numpy(rng.random((13, 9)) < 0.3)
     prefix = _causal(20) | (torch.arange(20)[None, :] < 7)
     return [
-        Case("sliding window W=3 over 10 tokens, tiles 4 x 4", (_causal(10, 3), 4, 4)),
+        Fixed("sliding window W=3 over 10 tokens, tiles 4 x 4", (_causal(10, 3), 4, 4)),
         Case("a random mask 13 x 9, tiles 4 x 2", (random_mask, 4, 2)),
-        Case("prefix-LM, 20 tokens, prefix 7, tiles 8 x 8", (prefix, 8, 8)),
-        Case(
+        Fixed("prefix-LM, 20 tokens, prefix 7, tiles 8 x 8", (prefix, 8, 8)),
+        Fixed(
             "decoding: 3 queries over 11 keys, bottom-right causal, tiles 2 x 4",
             (torch.ones(3, 11, dtype=torch.bool).tril(8), 2, 4),
         ),
-        Case("everything masked out", (torch.zeros(6, 6, dtype=torch.bool), 4, 4)),
-        Case("one tile larger than the mask", (_causal(5), 8, 8)),
+        Fixed("everything masked out", (torch.zeros(6, 6, dtype=torch.bool), 4, 4)),
+        Fixed("one tile larger than the mask", (_causal(5), 8, 8)),
     ]
 
 
@@ -381,21 +381,21 @@ DEEPSEEK_V2_CONFIG = _mla_config(60, 5120, 128, 512, 64)
 def _mla_bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case(
+            Fixed(
                 "a tiny MLA model: 3 layers, 4 heads, d_c=16, d_h^R=4, 5 sequences of 10 "
                 "tokens, fp32",
                 (_mla_config(3, 64, 4, 16, 4, 10, 10), 10, 5, 4),
             ),
-            Case("DeepSeek-V2's config, one token in bf16", (DEEPSEEK_V2_CONFIG, 1, 1, 2)),
+            Fixed("DeepSeek-V2's config, one token in bf16", (DEEPSEEK_V2_CONFIG, 1, 1, 2)),
         ]
     n = int(rng.integers(1000, 9000))
     return [
-        Case("DeepSeek-V2, 128k tokens (131072), bf16", (DEEPSEEK_V2_CONFIG, 131072, 1, 2)),
+        Fixed("DeepSeek-V2, 128k tokens (131072), bf16", (DEEPSEEK_V2_CONFIG, 131072, 1, 2)),
         Case(
             f"a DeepSeek-V3-like config (61 layers), batch 4, {n} tokens, fp8 (1 byte)",
             (_mla_config(61, 7168, 128, 512, 64), n, 4, 1),
         ),
-        Case(
+        Fixed(
             "16 heads, d_c=256, d_h^R=32, 2 sequences of 512, fp32",
             (_mla_config(12, 1024, 16, 256, 32, 64, 64), 512, 2, 4),
         ),
@@ -570,15 +570,15 @@ def skipped_tiles_reference(
 def _skipped_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("N = 1024, window 128, tiles of 64", (1024, 128, 64)),
-            Case("N = 2048, window 256, tiles of 128", (2048, 256, 128)),
-            Case("N = 512, window 512 (as causal), tiles of 64", (512, 512, 64)),
+            Fixed("N = 1024, window 128, tiles of 64", (1024, 128, 64)),
+            Fixed("N = 2048, window 256, tiles of 128", (2048, 256, 128)),
+            Fixed("N = 512, window 512 (as causal), tiles of 64", (512, 512, 64)),
         ]
     n = int(rng.integers(128, 1600))  # a length, window and tile size drawn from the seed
     window, block = int(rng.integers(8, n)), int(rng.choice([16, 32, 64, 128]))
     return [
-        Case("N = 1536, window 100, tiles of 64 (a window not a multiple)", (1536, 100, 64)),
-        Case("N = 1000, window 64, tiles of 32 (N not a multiple)", (1000, 64, 32)),
+        Fixed("N = 1536, window 100, tiles of 64 (a window not a multiple)", (1536, 100, 64)),
+        Fixed("N = 1000, window 64, tiles of 32 (N not a multiple)", (1000, 64, 32)),
         Case(f"N = {n}, window {window}, tiles of {block}", (n, window, block)),
     ]
 

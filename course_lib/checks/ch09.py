@@ -25,7 +25,7 @@ import torch
 
 from ..context_parallel.merge import block_attention, causal_mask_from_positions
 from ..context_parallel.sharding import shard_positions
-from .core import Case
+from .core import Case, Fixed
 from .declare import exercise
 from .kit import BROADCAST_ERROR, DT, NEG_INF, byte_compare, integer_compare, randn, within
 
@@ -269,15 +269,15 @@ def zigzag_positions_reference(
 def _zigzag_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("N = 16, P = 4, rank 0: chunks 0 and 7", (16, 4, 0)),
-            Case("N = 16, P = 4, rank 2: chunks 2 and 5", (16, 4, 2)),
-            Case("N = 24, P = 3, rank 1: chunks of 4 tokens", (24, 3, 1)),
-            Case("N = 12, P = 2, rank 1", (12, 2, 1)),
+            Fixed("N = 16, P = 4, rank 0: chunks 0 and 7", (16, 4, 0)),
+            Fixed("N = 16, P = 4, rank 2: chunks 2 and 5", (16, 4, 2)),
+            Fixed("N = 24, P = 3, rank 1: chunks of 4 tokens", (24, 3, 1)),
+            Fixed("N = 12, P = 2, rank 1", (12, 2, 1)),
         ]
     return [
-        Case("P = 1: the two halves of the sequence", (10, 1, 0)),
-        Case("N = 64, P = 8, rank 5", (64, 8, 5)),
-        Case("N = 12, P = 6, rank 3: chunks of one token", (12, 6, 3)),
+        Fixed("P = 1: the two halves of the sequence", (10, 1, 0)),
+        Fixed("N = 64, P = 8, rank 5", (64, 8, 5)),
+        Fixed("N = 12, P = 6, rank 3: chunks of one token", (12, 6, 3)),
         *(_zigzag_drawn(rng) for _ in range(2)),
     ]
 
@@ -345,7 +345,7 @@ def _a2a_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         ids = [torch.arange(24, dtype=DT).reshape(1, 4, 3, 2) + 100 * r for r in range(2)]
         return [
-            Case(
+            Fixed(
                 "P = 2 ranks, B = 1, H = 4, n = 3, d = 2 (rank r's entries are 100r + index)",
                 (ids,),
             ),
@@ -410,14 +410,14 @@ def forward_comm_bytes_reference(
 def _bytes_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("N = 4096, P = 4, H = 8, d_h = 64, bfloat16", (4096, 4, 8, 64, 2)),
-            Case("N = 1536, P = 3, H = 6, d_h = 32, float32", (1536, 3, 6, 32, 4)),
-            Case("N = 131072, P = 8, H = 32, d_h = 128, bfloat16", (131072, 8, 32, 128, 2)),
+            Fixed("N = 4096, P = 4, H = 8, d_h = 64, bfloat16", (4096, 4, 8, 64, 2)),
+            Fixed("N = 1536, P = 3, H = 6, d_h = 32, float32", (1536, 3, 6, 32, 4)),
+            Fixed("N = 131072, P = 8, H = 32, d_h = 128, bfloat16", (131072, 8, 32, 128, 2)),
         ]
     return [
-        Case("P = 1: nothing to send", (512, 1, 4, 16, 4)),
-        Case("N = 65536, P = 16, H = 16, d_h = 128, float16", (65536, 16, 16, 128, 2)),
-        Case("N = 96, P = 3, H = 6, d_h = 8, float64", (96, 3, 6, 8, 8)),
+        Fixed("P = 1: nothing to send", (512, 1, 4, 16, 4)),
+        Fixed("N = 65536, P = 16, H = 16, d_h = 128, float16", (65536, 16, 16, 128, 2)),
+        Fixed("N = 96, P = 3, H = 6, d_h = 8, float64", (96, 3, 6, 8, 8)),
         *(_bytes_drawn(rng) for _ in range(2)),
     ]
 
@@ -565,14 +565,14 @@ def load_imbalance_reference(
 def _imbalance_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("N = 1024, P = 4, contiguous", (1024, 4, "contiguous")),
-            Case("N = 1024, P = 4, zigzag", (1024, 4, "zigzag")),
-            Case("N = 64, P = 2, contiguous", (64, 2, "contiguous")),
+            Fixed("N = 1024, P = 4, contiguous", (1024, 4, "contiguous")),
+            Fixed("N = 1024, P = 4, zigzag", (1024, 4, "zigzag")),
+            Fixed("N = 64, P = 2, contiguous", (64, 2, "contiguous")),
         ]
     return [
-        Case("N = 2048, P = 8, contiguous", (2048, 8, "contiguous")),
-        Case("N = 2048, P = 8, zigzag", (2048, 8, "zigzag")),
-        Case("N = 48, P = 3, contiguous", (48, 3, "contiguous")),
+        Fixed("N = 2048, P = 8, contiguous", (2048, 8, "contiguous")),
+        Fixed("N = 2048, P = 8, zigzag", (2048, 8, "zigzag")),
+        Fixed("N = 48, P = 3, contiguous", (48, 3, "contiguous")),
         *(_imbalance_drawn(rng, layout) for layout in ("contiguous", "zigzag")),
     ]
 

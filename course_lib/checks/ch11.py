@@ -26,7 +26,7 @@ import math
 import numpy as np
 import torch
 
-from .core import Case, compare_values
+from .core import Case, Fixed, compare_values
 from .declare import exercise
 from .kit import randn, within
 
@@ -59,8 +59,8 @@ def first_token_share_reference(weights, *, start=1, key=0, along="keys") -> flo
 def _share_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("uniform causal attention, N = 8 (1 row, 1 head)", (_uniform(1, 1, 8),)),
-            Case("uniform causal attention, N = 64, 2 rows, 3 heads", (_uniform(2, 3, 64),)),
+            Fixed("uniform causal attention, N = 8 (1 row, 1 head)", (_uniform(1, 1, 8),)),
+            Fixed("uniform causal attention, N = 64, 2 rows, 3 heads", (_uniform(2, 3, 64),)),
             Case("random causal softmax rows, N = 16", (_causal_weights(rng, 2, 4, 16),)),
             Case(
                 "a sink: key 0's score +4, e^4 = 55 times a plain key's weight (N = 32)",
@@ -68,8 +68,8 @@ def _share_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
             ),
         ]
     return [
-        Case("uniform causal attention, N = 2", (_uniform(1, 1, 2),)),
-        Case("uniform causal attention, N = 256", (_uniform(1, 2, 256),)),
+        Fixed("uniform causal attention, N = 2", (_uniform(1, 1, 2),)),
+        Fixed("uniform causal attention, N = 256", (_uniform(1, 2, 256),)),
         Case(
             "a strong sink: +8 on key 0, e^8 = 3000 times a plain key (N = 40)",
             (_causal_weights(rng, 2, 2, 40, 8.0),),
@@ -119,20 +119,20 @@ def kept_pairs_reference(n, window, sinks, *, own=True, causal_sinks=True, union
 def _kept_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            Case("N = 8, W = 8, no sinks: the full causal triangle", (8, 8, 0)),
-            Case("N = 1024, W = 64, no sinks", (1024, 64, 0)),
-            Case(
+            Fixed("N = 8, W = 8, no sinks: the full causal triangle", (8, 8, 0)),
+            Fixed("N = 1024, W = 64, no sinks", (1024, 64, 0)),
+            Fixed(
                 "N = 1024, W = 64, 4 sinks: each query past the window gains at most 4 keys",
                 (1024, 64, 4),
             ),
-            Case("N = 10, W = 3, 2 sinks", (10, 3, 2)),
+            Fixed("N = 10, W = 3, 2 sinks", (10, 3, 2)),
         ]
     n, w, s = int(rng.integers(64, 512)), int(rng.integers(2, 64)), int(rng.integers(1, 9))
     return [
         Case(f"N = {n}, W = {w}, {s} sinks (drawn from the seed)", (n, w, s)),
-        Case("N = 4096, W = 256, 4 sinks", (4096, 256, 4)),
-        Case("N = 5, W = 1, 1 sink", (5, 1, 1)),
-        Case("N = 64, W = 100, 4 sinks: the window is wider than the text", (64, 100, 4)),
+        Fixed("N = 4096, W = 256, 4 sinks", (4096, 256, 4)),
+        Fixed("N = 5, W = 1, 1 sink", (5, 1, 1)),
+        Fixed("N = 64, W = 100, 4 sinks: the window is wider than the text", (64, 100, 4)),
     ]
 
 
@@ -228,7 +228,7 @@ def _held_out_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 _coin_heads(rng, 100, 50, planted=0.9),
                 why=_SKILL,
             ),
-            Case(
+            Fixed(
                 "4 heads, 12 sentences: the best of the first 6 is not the best of the last 6",
                 (torch.tensor(_TELLING).T.float(), list(range(6)), list(range(6, 12))),
                 why=_LUCK,

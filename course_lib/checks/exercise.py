@@ -81,6 +81,17 @@ class Case:
     # Why the measurement of this case is what it is, shown under a prediction that misses
     # it: one text, or {"high": ..., "low": ...} for a prediction above or below it.
     why: str | dict[str, str] = ""
+    # True for a case whose inputs are written out in the chapter's code, the same for
+    # every seed: a learner can compute its answer without writing the function, so the
+    # grader's partial credit counts it apart (``course-grade --partial``)
+    fixed: bool = False
+
+
+@dataclass
+class Fixed(Case):
+    """A case whose inputs are written out in the chapter's code (see ``Case.fixed``)."""
+
+    fixed: bool = True
 
 
 @dataclass

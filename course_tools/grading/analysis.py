@@ -56,8 +56,17 @@ SUSPICIOUS: list[tuple[str, str]] = [
 ]
 
 
+# The most characters of one cell the grader parses: Python's parser takes hundreds of bytes
+# of memory per byte of code (about 630 for `a=1` lines), and no solution needs more than a
+# few thousand characters. A longer cell is not parsed (nor run: see the plan).
+MAX_PARSED_CHARS = 200_000
+
+
 def _parse(source: str):
-    """The AST of a cell (IPython magics and shell lines blanked), or None."""
+    """The AST of a cell (IPython magics and shell lines blanked), or None (unparsable, or
+    longer than :data:`MAX_PARSED_CHARS`)."""
+    if len(source) > MAX_PARSED_CHARS:
+        return None
     lines = [
         "" if line.lstrip().startswith(("%", "!", "?")) else line for line in source.splitlines()
     ]
@@ -69,10 +78,17 @@ def _parse(source: str):
 
 def defined_names(source: str) -> set[str]:
     """Names a cell binds at its top level (def, class, assignment, import)."""
+    return set(_defined_names(source))
+
+
+@functools.lru_cache(maxsize=2048)
+def _defined_names(source: str) -> frozenset[str]:
+    """(:func:`defined_names`, read once per cell: the plan asks about every cell for
+    every exercise.)"""
     tree = _parse(source)
     if tree is None:
         # (spaces and tabs only: `\s*` after `^` may rescan every blank line)
-        return set(re.findall(r"^[ \t]*def[ \t]+(\w+)[ \t]*\(", source, re.M))
+        return frozenset(re.findall(r"^[ \t]*def[ \t]+(\w+)[ \t]*\(", source, re.M))
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -86,7 +102,7 @@ def defined_names(source: str) -> set[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for a in node.names:
                 names.add(a.asname or a.name.split(".")[0])
-    return names
+    return frozenset(names)
 
 
 def _strip_docstrings(tree) -> None:
@@ -515,9 +531,11 @@ def course_functions(package: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
         if tree is None:
             continue
         where = f"{root.name}/{path.relative_to(root).as_posix()}"
+        lines = source.splitlines(keepends=True)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _big_enough(node):
-                text = ast.get_source_segment(source, node) or ""
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                text = "".join(lines[first - 1 : node.end_lineno])
                 tokens = canonical_tokens(textwrap.dedent(text))
                 if tokens:
                     out.append((f"{where} `{node.name}`", tuple(tokens)))

@@ -42,23 +42,27 @@ def _signature(x: Any, out: list) -> list:
     return out
 
 
-def fixed_cases(exercise_id: str, cases: list[Case], seed: int, fingerprint: str = "") -> set[int]:
-    """The positions of ``cases`` whose inputs the seed does not change (the written-out
-    cases, which the learners' edition shows): drawn once more from another seed, the
-    cases that come out the same. ``--partial`` credit counts only the others."""
-    other = grader_cases(exercise_id, int(seed) ^ 0x5EED5EED, fingerprint + ":fixed?")
-    if len(other) != len(cases):
-        return set()
-    return {
-        i
-        for i, (a, b) in enumerate(zip(cases, other))
-        if _signature((a.args, a.kwargs), []) == _signature((b.args, b.kwargs), [])
-    }
+def fixed_cases(cases: list[Case]) -> set[int]:
+    """The positions of the written-out cases among ``cases``: those the exercise declares
+    fixed (:class:`course_lib.checks.exercise.Fixed`), whose inputs are the same for every
+    seed. ``--partial`` credit counts them apart. Declared, never inferred from a draw: a
+    drawn input with a few possible values would look fixed in some draws."""
+    return {i for i, c in enumerate(cases) if c.fixed}
+
+
+def input_signature(case: Case) -> list:
+    """A case's inputs as comparable parts (arrays by shape, dtype and bytes)."""
+    return _signature((case.args, case.kwargs), [])
 
 
 def code_fingerprint(sources: list[str]) -> str:
-    """A digest of the learner's code as it will run (every cell's source, in order)."""
+    """A digest of the learner's code as it will run (every cell's source, in order), with
+    comments, blank lines and spacing set aside: a comment changes no case (and so no
+    partial mark), a change to the code draws other cases."""
     h = hashlib.sha256()
     for src in sources:
+        src = "\n".join(
+            "".join(line.split("#", 1)[0].split()) for line in src.splitlines() if line.strip()
+        )
         h.update(hashlib.sha256(src.encode("utf-8", "surrogatepass")).digest())
     return h.hexdigest()

@@ -228,7 +228,7 @@ def _grade_class(args: Options, run: _Class) -> int:
     if not args.quiet:
         _announce(args, run, limits)
     run_info = _run_info(args, run)
-    book = Gradebook(run.out_dir, run.provenance, run_info["all_submissions"])
+    book = Gradebook(run.out_dir, run.provenance, run_info["all_submissions"], student=args.student)
     write_json(run.out_dir / "run.json", run_info)
     reaper = Reaper()
     try:
@@ -366,7 +366,8 @@ def _write_outputs(
             file=sys.stderr,
         )
         all_ids = run_info["all_submissions"]
-        skipped, out_dir = write_all(rescue, results, run.provenance, all_ids), rescue
+        skipped = write_all(rescue, results, run.provenance, all_ids, args.student)
+        out_dir = rescue
     for path in skipped:
         print(f"warning: not written, its folder leads outside {out_dir}: {path}", file=sys.stderr)
     return out_dir

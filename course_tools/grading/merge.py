@@ -50,7 +50,7 @@ def merge_main(argv: list[str]) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     results.sort(key=lambda r: r["submission"])
-    skipped = write_all(out, results, provenance, info["all_submissions"])
+    skipped = write_all(out, results, provenance, info["all_submissions"], args.student)
     (out / "results.jsonl").write_text(
         "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in results)
     )

@@ -30,6 +30,7 @@ import nbformat
 from ..exercises import BEGIN_SOLUTION, END_SOLUTION
 from .analysis import (
     COPY_SIMILARITY,
+    MAX_PARSED_CHARS,
     course_copies,
     course_imports,
     defined_names,
@@ -45,7 +46,7 @@ from .analysis import (
 from .cases import code_fingerprint
 from .identity import Course, course_meta
 
-MAX_SOLUTION_CHARS = 1_000_000
+MAX_SOLUTION_CHARS = MAX_PARSED_CHARS  # a solution cell the grader cannot read is missing
 
 
 # --------------------------------------------------------------------------- reading
@@ -338,6 +339,12 @@ def _added_cells(submission_nb, solution_of, where: _CoursePositions, plan: Plan
         if role in ("check", "statement", "solution"):
             pos = (where.check if role == "check" else where.solution).get(str(ex_id))
             anchor = pos if pos is not None else anchor
+            continue
+        if len(cell.get("source", "")) > MAX_PARSED_CHARS:  # not read, so not run either
+            plan.notes.setdefault("*", []).append(
+                f"a cell you added holds {len(cell['source'])} characters, more than the "
+                f"{MAX_PARSED_CHARS} the grader reads in one cell: it was not run"
+            )
             continue
         pos = where.by_id.get(cell.get("id", ""))
         if pos is None:

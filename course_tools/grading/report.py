@@ -268,11 +268,36 @@ def feedback_markdown(result: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def review_csv(results: list[dict]) -> str:
+def one_learner_twice(results: list[dict], pattern: str | None = None) -> dict[str, str]:
+    """{submission: why} for each notebook handed in by a learner who handed in another for
+    the same assignment (the learner as :func:`student_keys` names them, ``--student``):
+    the LMS export keeps the best of them, and a human should know."""
+    keys = student_keys([r["submission"] for r in results], pattern)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for res in results:
+        if res.get("assignment"):
+            groups.setdefault((keys[res["submission"]], res["assignment"]), []).append(
+                res["submission"]
+            )
+    out = {}
+    for (student, assignment), subs in groups.items():
+        for sub in subs if len(subs) > 1 else ():
+            others = ", ".join(s for s in sorted(subs) if s != sub)
+            out[sub] = (
+                f"one of {len(subs)} notebooks of {student} for {assignment} (also: {others}); "
+                "lms.csv keeps the best of their scores"
+            )
+    return out
+
+
+def review_csv(results: list[dict], student: str | None = None) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["submission", "exercise", "reason"])
+    twice = one_learner_twice(results, student)
     for res in sorted(results, key=lambda r: r["submission"]):
+        if res["submission"] in twice:
+            w.writerow([cell(res["submission"]), cell("*"), cell(twice[res["submission"]])])
         for ex_id in sorted(res.get("flags", {}), key=exercise_key):
             for reason in res["flags"][ex_id]:
                 w.writerow([cell(res["submission"]), cell(ex_id), cell(reason)])
@@ -347,6 +372,7 @@ def write_all(
     results: list[dict],
     provenance: dict[str, str] | None = None,
     all_ids: list[str] | None = None,
+    student: str | None = None,
 ) -> list[Path]:
     """Write everything; return the feedback files not written (their folder was a link
     leading outside ``out_dir``, or the disk refused them). ``provenance``: see
@@ -360,7 +386,7 @@ def write_all(
         path = paths[res["submission"]]
         if write_feedback(path, out_dir, res) is not None:
             skipped.append(path)
-    write_tables(out_dir, results, provenance, paths)
+    write_tables(out_dir, results, provenance, paths, student)
     return skipped
 
 
@@ -369,8 +395,9 @@ def write_tables(
     results: list[dict],
     provenance: dict[str, str] | None,
     paths: dict[str, Path] | None = None,
+    student: str | None = None,
 ) -> None:
-    atomic_write(out_dir / "review.csv", review_csv(results))
+    atomic_write(out_dir / "review.csv", review_csv(results, student))
     atomic_write(out_dir / "grades.csv", grades_csv(results, provenance, paths, out_dir))
 
 
@@ -388,11 +415,13 @@ class Gradebook:
         provenance: dict[str, str],
         all_ids: list[str],
         every: float = 2.0,
+        student: str | None = None,
     ):
         import time
 
         self.out_dir = Path(out_dir)
         self.provenance = provenance
+        self.student = student  # --student: who a submission belongs to
         self.paths = feedback_paths(self.out_dir, all_ids)
         self.results: list[dict] = []
         self.skipped: list[Path] = []
@@ -434,7 +463,7 @@ class Gradebook:
             self.flush()
 
     def flush(self) -> None:
-        write_tables(self.out_dir, self.results, self.provenance, self.paths)
+        write_tables(self.out_dir, self.results, self.provenance, self.paths, self.student)
         self.last = self.clock()
 
     def finish(self) -> list[Path]:
@@ -447,7 +476,9 @@ class Gradebook:
                 for r in sorted(self.results, key=lambda r: r["submission"])
             ),
         )
-        skipped = write_all(self.out_dir, self.results, self.provenance, list(self.paths))
+        skipped = write_all(
+            self.out_dir, self.results, self.provenance, list(self.paths), self.student
+        )
         return sorted(set(skipped) | set(self.skipped))
 
 

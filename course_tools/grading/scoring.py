@@ -36,6 +36,7 @@ from course_lib.checks.core import (
     judge_call,
 )
 
+from .cases import fixed_cases
 from .harvest import MAX_MESSAGE, unflatten
 from .protocol import MAX_RECORD_BYTES, MAX_RESULT_BYTES
 
@@ -248,10 +249,12 @@ def score(
 
     ``partial``: an exercise that fails some cases earns its points times the share of
     cases passed (rounded to 0.01); otherwise all or nothing. ``fixed``: the cases whose
-    inputs the seed does not change (:func:`fixed_cases`): partial credit is the share of
+    inputs are written out (by default the ones the exercise declares:
+    :func:`course_tools.grading.cases.fixed_cases`): partial credit is the share of
     the *other* cases passed times the share of these passed, so a table of answers to the
     written-out cases earns nothing and a failed exercise never earns full marks."""
     ex = get_exercise(exercise_id)
+    fixed = fixed_cases(cases) if fixed is None else fixed
     out = Path(out_dir)
     jpath, npath = out / f"{ex.id}.json", out / f"{ex.id}.npz"
     if not jpath.exists():

@@ -288,7 +288,7 @@ def run_kernel(g: Grading) -> None:
         cases[ex_id] = grader_cases(ex_id, int(job["seed"]), plan.fingerprint)
         write_inputs(cases[ex_id], where.inputs[ex_id], ex_id)
         if partial:  # the written-out cases earn no partial credit on their own
-            fixed[ex_id] = fixed_cases(ex_id, cases[ex_id], int(job["seed"]), plan.fingerprint)
+            fixed[ex_id] = fixed_cases(cases[ex_id])
 
     def on_cell(i, outcome):
         role, ex_id = plan.roles[i]
@@ -301,9 +301,14 @@ def run_kernel(g: Grading) -> None:
             verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [problem])
         else:
             try:
-                verdicts[ex_id] = score(ex_id, cases[ex_id], folder, partial, fixed.get(ex_id))
+                verdicts[ex_id] = within_cpu(
+                    JUDGE_CPU_SECONDS,
+                    lambda: score(ex_id, cases[ex_id], folder, partial, fixed.get(ex_id)),
+                )
             except MemoryError:  # the grader's own limit for one submission
                 verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [_over_memory(job)])
+            except JudgingTooLong:
+                verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [_too_long()])
         shutil.rmtree(folder, ignore_errors=True)
         v = verdicts[ex_id]
         if v.status == "passed" or v.points:  # earned: the grader keeps it whatever follows
@@ -448,6 +453,48 @@ def _limit_self(limits: dict) -> None:
                 resource.setrlimit(which, (int(value), hard))
             except (ValueError, OSError):  # a system without it: the other bounds remain
                 pass
+
+
+# The CPU seconds the grader spends judging one exercise's recorded outputs (the course's
+# slowest takes under two): a check slowed by what a learner returned ends there, and the
+# exercises after it are judged as usual. CPU time, not wall time: a loaded machine does
+# not change the verdict.
+JUDGE_CPU_SECONDS = 60
+
+
+class JudgingTooLong(Exception):
+    """Judging one exercise used up :data:`JUDGE_CPU_SECONDS`."""
+
+
+def within_cpu(seconds: float, fn: Callable[[], Verdict]) -> Verdict:
+    """``fn()``, stopped by :class:`JudgingTooLong` once this process has spent ``seconds``
+    of CPU time in it (a profiling timer: CPU time, so load cannot trip it). Outside the
+    main thread, where no signal can reach it, ``fn()`` runs unbounded (the process's
+    own CPU limit remains)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+
+    def stop(signum, frame):
+        raise JudgingTooLong
+
+    before = signal.signal(signal.SIGPROF, stop)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, before)
+
+
+def _too_long() -> str:
+    return (
+        f"judging what your function returned took the grader more than {JUDGE_CPU_SECONDS} s "
+        "of CPU time, so it was stopped: return what the statement asks for (a result of "
+        "the expected size and type)"
+    )
 
 
 def _over_memory(job: dict) -> str:

@@ -20,7 +20,7 @@ import torch
 from course_lib.checks import CheckFailed, Hint, check, core
 from course_lib.checks.core import PLACEHOLDER_MARK, all_exercises, get_exercise
 from course_tools.exercises import BEGIN_SOLUTION, END_SOLUTION, exercise_cells
-from course_tools.grading.cases import grader_cases
+from course_tools.grading.cases import grader_cases, input_signature
 from course_tools.grading.harvest import harvest, write_inputs
 from course_tools.grading.scoring import score
 
@@ -35,6 +35,25 @@ def _failure(ex_id, fn, hidden=False) -> str | None:
     except CheckFailed as failure:
         return str(failure)
     return None
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_the_written_out_cases_are_declared_and_only_they(ex_id):
+    """A case declared fixed (``Fixed``) has the same inputs for every seed; every other case
+    changes with the seed: ``--partial`` counts the two kinds apart by the declaration, so
+    a wrong one would credit a table of answers, or refuse an honest learner's."""
+    seeds = (1, 2, 3, 5, 8, 13)
+    for hidden in (False, True):
+        draws = [core.cases_for(ex_id, hidden, s) for s in seeds]
+        for i, case in enumerate(draws[0]):
+            same = all(
+                input_signature(d[i]) == input_signature(case) for d in draws[1:] if len(d) > i
+            )
+            assert same == case.fixed, (
+                f"{ex_id} {'hidden' if hidden else 'visible'} case {case.name!r}: declared "
+                f"{'fixed' if case.fixed else 'drawn'}, but its inputs "
+                f"{'are the same' if same else 'change'} from seed to seed"
+            )
 
 
 @pytest.mark.parametrize("ex_id", IDS)

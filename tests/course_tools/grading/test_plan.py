@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import nbformat
 import pytest
 from grading_lab import ROOT, cell, dump, notebook, with_solutions
 
@@ -169,3 +170,22 @@ def test_review_flags_frames_files_and_copies():
     assert plan.flags == {}  # three lines the statement dictates: no copy flag
     nb, _ = parse_notebook(_with_solution(CORRECT))
     assert rebuild(nb, "00_setup", course, {"00.1": "/nonexistent"}).flags == {}
+
+
+def test_a_huge_added_cell_is_neither_parsed_nor_run(course):
+    """44 MB of `a=1` lines once cost the grader 16 GB to parse: a cell over the parser's cap
+    is left out with a note, and planning the notebook stays small."""
+    import tracemalloc
+
+    nb, _ = parse_notebook(_with_solution(CORRECT))
+    huge = nbformat.v4.new_code_cell("a=1\n" * 1_000_000)  # 4 MB
+    nb.cells.append(huge)
+    tracemalloc.start()
+    try:
+        plan = rebuild(nb, "00_setup", course, {"00.1": "/r"}, library=())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"planning took {peak / 2**20:.0f} MB"
+    assert any("holds 4000000 characters" in n for n in plan.notes["*"])
+    assert all(c.source != huge.source for c in plan.nb.cells)

@@ -467,3 +467,29 @@ def test_write_all_writes_every_file_of_the_gradebook(tmp_path):
     assert (tmp_path / row["feedback"]).is_file()
     assert "uses ctypes" in (tmp_path / "review.csv").read_text()
     assert os.listdir(tmp_path / "feedback" / "s") == [os.path.basename(row["feedback"])]
+
+
+def test_two_notebooks_of_one_learner_for_one_assignment_are_flagged_for_review():
+    """The LMS export keeps the best of them, so review.csv says so, for each of them."""
+
+    def res(sub, assignment, points):
+        row = {"exercise": "02.1", "points": points, "max_points": 2, "status": "passed"}
+        return {"submission": sub, "assignment": assignment, "rows": [row], "flags": {}}
+
+    results = [
+        res("class/alice/02.ipynb", "02_qkv_attention", 2),
+        res("class/alice/02 (1).ipynb", "02_qkv_attention", 0),
+        res("class/alice/03.ipynb", "03_scaling_sqrt_dk", 1),
+        res("class/bob/02.ipynb", "02_qkv_attention", 1),
+    ]
+    review = list(csv.DictReader(io.StringIO(review_csv(results))))
+    assert [(r["submission"], r["exercise"]) for r in review] == [
+        ("class/alice/02 (1).ipynb", "*"),
+        ("class/alice/02.ipynb", "*"),
+    ]
+    assert "one of 2 notebooks of alice for 02_qkv_attention" in review[0]["reason"]
+    assert "lms.csv keeps the best of their scores" in review[0]["reason"]
+    assert "2" in lms_csv(results).splitlines()[1].split(",")[2]  # the best one, as said
+    # with --student naming the learner otherwise, the same rule follows that name
+    by_file = review_csv(results, student=r"/(\w+)\.ipynb$")
+    assert "notebooks of 02 for 02_qkv_attention" in by_file

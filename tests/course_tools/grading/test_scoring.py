@@ -83,10 +83,15 @@ def test_partial_credit_is_the_share_of_cases_passed(tmp_path):
     cases = _harvest("00.1", naive, 5, tmp_path)
     whole = score("00.1", cases, tmp_path)
     part = score("00.1", cases, tmp_path, partial=True)
-    passed = sum(line.startswith("✓") for line in part.feedback)
+    ok = [line.startswith("✓") for line in part.feedback[: len(cases)]]
     assert whole.points == 0 and whole.status == part.status == "failed"
-    assert 0 < passed < len(cases)
-    assert part.points == round(part.max_points * passed / len(cases), 2)
+    assert 0 < sum(ok) < len(cases)
+    # the drawn cases' share times the declared written-out cases' share
+    drawn = [k for k, c in zip(ok, cases) if not c.fixed]
+    written = [k for k, c in zip(ok, cases) if c.fixed]
+    assert drawn and written  # 00.1 declares both kinds
+    share = sum(drawn) / len(drawn) * sum(written) / len(written)
+    assert part.points == round(part.max_points * share, 2)
 
 
 def test_missing_and_not_implemented_and_never_ran(tmp_path):

@@ -185,3 +185,16 @@ def test_a_failure_of_the_kernels_machinery_keeps_what_was_scored(tmp_path, cour
     res = grade(_job(tmp_path, with_solutions({"00.1": NAIVE})), course=course)
     assert res["notes"][-1].startswith("grading stopped early: RuntimeError: no kernel spec")
     assert [r["status"] for r in res["rows"]] == ["error"]
+
+
+def test_judging_one_exercise_is_bounded_by_cpu_time_not_by_the_clock():
+    """A check slowed by what a learner returned stops at its own bound (JUDGE_CPU_SECONDS in
+    the worker); waiting costs no CPU, so a loaded machine cannot trip it."""
+    import time
+
+    from course_tools.grading.worker import JudgingTooLong, within_cpu
+
+    with pytest.raises(JudgingTooLong):
+        within_cpu(0.2, lambda: sum(i * i for i in range(10**10)))
+    assert within_cpu(0.2, lambda: time.sleep(0.5) or "slept") == "slept"
+    assert within_cpu(5, lambda: 7) == 7
