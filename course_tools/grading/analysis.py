@@ -582,3 +582,32 @@ def course_copies(sources: list[str], target: str, library) -> list[str]:
             if best >= COPY_SIMILARITY:
                 found.append(f"`{fn.name}` matches {label} ({best:.0%} alike)")
     return sorted(set(found))
+
+
+# --------------------------------------------------------------------------- the learner's checks
+
+
+def without_check_calls(source: str) -> tuple[str, set[str]]:
+    """The cell without its top-level calls of the course's check (``check("02.1", fn)``,
+    which the grader replaces by its own harvest), and the exercise ids those calls name.
+    A cell that does not parse is left as it is."""
+    tree = _parse(source)
+    if tree is None:
+        return source, set()
+    drop: set[int] = set()
+    called: set[str] = set()
+    for node in tree.body:
+        call = node.value if isinstance(node, ast.Expr) else None
+        if not isinstance(call, ast.Call):
+            continue
+        func = call.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if name != "check":
+            continue
+        if call.args and _constant(call.args[0]) and isinstance(call.args[0].value, str):
+            called.add(call.args[0].value)
+        drop.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+    if not drop:
+        return source, set()
+    lines = source.splitlines(keepends=True)
+    return "".join(line for i, line in enumerate(lines) if i not in drop), called

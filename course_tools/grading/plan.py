@@ -42,6 +42,7 @@ from .analysis import (
     safe_flags,
     similarity,
     suspicious,
+    without_check_calls,
 )
 from .cases import code_fingerprint
 from .identity import Course, course_meta
@@ -277,6 +278,7 @@ class _CoursePositions:
     by_code: dict[str, int]
     solution: dict[str, int]
     check: dict[str, int]
+    check_source: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, base, exercises: list[str]) -> _CoursePositions:
@@ -296,6 +298,7 @@ class _CoursePositions:
                     where.solution[str(ex_id)] = k
                 elif role == "check":
                     where.check[str(ex_id)] = k
+                    where.check_source[str(ex_id)] = cell.source
         return where
 
 
@@ -318,8 +321,17 @@ def _learner_solutions(submission_nb, plan: Plan) -> dict[int, str]:
 
 def _added_cells(submission_nb, solution_of, where: _CoursePositions, plan: Plan):
     """Walk the submission: each exercise's solution sources, and every cell the learner
-    added anchored after the course cell before it ({course position: [(role, ex, src)]})."""
+    added anchored after the course cell before it ({course position: [(role, ex, src)]});
+    code typed into a check cell goes before that check (at ``-2 - position``).
+
+    What the notebook showed is what is graded: a learner cell that runs an exercise's check
+    again (``check("02.1", …)``, which the grader's harvest replaces), or one below the check
+    that defines the exercise's function and ran before the check cell last did (execution
+    counts), is followed by a ``("rerun", ex, "")`` mark: the harvest goes after the last
+    one, where the learner's last check run saw the function."""
     after: dict[int, list[tuple[str, str | None, str]]] = {}
+    targets = {e: get_exercise(e).target for e in plan.exercises}
+    check_count: dict[str, int] = {}
     solutions: dict[str, list[str]] = {e: [] for e in plan.exercises}
     anchor = -1
     added = 0
@@ -339,6 +351,8 @@ def _added_cells(submission_nb, solution_of, where: _CoursePositions, plan: Plan
         if role in ("check", "statement", "solution"):
             pos = (where.check if role == "check" else where.solution).get(str(ex_id))
             anchor = pos if pos is not None else anchor
+            if role == "check" and pos is not None:
+                _typed_in_check(cell, str(ex_id), pos, where, after, plan, check_count)
             continue
         if len(cell.get("source", "")) > MAX_PARSED_CHARS:  # not read, so not run either
             plan.notes.setdefault("*", []).append(
@@ -357,13 +371,34 @@ def _added_cells(submission_nb, solution_of, where: _CoursePositions, plan: Plan
         added += 1
         if added > MAX_ADDED_CELLS:
             continue
-        after.setdefault(anchor, []).append(("learner", None, cell.get("source", "")))
+        source, called = without_check_calls(cell.get("source", ""))
+        after.setdefault(anchor, []).append(("learner", None, source))
+        count = cell.get("execution_count")
+        for e in plan.exercises:
+            seen = isinstance(count, int) and count < check_count.get(e, -1)
+            if e in called or (seen and targets[e] in defined_names(source)):
+                after[anchor].append(("rerun", e, ""))
     if added > MAX_ADDED_CELLS:
         plan.notes.setdefault("*", []).append(
             f"the notebook has {added} cells added by the learner; only the first "
             f"{MAX_ADDED_CELLS} were run"
         )
     return solutions, after
+
+
+def _typed_in_check(cell, ex_id: str, pos: int, where, after, plan: Plan, counts) -> None:
+    """Code a learner typed into the check cell of ``ex_id`` (a definition above the check
+    call, say) runs where they ran it: just before the check (``after[-2 - pos]``)."""
+    if isinstance(cell.get("execution_count"), int):
+        counts[ex_id] = cell["execution_count"]
+    typed, _ = without_check_calls(cell.get("source", ""))
+    course, _ = without_check_calls(where.check_source.get(ex_id, ""))
+    if normal_code(typed) and normal_code(typed) != normal_code(course):
+        after.setdefault(-2 - pos, []).append(("learner", None, typed))
+        plan.notes.setdefault(ex_id, []).append(
+            "you wrote code in the check cell: the grader ran it there, just before the "
+            "check, as your notebook did"
+        )
 
 
 def _running_order(base, plan: Plan, solutions, after) -> list[tuple[str, str | None, object]]:
@@ -378,6 +413,7 @@ def _running_order(base, plan: Plan, solutions, after) -> list[tuple[str, str | 
             for src in solutions[ex_id]:
                 order.append(("solution", ex_id, src))
         elif cell.cell_type == "code" and role == "check" and ex_id in plan.exercises:
+            order += after.get(-2 - k, [])  # code the learner typed into the check cell
             order.append(("check", ex_id, ""))
         else:
             order.append(("course", None, cell))
@@ -398,10 +434,7 @@ def _unstarted(order, plan: Plan, solutions, reference) -> set[str]:
             normal_code(_placeholder_source(reference[ex_id], ex_id, nbgrader))
             for nbgrader in (False, True)
         }
-        check = next(
-            (i for i, (r, e, _) in enumerate(order) if r == "check" and e == ex_id),
-            None,
-        )
+        check = _check_at(order, ex_id)
         if check is None:
             continue
         defs = [
@@ -464,16 +497,30 @@ def _flag(plan: Plan, order, solutions, reference, unstarted, imported, library)
         plan.flags["*"] = [f"a cell the learner added {f}" for f in extra]
 
 
+def _check_at(order, ex_id: str) -> int | None:
+    """Where the check of ``ex_id`` counts: its check cell, or the last learner cell after
+    which the learner's notebook ran that check again (a ``rerun`` mark), if later."""
+    at = [i for i, (r, e, _) in enumerate(order) if r in ("check", "rerun") and e == ex_id]
+    checks = [i for i in at if order[i][0] == "check"]
+    return max(at) if checks else None
+
+
 def _harvest_positions(order, plan: Plan, unstarted) -> dict[int, list[str]]:
-    """{position in ``order``: exercises harvested right after it}: at the check cell, so
-    the grader checks the definition in force when the check cell runs, as a top-to-bottom
-    run of the notebook does; a later redefinition gets a note."""
+    """{position in ``order``: exercises harvested right after it}: where the check counts
+    (:func:`_check_at`), so the grader checks the definition the learner's last check run
+    saw, as their notebook showed; a later redefinition gets a note."""
     harvest_at: dict[int, list[str]] = {}
-    for idx, (role, ex_id, _) in enumerate(order):
-        if role != "check" or ex_id in plan.missing or ex_id in unstarted:
+    for ex_id in plan.exercises:
+        idx = _check_at(order, ex_id)
+        if idx is None or ex_id in plan.missing or ex_id in unstarted:
             continue
         harvest_at.setdefault(idx, []).append(ex_id)
         target = get_exercise(ex_id).target
+        if order[idx][0] == "rerun":
+            plan.notes[ex_id].append(
+                f"your notebook ran the check of {ex_id} again after a cell below it "
+                f"defined `{target}`: the grader checked that definition, as your check did"
+            )
         if any(r == "learner" and target in defined_names(src) for r, _e, src in order[idx + 1 :]):
             plan.notes[ex_id].append(
                 f"`{target}` is defined again in a cell you added after the check; the "

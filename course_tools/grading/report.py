@@ -35,6 +35,7 @@ import os
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 
 from .collect import printable
@@ -272,7 +273,8 @@ def one_learner_twice(results: list[dict], pattern: str | None = None) -> dict[s
     """{submission: why} for each notebook handed in by a learner who handed in another for
     the same assignment (the learner as :func:`student_keys` names them, ``--student``):
     the LMS export keeps the best of them, and a human should know."""
-    keys = student_keys([r["submission"] for r in results], pattern)
+    assignments = {r.get("assignment") or "" for r in results}
+    keys = student_keys([r["submission"] for r in results], pattern, assignments)
     groups: dict[tuple[str, str], list[str]] = {}
     for res in results:
         if res.get("assignment"):
@@ -495,13 +497,17 @@ def read_results(out_dir: Path) -> list[dict]:
 # --------------------------------------------------------------------------- exports
 
 
-def student_keys(ids: list[str], pattern: str | None = None) -> dict[str, str]:
+def student_keys(
+    ids: list[str], pattern: str | None = None, assignments: Collection[str] = ()
+) -> dict[str, str]:
     """Who each submission belongs to, for a per-student export.
 
     With ``pattern`` (a regular expression), its first group (or whole match) in the
     submission id; without, the part of the id that tells submissions apart: the first
     folder below what all ids share (``alice`` in ``class/alice/02.ipynb``), else the
-    file name without ``.ipynb`` (``alice`` in ``subs/alice.ipynb``)."""
+    file name without ``.ipynb`` (``alice`` in ``subs/alice.ipynb``). A folder named for
+    one of ``assignments`` names no student (``alice`` in
+    ``class/02_qkv_attention/alice.ipynb``)."""
     out = {}
     if pattern:
         rx = re.compile(pattern)
@@ -515,7 +521,7 @@ def student_keys(ids: list[str], pattern: str | None = None) -> dict[str, str]:
         while all(len(p) > common + 1 for p in split) and len({p[common] for p in split}) == 1:
             common += 1
     for i, parts in zip(ids, split):
-        rest = parts[common:]
+        rest = [p for p in parts[common:-1] if p not in assignments] + parts[-1:]
         key = rest[0] if len(rest) > 1 else rest[-1]
         out[i] = key[:-6] if key.endswith(".ipynb") else key
     return out
@@ -528,7 +534,8 @@ def lms_csv(results: list[dict], pattern: str | None = None) -> str:
     number). Submissions a key names twice (two files of one student for the same
     assignment) keep their best score. A row for a submission whose assignment is unknown
     is left out (it has no column)."""
-    keys = student_keys([r["submission"] for r in results], pattern)
+    assignments = {r.get("assignment") or "" for r in results}
+    keys = student_keys([r["submission"] for r in results], pattern, assignments)
     table: dict[str, dict[str, float]] = {}
     maxima: dict[str, float] = {}
     for res in results:

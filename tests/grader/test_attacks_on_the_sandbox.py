@@ -122,8 +122,7 @@ def _candidates():
             if b"-f" in args[:-1]:
                 yield args[args.index(b"-f") + 1].decode(errors="replace")
 
-_end = time.time() + 15
-while time.time() < _end:
+for _pass in range(30):  # passes, not seconds: a loaded machine makes each slower, not fewer
     for _f in _candidates():
         try:
             _info = json.load(open(_f))
@@ -430,16 +429,18 @@ def racing(tmp_path_factory):
     subs.mkdir()
     (subs / "attacker.ipynb").write_bytes(with_solutions({"00.1": CONNECT_OTHERS}))
     (subs / "victim.ipynb").write_bytes(with_solutions({"00.1": VICTIM}))
-    # (rlimits only here: the other runs use cgroups where this machine has them)
+    # (rlimits only here: the other runs use cgroups where this machine has them). The time
+    # limits are far above what the hunt takes on a quiet machine (about 20 s): the verdict
+    # must not depend on the load (at load 10-20 a 60 s cell limit once cut the hunt short).
     return grade(
         [subs],
         base / "out",
         "--jobs",
         "2",
         "--cell-timeout",
-        "60",
+        "400",
         "--timeout",
-        "300",
+        "900",
         "--no-cgroups",
     )
 

@@ -189,3 +189,70 @@ def test_a_huge_added_cell_is_neither_parsed_nor_run(course):
     assert peak < 64 * 2**20, f"planning took {peak / 2**20:.0f} MB"
     assert any("holds 4000000 characters" in n for n in plan.notes["*"])
     assert all(c.source != huge.source for c in plan.nb.cells)
+
+
+# --------------------------------------------------------------------------- what the notebook showed
+
+
+def _harvest_after(plan) -> list[tuple[str, str | None]]:
+    """The roles of the cells from the last learner cell up to the harvest of 00.1."""
+    h = plan.roles.index(("harvest", "00.1"))
+    return plan.roles[h - 1 : h + 1]
+
+
+def test_an_answer_typed_into_the_check_cell_is_run_before_the_check(course):
+    """The placeholder stays in the solution cell; the learner wrote the function in the
+    check cell, above the check call, and the check passed: the grader runs that code just
+    before its harvest (and never the learner's own check call)."""
+    nb = notebook("00_setup", "exercises")
+    cell(nb, "check", "00.1")["source"] = CORRECT + '\ncheck("00.1", softmax)\n'
+    plan = rebuild(parse_notebook(dump(nb))[0], "00_setup", course, {"00.1": "/r"}, library=())
+    assert "00.1" not in plan.missing
+    assert _harvest_after(plan) == [("learner", "00.1"), ("harvest", "00.1")]
+    typed = plan.nb.cells[plan.roles.index(("harvest", "00.1")) - 1].source
+    assert "def softmax" in typed and "check(" not in typed
+    assert any("you wrote code in the check cell" in n for n in plan.notes["00.1"])
+    # the check cell as handed out (only the check call) adds nothing
+    untouched = notebook("00_setup", "exercises")
+    plan = rebuild(parse_notebook(dump(untouched))[0], "00_setup", course, {"00.1": "/r"})
+    assert "00.1" in plan.missing
+
+
+def _below_the_check(check_count, cell_count, source=CORRECT) -> bytes:
+    nb = notebook("00_setup", "exercises")
+    check = cell(nb, "check", "00.1")
+    check["execution_count"] = check_count
+    new = nbformat.v4.new_code_cell(source)
+    new["id"], new["execution_count"] = "learner-fix", cell_count
+    nb["cells"].insert(nb["cells"].index(check) + 1, dict(new))
+    return dump(nb)
+
+
+def test_an_answer_below_the_check_counts_when_the_check_ran_after_it(course):
+    """The learner fixed the function in a new cell below the check and ran the check
+    again (its execution count is the later one): the notebook showed a pass, so the
+    harvest goes after that cell."""
+    plan = rebuild(
+        parse_notebook(_below_the_check(7, 6))[0], "00_setup", course, {"00.1": "/r"}, library=()
+    )
+    assert "00.1" not in plan.missing
+    assert _harvest_after(plan) == [("learner", "00.1"), ("harvest", "00.1")]
+    assert any("ran the check of 00.1 again" in n for n in plan.notes["00.1"])
+    # the check ran before the new cell (or the notebook kept no counts): as before, the
+    # placeholder in force at the check is what was checked
+    for counts in ((6, 7), (None, None)):
+        plan = rebuild(
+            parse_notebook(_below_the_check(*counts))[0], "00_setup", course, {"00.1": "/r"}
+        )
+        assert "00.1" in plan.missing, counts
+    # a new cell below that runs the check itself counts however the counts stand
+    again = CORRECT + 'check("00.1", softmax)\n'
+    plan = rebuild(
+        parse_notebook(_below_the_check(None, None, again))[0],
+        "00_setup",
+        course,
+        {"00.1": "/r"},
+        library=(),
+    )
+    assert "00.1" not in plan.missing
+    assert _harvest_after(plan) == [("learner", "00.1"), ("harvest", "00.1")]

@@ -493,3 +493,21 @@ def test_two_notebooks_of_one_learner_for_one_assignment_are_flagged_for_review(
     # with --student naming the learner otherwise, the same rule follows that name
     by_file = review_csv(results, student=r"/(\w+)\.ipynb$")
     assert "notebooks of 02 for 02_qkv_attention" in by_file
+
+
+def test_a_folder_named_for_the_assignment_names_no_learner():
+    """``class/02_qkv_attention/alice.ipynb``: the learner is alice, not the folder (which
+    would make the whole class one learner, flagged twice and merged in lms.csv)."""
+
+    def res(sub, points):
+        row = {"exercise": "02.1", "points": points, "max_points": 2, "status": "passed"}
+        return {"submission": sub, "assignment": "02_qkv_attention", "rows": [row], "flags": {}}
+
+    results = [
+        res("class/02_qkv_attention/alice.ipynb", 2),
+        res("class/02_qkv_attention/bob.ipynb", 1),
+    ]
+    ids = [r["submission"] for r in results]
+    assert student_keys(ids, None, {"02_qkv_attention"}) == dict(zip(ids, ["alice", "bob"]))
+    assert review_csv(results).splitlines() == ["submission,exercise,reason"]
+    assert [line.split(",")[0] for line in lms_csv(results).splitlines()[1:]] == ["alice", "bob"]
