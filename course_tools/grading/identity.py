@@ -22,6 +22,18 @@ class SubmissionError(Exception):
         self.reason = reason
 
 
+@dataclass(frozen=True)
+class Card:
+    """What the grader needs of an exercise before it judges one: its function's name, its
+    points and title. The grader reads them from the checks once and hands them to each
+    worker, which then plans a notebook without importing any chapter's checks (and torch
+    with them) unless it has something to judge."""
+
+    target: str
+    points: float
+    title: str
+
+
 @dataclass
 class Course:
     """The course's own copies: ``solutions/<assignment>.ipynb`` and their exercises."""
@@ -30,6 +42,7 @@ class Course:
     notebooks: dict[str, Path] = field(default_factory=dict)
     exercises: dict[str, list[str]] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)  # assignment -> what is wrong
+    cards: dict[str, Card] = field(default_factory=dict)  # exercise -> Card
     _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -49,6 +62,29 @@ class Course:
             course.notebooks[path.stem] = path
             course.exercises[path.stem] = order
         return course
+
+    def card(self, exercise_id: str) -> Card:
+        """The exercise's :class:`Card` (read from its checks the first time it is asked)."""
+        if exercise_id not in self.cards:
+            from course_lib.checks.core import get_exercise
+
+            ex = get_exercise(exercise_id)
+            self.cards[exercise_id] = Card(ex.target, ex.points, ex.title)
+        return self.cards[exercise_id]
+
+    def cards_json(self) -> dict[str, list]:
+        """Every exercise's card, as a worker's job carries them."""
+        return {
+            e: [self.card(e).target, self.card(e).points, self.card(e).title]
+            for ids in self.exercises.values()
+            for e in ids
+        }
+
+    def take_cards(self, data: object) -> None:
+        """The cards of :meth:`cards_json` (anything malformed is read from the checks)."""
+        for e, card in (data or {}).items() if isinstance(data, dict) else ():
+            if isinstance(card, list) and len(card) == 3:
+                self.cards[str(e)] = Card(str(card[0]), float(card[1]), str(card[2]))
 
     def solution_notebook(self, assignment: str):
         """A fresh copy of the course's own notebook (read once, then copied)."""

@@ -73,6 +73,7 @@ class Plan:
     # per exercise: where the learner's code uses what its statement forbids
     breaches: dict[str, list[str]] = field(default_factory=dict)
     fingerprint: str = ""
+    targets: dict[str, str] = field(default_factory=dict)  # exercise -> its function's name
 
     @property
     def needs_kernel(self) -> bool:
@@ -235,6 +236,7 @@ def rebuild(
         dict(harvest_dirs),
         dict(inputs),
     )
+    plan.targets = {e: course.card(e).target for e in plan.exercises}
     where = _CoursePositions.of(base, plan.exercises)
     solution_of = _learner_solutions(submission_nb, plan)
     solutions, after = _added_cells(submission_nb, solution_of, where, plan)
@@ -261,9 +263,8 @@ def rebuild(
     plan.fingerprint = code_fingerprint(learner_sources)
     _emit(plan, order, _harvest_positions(order, plan, unstarted))
     for ex_id in sorted(unstarted):
-        ex = get_exercise(ex_id)
         plan.missing[ex_id] = (
-            f"not implemented yet: `{ex.target}` still raises NotImplementedError "
+            f"not implemented yet: `{plan.targets[ex_id]}` still raises NotImplementedError "
             "(the placeholder line)"
         )
     return plan
@@ -307,9 +308,8 @@ def _learner_solutions(submission_nb, plan: Plan) -> dict[int, str]:
     recorded in ``plan``."""
     solution_of: dict[int, str] = {}
     for ex_id in plan.exercises:
-        ex = get_exercise(ex_id)
         cells, notes, missing = find_solution_cells(
-            submission_nb, plan.assignment, ex_id, ex.target
+            submission_nb, plan.assignment, ex_id, plan.targets[ex_id]
         )
         plan.notes[ex_id] = notes
         if missing:
@@ -330,7 +330,7 @@ def _added_cells(submission_nb, solution_of, where: _CoursePositions, plan: Plan
     counts), is followed by a ``("rerun", ex, "")`` mark: the harvest goes after the last
     one, where the learner's last check run saw the function."""
     after: dict[int, list[tuple[str, str | None, str]]] = {}
-    targets = {e: get_exercise(e).target for e in plan.exercises}
+    targets = plan.targets
     check_count: dict[str, int] = {}
     solutions: dict[str, list[str]] = {e: [] for e in plan.exercises}
     anchor = -1
@@ -427,7 +427,7 @@ def _unstarted(order, plan: Plan, solutions, reference) -> set[str]:
     learner wrote above the placeholder, which replaces it, gets a note saying so."""
     unstarted: set[str] = set()
     for ex_id in plan.exercises:
-        ex = get_exercise(ex_id)
+        target = plan.targets[ex_id]
         if ex_id in plan.missing or not solutions[ex_id]:
             continue
         blanks = {
@@ -441,7 +441,7 @@ def _unstarted(order, plan: Plan, solutions, reference) -> set[str]:
             i
             for i, (role, e, src) in enumerate(order[:check])
             if (role == "learner" or (role == "solution" and e == ex_id))
-            and ex.target in defined_names(src)
+            and target in defined_names(src)
         ]
         if not defs:
             continue
@@ -450,7 +450,7 @@ def _unstarted(order, plan: Plan, solutions, reference) -> set[str]:
             unstarted.add(ex_id)
             if any(order[i][0] == "learner" for i in defs):
                 plan.notes[ex_id].append(
-                    f"`{ex.target}` is defined in a cell you added above the exercise, but "
+                    f"`{target}` is defined in a cell you added above the exercise, but "
                     "the exercise's own cell, which still holds the placeholder, runs after "
                     "it and replaces it: delete the placeholder line (or move your code into "
                     "that cell)"
@@ -461,17 +461,18 @@ def _unstarted(order, plan: Plan, solutions, reference) -> set[str]:
 def _flag(plan: Plan, order, solutions, reference, unstarted, imported, library) -> None:
     """Flags for a human look: suspicious code, copies, the course's implementations."""
     for ex_id in plan.exercises:
-        ex = get_exercise(ex_id)
+        target = plan.targets[ex_id]
         mine = list(solutions[ex_id]) + [
-            src for role, _, src in order if role == "learner" and ex.target in defined_names(src)
+            src for role, _, src in order if role == "learner" and target in defined_names(src)
         ]
         flags = sorted({f for s in solutions[ex_id] for f in suspicious(s)})
-        if ex_id not in unstarted:
-            for copy in course_copies(mine, ex.target, library):
-                flags.append(f"{copy}: the course's own code, not the learner's")
-        forbidden = frozenset().union(*(r.names for r in ex.rules)) if ex.rules else frozenset()
-        breaches = forbidden_uses(mine, ex.target, forbidden)
-        if breaches and ex_id not in unstarted:
+        started = ex_id not in unstarted and ex_id not in plan.missing
+        for copy in course_copies(mine, target, library) if started else ():
+            flags.append(f"{copy}: the course's own code, not the learner's")
+        rules = get_exercise(ex_id).rules if started else ()  # (a blank imports no checks)
+        forbidden = frozenset().union(*(r.names for r in rules))
+        breaches = forbidden_uses(mine, target, forbidden)
+        if breaches:
             plan.breaches[ex_id] = breaches
             flags.append("breaks the statement's rules: uses " + ", ".join(breaches[:5]))
         ref = reference[ex_id]
@@ -515,7 +516,7 @@ def _harvest_positions(order, plan: Plan, unstarted) -> dict[int, list[str]]:
         if idx is None or ex_id in plan.missing or ex_id in unstarted:
             continue
         harvest_at.setdefault(idx, []).append(ex_id)
-        target = get_exercise(ex_id).target
+        target = plan.targets[ex_id]
         if order[idx][0] == "rerun":
             plan.notes[ex_id].append(
                 f"your notebook ran the check of {ex_id} again after a cell below it "
@@ -533,7 +534,7 @@ def _harvest_positions(order, plan: Plan, unstarted) -> dict[int, list[str]]:
 
 def _emit(plan: Plan, order, harvest_at) -> None:
     """The notebook to run, its cells' roles, each harvest cell where it goes."""
-    targets = {e: get_exercise(e).target for e in plan.exercises}
+    targets = plan.targets
     for idx, (role, ex_id, item) in enumerate(order):
         if role == "course":
             cell = item

@@ -167,6 +167,13 @@ class Grader:
         self.deadline = time.monotonic() + args.max_time if args.max_time else None
         self.out_of_time = 0
 
+    def cards(self) -> dict:
+        """Every exercise's card (:class:`course_tools.grading.identity.Card`), read once."""
+        with self.lock:
+            if not hasattr(self, "_cards"):
+                self._cards = self.course.cards_json()
+        return self._cards
+
     def library_file(self) -> Path:
         """The course library's functions, read once per run for the copy check
         (:func:`course_tools.grading.analysis.course_functions`), in the grader's scratch."""
@@ -252,6 +259,7 @@ class Grader:
             "threads": self.threads,
             "partial": self.args.partial,
             "course_functions": str(self.library_file() or ""),
+            "cards": self.cards(),
             **self._expected(sub),
         }
 

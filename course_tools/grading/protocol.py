@@ -86,13 +86,13 @@ def whole_submission_rows(
 ) -> list[Row]:
     """Rows for a submission that could not be graded at all: one per exercise if its
     assignment is known, else a single row with an empty exercise."""
-    from course_lib.checks.core import get_exercise
-
     if assignment and assignment in course.exercises:
         rows = []
         for ex_id in course.exercises[assignment]:
-            ex = get_exercise(ex_id)
-            rows.append(row(sub_id, assignment, ex_id, 0, ex.points, status, [reason], ex.title))
+            card = course.card(ex_id)
+            rows.append(
+                row(sub_id, assignment, ex_id, 0, card.points, status, [reason], card.title)
+            )
         return rows
     return [row(sub_id, assignment or "", "", 0, 0, status, [reason])]
 

@@ -534,8 +534,8 @@ def lms_csv(results: list[dict], pattern: str | None = None) -> str:
     number). Submissions a key names twice (two files of one student for the same
     assignment) keep their best score. A row for a submission whose assignment is unknown
     is left out (it has no column)."""
-    assignments = {r.get("assignment") or "" for r in results}
-    keys = student_keys([r["submission"] for r in results], pattern, assignments)
+    named = {r.get("assignment") or "" for r in results}
+    keys = student_keys([r["submission"] for r in results], pattern, named)
     table: dict[str, dict[str, float]] = {}
     maxima: dict[str, float] = {}
     for res in results:

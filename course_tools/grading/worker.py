@@ -134,12 +134,10 @@ def grade(job: dict, send=None, course=None, kernel: bool = True) -> Result | No
     plan only), a submission that needs a kernel returns None instead.
     """
     t0 = time.monotonic()
-    g = Grading(
-        job,
-        course or Course.load(Path(job["root"]), check=False),
-        send or (lambda payload: None),
-        kernel,
-    )
+    if course is None:
+        course = Course.load(Path(job["root"]), check=False)
+        course.take_cards(job.get("cards"))
+    g = Grading(job, course, send or (lambda payload: None), kernel)
     g.result["submission"] = job["submission"]
     for stage in STAGES:
         stage(g)
@@ -341,7 +339,7 @@ def run_kernel(g: Grading) -> None:
 def make_rows(g: Grading) -> None:
     """One row per exercise, from its score and what happened to its cells."""
     assert g.plan is not None
-    g.rows = _exercise_rows(g.job, g.plan, g.outcomes, g.verdicts)
+    g.rows = _exercise_rows(g.job, g.plan, g.outcomes, g.verdicts, g.course)
 
 
 def course_cell_notes(g: Grading) -> None:
@@ -360,21 +358,21 @@ STAGES: tuple[Callable[[Grading], None], ...] = (
 )
 
 
-def _exercise_rows(job: dict, plan, outcomes: list, verdicts: dict) -> list[Row]:
+def _exercise_rows(job: dict, plan, outcomes: list, verdicts: dict, course: Course) -> list[Row]:
     """One row per exercise, from its score and what happened to its cells; the rules of a
     statement broken at run time are flagged for review."""
     sub_id, limit = job["submission"], int(job.get("output_limit", 0))
     cell_timeout = float(job["cell_timeout"])
     rows = []
     for ex_id in plan.exercises:
-        ex = get_exercise(ex_id)
         notes = list(plan.notes.get(ex_id, []))
-        if ex_id in plan.missing:
-            feedback = notes + [plan.missing[ex_id]]
+        if ex_id in plan.missing:  # (its card: no chapter's checks imported for a blank)
+            card, feedback = course.card(ex_id), notes + [plan.missing[ex_id]]
             rows.append(
-                row(sub_id, plan.assignment, ex_id, 0, ex.points, "missing", feedback, ex.title)
+                row(sub_id, plan.assignment, ex_id, 0, card.points, "missing", feedback, card.title)
             )
             continue
+        ex = get_exercise(ex_id)
         status, points, feedback = verdict_for(ex, plan, outcomes, verdicts, cell_timeout)
         broke = verdicts[ex_id].broke if ex_id in verdicts else []
         origin = verdicts[ex_id].origin if ex_id in verdicts else ""
