@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from .analysis import write_course_functions
+from .analysis import course_functions_file
 from .collect import Submission
 from .identity import assignment_from_name, expected_assignment
 from .integrity import changed_files, manifest
@@ -177,15 +177,13 @@ class Grader:
     def library_file(self) -> Path:
         """The course library's functions, read once per run for the copy check
         (:func:`course_tools.grading.analysis.course_functions`), in the grader's scratch."""
-        path = self.scratch / "course-functions.json"
         with self.lock:
-            if not path.exists():
+            if not hasattr(self, "_library"):
                 try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    write_course_functions(self.root / "course_lib", path)
+                    self._library = course_functions_file(self.root / "course_lib", self.scratch)
                 except (OSError, SyntaxError, ValueError):  # each worker reads it then
-                    return Path("")
-        return path
+                    self._library = Path("")
+        return self._library
 
     def sweep(self) -> None:
         """Kill what learners' code left running (see :class:`Reaper`)."""

@@ -5,6 +5,8 @@ patterns that flag code for a human look (all on small sources; nothing runs).""
 
 from __future__ import annotations
 
+import json
+
 import nbformat
 import pytest
 
@@ -196,3 +198,27 @@ def test_a_function_pasted_from_the_course_library_is_matched_with_its_source(tm
     path = tmp_path / "functions.json"
     analysis.write_course_functions(library, path)
     assert analysis.read_course_functions(path, "elsewhere") == functions
+
+
+def test_the_librarys_functions_are_read_once_per_version_of_its_sources(tmp_path, monkeypatch):
+    """A per-user cache keyed by the sources' digest: a run after the first reads it; a
+    changed source, or a damaged cache file, is read afresh."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    library = tmp_path / "course_lib"
+    library.mkdir()
+    body = "".join(f"    v{i} = x[{i}] * {i} + x[{i} + 1] - ({i} * x)\n" for i in range(8))
+    body += "    return [v0, v1, v2, v3, v4, v5, v6, v7]\n"
+    (library / "m.py").write_text("def f(x):\n" + body)
+    first = analysis.course_functions_file(library, tmp_path / "run1")
+    assert json.loads(first.read_text())[0][0] == "course_lib/m.py `f`"
+    (cached,) = (tmp_path / "cache" / "attention-course" / "grader").iterdir()
+    assert cached.read_bytes() == first.read_bytes()
+    cached.write_text('[["from the cache", ["Module"]]]')  # what a second run reads
+    second = analysis.course_functions_file(library, tmp_path / "run2")
+    assert json.loads(second.read_text()) == [["from the cache", ["Module"]]]
+    (library / "m.py").write_text("def g(x):\n" + body)  # another version: read afresh
+    third = analysis.course_functions_file(library, tmp_path / "run3")
+    assert json.loads(third.read_text())[0][0] == "course_lib/m.py `g`"
+    cached.write_text("{damaged")
+    (library / "m.py").write_text("def f(x):\n" + body)
+    assert json.loads(analysis.course_functions_file(library, tmp_path / "run4").read_text())
