@@ -251,6 +251,7 @@ def _grade_class(args: Options, run: _Class) -> int:
             limits.cgroup.close()
         if not args.keep_work:
             shutil.rmtree(scratch, ignore_errors=True)
+    run_info["workers"] = grader.workers  # (a count: what the run cost, not how long)
     out_dir = _write_outputs(args, run, book, run_info, interrupted)
     results = book.results
     if interrupted:

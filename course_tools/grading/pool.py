@@ -17,13 +17,14 @@ from pathlib import Path
 
 from .analysis import course_functions_file
 from .collect import Submission
-from .identity import assignment_from_name, expected_assignment
+from .identity import SubmissionError, assignment_from_name, expected_assignment, parse_notebook
 from .integrity import changed_files, manifest
 from .options import Options, grader_cpu_seconds
 from .protocol import verify, whole_submission_rows
 from .sandbox import Limits, Sandbox, usable_cpus
 
 MAX_LINE = 64 * 1024 * 1024
+SMALL_FILE = 64 * 1024  # a file this small is read here to see whether it is a notebook
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 
 
@@ -165,6 +166,7 @@ class Grader:
         self.sandbox = sandbox
         self.limits = limits or Limits()
         self.deadline = time.monotonic() + args.max_time if args.max_time else None
+        self.workers = 0  # worker processes started
         self.out_of_time = 0
 
     def cards(self) -> dict:
@@ -302,8 +304,12 @@ class Grader:
                 "not graded: the course's files were modified "
                 f"during this grading run ({self.tainted})",
             )
-        # Everything about the submission, its reading and planning included, happens in a
-        # worker process under the grader's own limits: none of it in this process.
+        # A small file that is no notebook at all is decided here (its JSON is bounded by
+        # SMALL_FILE, no code in it is parsed); everything else about a submission, its
+        # reading and planning included, happens in a worker under the grader's limits.
+        unreadable = self._not_a_notebook(sub, data)
+        if unreadable is not None:
+            return unreadable
         work = self.scratch / f"s{index:06d}"
         job = self._job(sub, data, work)
         res_assignment = None
@@ -326,6 +332,20 @@ class Grader:
                 res_assignment,
             )
         return res
+
+    def _not_a_notebook(self, sub: Submission, data: bytes) -> dict | None:
+        """The error rows of a file of at most :data:`SMALL_FILE` bytes that is no notebook
+        (broken JSON, no list of cells), else None: 300 such files once took a worker
+        process each."""
+        if len(data) > SMALL_FILE:
+            return None
+        try:
+            parse_notebook(data)
+        except SubmissionError as err:
+            return self._fallback(sub, err.status, err.reason)
+        except Exception:  # anything else: the worker reads it, under its limits
+            return None
+        return None
 
     def _run_worker(self, index: int, sub: Submission, job: dict) -> dict:
         """Grade ``sub`` in a worker process of its own: start it, read its signed
@@ -355,6 +375,7 @@ class Grader:
                 return self._fallback(sub, "error", f"could not start a grading process: {err}")
             kernels: list[int] = []
             self.live[proc.pid] = kernels
+            self.workers += 1
             if self.stopping:
                 proc.kill()
         os.close(w)
