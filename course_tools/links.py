@@ -27,10 +27,22 @@ def load_toml(path: Path) -> dict:
 
 @dataclass(frozen=True)
 class Links:
-    """The course's repository (``https://github.com/OWNER/NAME``) and its branch."""
+    """The course's repository and its branch. Any git address works for cloning and for
+    nbgitpuller (https on any host, ``git@host:path``, ``ssh://``, ``file://``, a local
+    path); Colab opens GitHub repositories only, and Binder https ones only: for other
+    addresses those links are left out (:attr:`github` is then None)."""
 
     repository: str
     branch: str = "main"
+
+    @classmethod
+    def of(cls, address: str, branch: str = "main") -> Links:
+        """``address`` as given, checked (:func:`check_address`); a GitHub https address
+        without its ``.git``, as the course's own is written."""
+        address = check_address(address)
+        if re.fullmatch(r"https://github\.com/[^/]+/[^/]+?(\.git)?", address):
+            address = address.removesuffix(".git")
+        return cls(address, branch)
 
     @classmethod
     def load(cls, root: str | Path) -> Links:
@@ -39,30 +51,43 @@ class Links:
         if not repo:
             raise ValueError("pyproject.toml has no [project.urls] Repository")
         branch = data.get("tool", {}).get("course", {}).get("branch", "main")
-        return cls(repo.rstrip("/").removesuffix(".git"), branch)
+        return cls.of(repo, branch)
 
     @property
-    def github(self) -> str:
-        """``OWNER/NAME`` (Colab and Binder address GitHub repositories this way)."""
-        m = re.fullmatch(r"https://github\.com/([^/]+/[^/]+)", self.repository)
-        if not m:
-            raise ValueError(
-                f"[project.urls] Repository must be https://github.com/OWNER/NAME for Colab "
-                f"and Binder links, got {self.repository!r}"
-            )
-        return m.group(1)
+    def github(self) -> str | None:
+        """``OWNER/NAME`` for a GitHub https address (how Colab names it), else None."""
+        m = re.fullmatch(r"https://github\.com/([^/]+/[^/]+?)(\.git)?", self.repository)
+        return m.group(1) if m else None
 
     @property
     def clone_url(self) -> str:
-        return self.repository + ".git"
+        """What ``git clone`` takes: a GitHub address with ``.git``, any other as given."""
+        return self.repository + ".git" if self.github else self.repository
 
-    def colab(self, path: str) -> str:
-        """Open ``path`` (e.g. ``notebooks/02_qkv_attention.ipynb``) in Google Colab."""
+    @property
+    def folder(self) -> str:
+        """The folder a clone makes (``attention-workshop``)."""
+        return clone_folder(self.clone_url)
+
+    def colab(self, path: str) -> str | None:
+        """Open ``path`` (e.g. ``notebooks/02_qkv_attention.ipynb``) in Google Colab
+        (GitHub only: None for another host)."""
+        if not self.github:
+            return None
         return f"https://colab.research.google.com/github/{self.github}/blob/{self.branch}/{path}"
 
-    def binder(self, path: str) -> str:
-        """Open ``path`` in JupyterLab on mybinder.org (built from environment.yml)."""
-        return f"https://mybinder.org/v2/gh/{self.github}/{self.branch}?urlpath=lab/tree/{path}"
+    def binder(self, path: str) -> str | None:
+        """Open ``path`` in JupyterLab on mybinder.org (built from environment.yml): a
+        GitHub repository by name, any other https one by its address; None otherwise (a
+        path or an ssh address mybinder.org cannot reach)."""
+        tail = f"{self.branch}?urlpath=lab/tree/{path}"
+        if self.github:
+            return f"https://mybinder.org/v2/gh/{self.github}/{tail}"
+        if self.repository.startswith("https://"):
+            from urllib.parse import quote
+
+            return f"https://mybinder.org/v2/git/{quote(self.clone_url, safe='')}/{tail}"
+        return None
 
     def nbgitpuller(self, hub: str, path: str = "notebooks/00_setup.ipynb") -> str:
         """A JupyterHub link that clones (or updates) the course into each learner's home
@@ -70,13 +95,35 @@ class Links:
         return nbgitpuller_link(hub, self.clone_url, self.branch, path)
 
     def colab_badge(self, path: str) -> str:
+        url = self.colab(path)
+        if url is None:
+            return ""
         return (
-            f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"({self.colab(path)})"
+            f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({url})"
         )
 
     def binder_badge(self, path: str) -> str:
-        return f"[![Binder](https://mybinder.org/badge_logo.svg)]({self.binder(path)})"
+        url = self.binder(path)
+        return f"[![Binder](https://mybinder.org/badge_logo.svg)]({url})" if url else ""
+
+
+# A git address: https or http on any host, ssh:// or git@host:path, file://, or a path.
+_ADDRESS = re.compile(
+    r"(https?://[^\s/@]+(:\d+)?/[^\s]+|ssh://[^\s]+|git://[^\s]+|[\w.-]+@[\w.-]+:[^\s]+"
+    r"|file://[^\s]+|(/|\./|\.\./|~/)[^\s]*)"
+)
+
+
+def check_address(address: str) -> str:
+    """``address`` without a trailing slash, or ValueError when it is no git address."""
+    address = (address or "").strip().rstrip("/")
+    if not _ADDRESS.fullmatch(address):
+        raise ValueError(
+            f"not a git address: {address!r} (https://host/ORG/NAME, git@host:ORG/NAME.git, "
+            "ssh://..., file:///path/NAME.git or /path/NAME.git)"
+        )
+    clone_folder(address)
+    return address
 
 
 def clone_folder(repository: str) -> str:
@@ -140,11 +187,31 @@ def is_placeholder(links: Links) -> bool:
     host reserved for examples (``example.org``, ``hub.example.com``)."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(links.repository)
+    address = links.repository
+    scp = re.fullmatch(r"([\w.-]+)@([\w.-]+):(.*)", address)  # git@host:ORG/NAME
+    parts = urlsplit(f"ssh://{scp[1]}@{scp[2]}/{scp[3]}" if scp else address)
     owner = parts.path.strip("/").split("/")[0]
     if owner in PLACEHOLDER_OWNERS or owner.upper().startswith("YOUR-"):
         return True
     return bool(parts.hostname and EXAMPLE_HOST.fullmatch(parts.hostname))
+
+
+def release_address_problem(address: str) -> str | None:
+    """Why ``address`` cannot be an edition's (not a git address, or still a placeholder),
+    else None. ``make release`` asks before it installs anything (tools/bootstrap.py), and
+    the release itself again."""
+    try:
+        links = Links.of(address)
+    except ValueError as err:
+        return str(err)
+    if is_placeholder(links):
+        return (
+            f"the edition's address is still the placeholder {links.repository}: name where "
+            "it will live, `make release RELEASE_REPOSITORY=https://github.com/NAME/REPO` (any "
+            "git address: another host, git@host:ORG/NAME.git, /srv/NAME.git), or set the "
+            "course's own address: python -m course_tools.links --set URL"
+        )
+    return None
 
 
 def release_build() -> bool:

@@ -57,7 +57,7 @@ def work_name(assignment: str) -> str:
 
 def colab_source(links: Links, chapter: str) -> str:
     """The Colab cell's code (ruff-formatted as it stands; a test keeps it so)."""
-    folder = "/content/" + links.github.split("/")[1]
+    folder = "/content/" + links.folder
     lines = [
         "# On Google Colab this cell installs the course (about a minute, once per session).",
         "# Anywhere else it does nothing: `make lab`, conda and Binder have installed it already.",
@@ -299,8 +299,7 @@ _CLONE = re.compile(r"^git clone https://github\.com/\S+\.git\ncd \S+\n", re.M)
 def readme_text(text: str, links: Links) -> str:
     """The README with its course map's *open* column (Colab and Binder badges of each
     lecture) derived from the course's address."""
-    name = links.github.split("/")[1]
-    text = _CLONE.sub(f"git clone {links.clone_url}\ncd {name}\n", text)
+    text = _CLONE.sub(f"git clone {links.clone_url}\ncd {links.folder}\n", text)
     lines = text.split("\n")
     for i, line in enumerate(lines):
         m = _MAP_ROW.match(line)

@@ -35,7 +35,7 @@ from pathlib import Path
 import nbformat
 
 from .course import CourseRootError, course_commit, course_root
-from .links import Links, is_placeholder, load_toml
+from .links import Links, load_toml, release_address_problem
 
 MARKER = ".course-edition"  # in every edition; a folder with it may be rebuilt in place
 
@@ -232,7 +232,7 @@ worked solutions: your instructor grades your exercises.
 
 ```bash
 git clone {links.clone_url}
-cd {links.github.split("/")[1]}
+cd {links.folder}
 make lab        # set up .venv (first run only) and open the course in JupyterLab
 make progress   # where you stand: every exercise passed, failing (and why) or not started
 ```
@@ -335,7 +335,10 @@ def build(
     dry_run: bool = False,
 ) -> Path:
     """Build the learner's edition of the course at ``root`` into the folder ``out``
-    (``dry_run``: a placeholder address is only warned about)."""
+    (``dry_run``: a placeholder address is only warned about). Into an edition built
+    before, it is an update: everything but ``.git`` is replaced and the change committed
+    on top of the edition's history (its remote kept), so learners' clones and
+    nbgitpuller merge it as the next commit."""
     root = Path(root).resolve()
     out = Path(out).expanduser().resolve()
     inside = out == root or root in out.parents
@@ -350,9 +353,7 @@ def build(
         )
     course = Links.load(root)
     links = _address(course, repository, branch, dry_run, stream)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    _empty_but_history(out)
     files = selected(tracked_files(root))
     for name in files:
         dst = out / name
@@ -373,9 +374,7 @@ def build(
     if found:
         raise ReleaseError("the edition would leak:\n  " + "\n  ".join(found))
     if git:
-        _git(out, "init", "-q", "-b", links.branch)
-        _git(out, "add", "-A")
-        _git(out, "commit", "-q", "-m", f"Learner's edition ({course_commit(root)})")
+        _commit(out, links, course_commit(root))
     if make_zip:
         archive = out.with_name(out.name + ".zip")
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -387,19 +386,44 @@ def build(
     return out
 
 
+def _empty_but_history(out: Path) -> None:
+    """``out`` made (or emptied of everything but its ``.git``, an edition's history)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for child in out.iterdir():
+        if child.name == ".git":
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def _commit(out: Path, links: Links, commit: str) -> None:
+    """The edition committed: a first commit, or the next one on its history (nothing when
+    nothing changed)."""
+    if not (out / ".git").exists():
+        _git(out, "init", "-q", "-b", links.branch)
+    _git(out, "add", "-A")
+    changed = subprocess.run(
+        ["git", "-C", str(out), "diff", "--cached", "--quiet"], stdin=subprocess.DEVNULL
+    )
+    has_head = subprocess.run(
+        ["git", "-C", str(out), "rev-parse", "-q", "--verify", "HEAD"],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+    if changed.returncode != 0 or has_head.returncode != 0:
+        _git(out, "commit", "-q", "-m", f"Learner's edition ({commit})")
+
+
 def _address(course: Links, repository, branch, dry_run: bool, stream) -> Links:
     """The edition's address: a GitHub one, never a placeholder unless ``dry_run``."""
-    links = Links(
-        (repository or course.repository).rstrip("/").removesuffix(".git"),
+    links = Links.of(
+        repository or course.repository,
         branch or (course.branch if repository is None else "main"),
-    )
-    links.github  # noqa: B018  (a GitHub address, or a clear error)
-    if is_placeholder(links):
-        msg = (
-            f"the edition's address is still the placeholder {links.repository}: name where "
-            "it will live, `make release RELEASE_REPOSITORY=https://github.com/NAME/REPO` "
-            "(or set the course's own address: python -m course_tools.links --set URL)"
-        )
+    )  # (any git address, or a clear error)
+    msg = release_address_problem(links.repository)
+    if msg:
         if not dry_run:
             raise ReleaseError(msg + "; --dry-run builds it anyway, for a look")
         print(f"dry run, not for learners: {msg}", file=stream)
@@ -416,12 +440,23 @@ def _say(out: Path, links, git: bool, make_zip: bool, stream) -> None:
     print("  " + answers_inside(out), file=stream)
     if make_zip:
         print(f"  zip: {out.with_name(out.name + '.zip')}", file=stream)
-    if git:
+    if git and _has_origin(out):
+        print(f"  git: a commit on the edition's history; push it: git -C {out} push", file=stream)
+    elif git:
         print(
             f"  git: push it where learners clone from: git -C {out} remote add origin "
             f"{links.clone_url} && git -C {out} push -u origin {links.branch}",
             file=stream,
         )
+
+
+def _has_origin(out: Path) -> bool:
+    found = subprocess.run(
+        ["git", "-C", str(out), "remote", "get-url", "origin"],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+    return found.returncode == 0
 
 
 def answers_inside(out: Path) -> str:
@@ -454,8 +489,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repository",
         default=os.environ.get("RELEASE_REPOSITORY") or None,
-        help="where the edition will live (https://github.com/OWNER/NAME): its Colab and "
-        "Binder links point there (default: the course's own address)",
+        help="where the edition will live, any git address (https://github.com/OWNER/NAME, "
+        "https://gitlab.example/ORG/NAME, git@host:ORG/NAME.git, /srv/NAME.git): its clone, "
+        "nbgitpuller, Colab (GitHub) and Binder (https) links point there (default: the "
+        "course's own address)",
     )
     parser.add_argument("--branch", default=os.environ.get("RELEASE_BRANCH") or None)
     parser.add_argument("--no-git", action="store_true", help="no git repository in OUT")

@@ -390,13 +390,14 @@ def launch_table(links: Links, lectures: list[Path], exercises: list[Path]) -> s
     images would be fetched from the internet)."""
     have = {p.stem for p in exercises}
     rows = ["| chapter | lecture | exercises |", "|---|---|---|"]
+
+    def launch(path: str) -> str:  # (a host Colab or Binder cannot open: no such link)
+        found = [("Colab", links.colab(path)), ("Binder", links.binder(path))]
+        return " · ".join(f"[{name}]({url})" for name, url in found if url)
+
     for p in lectures:
-        lec = f"notebooks/{p.name}"
-        cells = [f"[Colab]({links.colab(lec)}) · [Binder]({links.binder(lec)})"]
-        ex = f"exercises/{p.name}"
-        cells.append(
-            f"[Colab]({links.colab(ex)}) · [Binder]({links.binder(ex)})" if p.stem in have else ""
-        )
+        cells = [launch(f"notebooks/{p.name}")]
+        cells.append(launch(f"exercises/{p.name}") if p.stem in have else "")
         rows.append(f"| [{p.stem}](notebooks/{p.stem}) | {cells[0]} | {cells[1]} |")
     return "\n".join(rows)
 

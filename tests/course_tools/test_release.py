@@ -282,3 +282,44 @@ def test_placeholders_and_example_hosts_are_recognised():
         assert is_placeholder(Links(address)), address
     for address in (EDITION_URL, "https://github.com/example-school/x", "/srv/git/x"):
         assert not is_placeholder(Links(address)), address
+
+
+def _log(repo: Path) -> list[str]:
+    out = subprocess.run(
+        ["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True, check=True
+    )
+    return out.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["https://gitlab.com/example-school/attention-workshop.git", "bare"],
+)
+def test_an_update_is_the_next_commit_on_the_editions_history(tmp_path: Path, address):
+    """Day two: the edition rebuilt into its folder keeps its .git and remote and commits on
+    top, so a push is a fast-forward and nbgitpuller merges it (it refused unrelated
+    histories); any git host, a local bare repository included."""
+    bare = tmp_path / "attention-workshop.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    address = str(bare) if address == "bare" else address
+    out = tmp_path / "release" / "attention-workshop"
+    R.build(ROOT, out, repository=address, make_zip=False, stream=io.StringIO())
+    assert Links.load(out).clone_url == address
+    subprocess.run(["git", "-C", str(out), "remote", "add", "origin", str(bare)], check=True)
+    subprocess.run(["git", "-C", str(out), "push", "-q", "-u", "origin", "main"], check=True)
+    first = _log(out)
+    (out / "work").mkdir()  # what an instructor may have left there: replaced, like the rest
+    said = io.StringIO()
+    R.build(ROOT, out, repository=address, make_zip=False, stream=said)
+    assert _log(out) == first  # nothing changed: no empty commit
+    assert f"git -C {out} push" in said.getvalue() and "remote add" not in said.getvalue()
+    readme = (out / "README.md").read_text(encoding="utf-8")
+    (out / "README.md").write_text(readme + "\nday two\n", encoding="utf-8")  # a stale file
+    R.build(ROOT, out, repository=address, make_zip=False, stream=io.StringIO())
+    assert "day two" not in (out / "README.md").read_text(encoding="utf-8")
+    assert not (out / "work").exists()
+    url = subprocess.run(
+        ["git", "-C", str(out), "remote", "get-url", "origin"], capture_output=True, text=True
+    )
+    assert url.stdout.strip() == str(bare)
+    subprocess.run(["git", "-C", str(out), "push", "-q"], check=True)  # a fast-forward

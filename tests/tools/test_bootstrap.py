@@ -206,3 +206,45 @@ def test_make_model_fetches_the_real_model_and_lab_opens_without_it(monkeypatch,
     assert "the rest of the course works without it" in capsys.readouterr().out
     ok = Recorder(monkeypatch)
     assert B.main(["model"]) == 0 and ok.commands == [[B.PY, "-c", B.FETCH_MODEL]]
+
+
+def test_release_refuses_a_placeholder_before_installing_anything(monkeypatch, capsys):
+    """`make release` once refused the guide's YOUR-ORG only after a 4.5-minute install."""
+
+    def no_install(extras=()):
+        raise AssertionError("installed before the address was checked")
+
+    monkeypatch.setattr(B, "ensure_venv", no_install)
+    monkeypatch.setattr(B, "is_learner_edition", lambda: False)
+    for address in ("https://github.com/YOUR-ORG/attention-workshop", "not an address"):
+        with pytest.raises(SystemExit):
+            B.main(["release", "build/x", "--repository", address])
+        said = capsys.readouterr().err
+        assert "placeholder" in said or "not a git address" in said, said
+    monkeypatch.setenv("RELEASE_REPOSITORY", "https://gitlab.example.edu/ml/attention-workshop")
+    assert "placeholder" in (B.release_address_problem([]) or "")  # (an example host)
+    monkeypatch.setenv("RELEASE_REPOSITORY", "git@gitlab.com:ml/attention-workshop.git")
+    assert B.release_address_problem([]) is None
+    assert B.release_address_problem(["--repository=https://github.com/YOU/x", "--dry-run"]) is None
+
+
+def test_progress_uses_the_environment_it_runs_in_when_it_has_the_course(monkeypatch, tmp_path):
+    """On a hub the image has the course's packages: `make progress` ran a full .venv install
+    (2.5 GB) into every learner's home. Without a .venv, a Python that can run the checks
+    runs progress itself; one that cannot gets the .venv, as before."""
+    calls = []
+    monkeypatch.setattr(B, "PY", str(tmp_path / "no-venv" / "python"))
+    monkeypatch.setattr(B, "is_learner_edition", lambda: True)
+    monkeypatch.setattr(B.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+
+    def no_install(extras=()):
+        calls.append("install")
+
+    monkeypatch.setattr(B, "ensure_venv", no_install)
+    monkeypatch.setattr(B, "course_runs_here", lambda: True)
+    assert B.main(["progress"]) == 0
+    assert calls == [[sys.executable, "-m", "course_lib.progress"]]
+    calls.clear()
+    monkeypatch.setattr(B, "course_runs_here", lambda: False)
+    B.main(["progress"])
+    assert calls[0] == "install" and calls[1][0] == B.PY
