@@ -463,6 +463,8 @@ def release_address_problem(rest):
     spec = importlib.util.spec_from_file_location(
         "course_release_links", os.path.join(ROOT, "course_tools", "links.py")
     )
+    if spec is None or spec.loader is None:
+        return "course_tools/links.py is missing: is this the course's folder?"
     links = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = links  # (dataclasses look their module up)
     spec.loader.exec_module(links)
