@@ -12,10 +12,12 @@ COURSE_MODELS=/opt/course-models "$USER_PY" -c \
 site=$("$USER_PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 cp hub/work_copies.py "$site/"
 mkdir -p /opt/tljh/user/etc/jupyter/jupyter_server_config.d /opt/tljh/user/share/jupyter/lab/settings
-cp hub/jupyter_server_config.d/work_copies.json /opt/tljh/user/etc/jupyter/jupyter_server_config.d/
+cp hub/jupyter_server_config.d/work_copies.json hub/jupyter_server_config.d/culling.json \
+  /opt/tljh/user/etc/jupyter/jupyter_server_config.d/
 "$USER_PY" hub/lab_overrides.py /opt/tljh/user/share/jupyter/lab/settings
 cp hub/tljh_course.py /opt/tljh/config/jupyterhub_config.d/course.py
-tljh-config set limits.memory 4.5G  # chapter 10: two kernels with the real model (benchmarks/results/kernel_sizing.json)
+tljh-config set limits.memory 6G  # chapter 10: two kernels with the real model, the server, one more (kernel_sizing.json)
 tljh-config set limits.cpu 1
+tljh-config set services.cull.timeout 7200  # an idle server stopped after two hours (its kernels' state lost)
 tljh-config set user_environment.default_app jupyterlab
 tljh-config reload
