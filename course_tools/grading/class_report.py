@@ -45,7 +45,8 @@ TOP_MISTAKES = 15
 # A failure the checks did not name (a shape, an exception, a wrong value of no declared kind):
 # counted beside the named mistakes, so that the chart shows every failure
 UNNAMED = "failed, and no named mistake explains it"
-SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⏱", "missing": "–"}
+# (each in the fonts a plain browser has: the stopwatch emoji showed as an empty box)
+SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "◷", "missing": "–"}
 
 
 @dataclass

@@ -259,3 +259,22 @@ def test_no_control_characters_in_tracked_text_files():
 )
 def test_the_control_character_scan(rel, text, caught):
     assert bool(control_characters(rel, text)) is caught
+
+
+def test_chapter_00_states_the_python_and_torch_pyproject_requires():
+    """Chapter 00 said PyTorch >= 2.1 while pyproject.toml required 2.7."""
+    import json
+    import re
+
+    from course_tools.links import load_toml
+
+    project = load_toml(ROOT / "pyproject.toml")["project"]
+    torch_min = next(
+        re.search(r">=\s*([\d.]+)", d).group(1)
+        for d in project["dependencies"]
+        if d.startswith("torch")
+    )
+    python_min = re.search(r">=\s*([\d.]+)", project["requires-python"]).group(1)
+    nb = json.loads((ROOT / "notebooks" / "00_setup.ipynb").read_text(encoding="utf-8"))
+    text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert f"PyTorch ≥ {torch_min}" in text and f"Python ≥ {python_min}" in text

@@ -7,8 +7,11 @@ SimpleLocalProcessSpawner (each learner's server a local process with its own ho
 git repository the link names by its path. Each learner logs in through the login page in
 headless Chromium, opens the link printed by `python -m course_tools.links --nbgitpuller`,
 and must land in JupyterLab with chapter 00 of the pulled edition open and their work/ copies
-made (hub/work_copies.py, the hub kit's server extension). The instructor then pushes an
-update; a second click brings it and keeps what the learner changed.
+made (hub/work_copies.py, the hub kit's server extension). The instructor's side follows
+the guide's own blocks as written: day one's release and push into the edition's repository
+(a local bare one), day two's update (built into the same folder, pushed); each learner's
+second click brings it and keeps what they changed, and the guide's collect and grade
+blocks run on the homes.
 
 Marked browser and slow; skips without jupyterhub, nbgitpuller, the proxy or Chromium (fails
 for the last under COURSE_REQUIRE_BROWSER=1, as the other browser tests do).
@@ -76,20 +79,64 @@ def _git(repo: Path, *args: str) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def edition(tmp_path_factory) -> Path:
-    from course_tools import release
+class Instructor:
+    """The instructor's side, as the guide writes it: a clone of the course (``$COURSE``),
+    the edition's repository (``$EDITION``, a local bare one, as on a server of one's own),
+    and the guide's release, push and update blocks run as written in their shell."""
 
-    out = tmp_path_factory.mktemp("instructor") / "attention-workshop"
-    with open(os.devnull, "w") as quiet:
-        release.build(
-            ROOT,
-            out,
-            repository="https://github.com/example-school/attention-workshop",
-            make_zip=False,
-            stream=quiet,
+    def __init__(self, base: Path):
+        self.home = base / "instructor"
+        self.home.mkdir()
+        self.course = base / "attention-course"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(self.course)], check=True)
+        self.repository = base / "attention-workshop.git"
+        subprocess.run(
+            ["git", "init", "-q", "--bare", "-b", "main", str(self.repository)], check=True
         )
-    return out
+        self.release = self.home / "release" / "attention-workshop"
+
+    def run(self, *needles: str) -> str:
+        """The guide's block holding every one of ``needles``, run in bash as written."""
+        from guide_blocks import GUIDE, blocks
+
+        found = [b for b in blocks(GUIDE.read_text(encoding="utf-8")) if b.lang == "bash"]
+        block = next(b for b in found if all(n in b.body for n in needles))
+        env = {
+            **os.environ,
+            "HOME": str(self.home),
+            "COURSE": str(self.course),
+            "EDITION": str(self.repository),
+            "GIT_AUTHOR_NAME": "Instructor",
+            "GIT_AUTHOR_EMAIL": "i@example.org",
+            "GIT_COMMITTER_NAME": "Instructor",
+            "GIT_COMMITTER_EMAIL": "i@example.org",
+            "PYTHONPATH": str(self.course),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        }
+        proc = subprocess.run(
+            ["bash", "-c", "set -euo pipefail\n" + block.body],
+            env=env,
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, f"{block.body}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def instructor(tmp_path_factory) -> Instructor:
+    """Day one: the guide's release block, then its push block, into $EDITION."""
+    who = Instructor(tmp_path_factory.mktemp("day-one"))
+    who.run("course_tools.release ~/release/attention-workshop", "python3 -m")
+    who.run("remote add origin", "push -u origin main")
+    return who
+
+
+@pytest.fixture(scope="module")
+def edition(instructor: Instructor) -> Path:
+    return instructor.repository
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +262,7 @@ def _wait_for_file(path: Path, timeout: float = 60) -> None:
     assert path.exists(), f"{path} was not made"
 
 
-def test_learners_click_the_link_on_a_real_hub(hub, edition, browser):
+def test_learners_click_the_link_on_a_real_hub(hub, edition, instructor, browser):
     hub_url, homes, log = hub
     link = _link(hub_url, edition)
     assert "targetpath=attention-workshop" in link
@@ -252,12 +299,22 @@ def test_learners_click_the_link_on_a_real_hub(hub, edition, browser):
         {"cell_type": "markdown", "id": "alice-note", "metadata": {}, "source": "alice's note"}
     )
     lecture.write_text(json.dumps(nb, indent=1), encoding="utf-8")
-    (edition / "UPDATE.md").write_text("Day two: chapters 04-06.\n", encoding="utf-8")
-    _git(edition, "add", "UPDATE.md")
-    _git(edition, "commit", "-q", "-m", "day two")
+    # day two, as the guide says: the course changes, the edition is built into the same
+    # folder and pushed (never a new history: nbgitpuller refuses to merge one)
+    day_two = instructor.course / "notebooks" / "04_multi_head_attention.ipynb"
+    nb = json.loads(day_two.read_text(encoding="utf-8"))
+    nb["cells"].insert(
+        0, {"cell_type": "markdown", "id": "day-two", "metadata": {}, "source": "Day two."}
+    )
+    day_two.write_text(json.dumps(nb, indent=1) + "\n", encoding="utf-8")
+    _git(instructor.course, "commit", "-q", "-am", "day two")
+    instructor.run("course_tools.release ~/release/attention-workshop", " push")
 
-    _click(pages["alice"], link, log)
-    assert (course / "UPDATE.md").read_text(encoding="utf-8").startswith("Day two")
+    for user in LEARNERS:  # both learners click again: the update, their work kept
+        _click(pages[user], link, log)
+        lecture_04 = homes / user / "attention-workshop" / day_two.relative_to(instructor.course)
+        assert "Day two." in lecture_04.read_text(encoding="utf-8"), user
+        assert not list(homes.glob(f"{user}/attention-workshop_backup_*"))
     assert "# alice's work" in copy.read_text(encoding="utf-8")
     assert "alice's note" in lecture.read_text(encoding="utf-8")
     for page in pages.values():

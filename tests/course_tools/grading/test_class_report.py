@@ -298,6 +298,6 @@ def test_the_grid_the_unnamed_failures_and_the_flags_by_learner(tmp_path):
         ("ann.ipynb", 1, ["x (notebook)"]),
     ]
     page = C.render(data)
-    assert '<td class="timeout" title="02.2: timeout, 0 / 2">⏱</td>' in page
+    assert '<td class="timeout" title="02.2: timeout, 0 / 2">◷</td>' in page
     assert '<td class="failed" title="02.1: failed, 0 / 2">✗</td>' in page
     assert "3 flags on 2 submissions" in page and C.UNNAMED in page
