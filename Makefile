@@ -22,7 +22,7 @@ python3-venv) or name one: make $@ PYTHON=/path/to/python3"; exit 1; }; \
 	$(PYTHON) tools/bootstrap.py
 
 .PHONY: lab test test-fast setup exercises unit notebooks lint min-versions html site \
-	progress update release clean model
+	progress update submit release clean model
 
 lab:
 	$(BOOT) lab
@@ -50,6 +50,10 @@ progress:
 # replaces are copied to work/backup/<date-time>/ first; your copies in work/ stay yours.
 update:
 	$(BOOT) update
+
+# Hand in work/'s started exercise copies into $COURSE_SUBMIT (a hub's hand-in folder).
+submit:
+	$(BOOT) submit
 
 # Regenerate exercises/ from solutions/ (the single source); commit the result.
 exercises:

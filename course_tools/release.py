@@ -102,6 +102,7 @@ MAKEFILE = """\
 #   make lab        set up and open the course in JupyterLab (your exercise copies: work/)
 #   make progress   where you stand: every exercise passed, failing (and why), not started
 #   make update     the new version of the course (git pull), keeping everything you changed
+#   make submit     hand in your started exercise copies (on a hub that sets COURSE_SUBMIT)
 #   make test       run every lecture and exercise notebook (adds pytest and nbval)
 # `make lab` picks the PyTorch that fits the machine (the CPU build on Linux without an
 # NVIDIA driver); TORCH=cpu|cuda|default overrides it, also later to switch.
@@ -115,7 +116,7 @@ Install Python 3.10 or newer (python.org, brew install python@3.12, sudo apt ins
 python3-venv) or name one: make $@ PYTHON=/path/to/python3"; exit 1; }; \\
 \t$(PYTHON) tools/bootstrap.py
 
-.PHONY: lab test setup progress update clean
+.PHONY: lab test setup progress update submit clean
 
 lab:
 \t$(BOOT) lab
@@ -131,6 +132,9 @@ progress:
 
 update:
 \t$(BOOT) update
+
+submit:
+\t$(BOOT) submit
 
 clean:
 \trm -rf build test-output .pytest_cache

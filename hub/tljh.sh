@@ -16,6 +16,7 @@ cp hub/jupyter_server_config.d/work_copies.json hub/jupyter_server_config.d/cull
   /opt/tljh/user/etc/jupyter/jupyter_server_config.d/
 "$USER_PY" hub/lab_overrides.py /opt/tljh/user/share/jupyter/lab/settings
 cp hub/tljh_course.py /opt/tljh/config/jupyterhub_config.d/course.py
+install -d -m 1733 /srv/hand-in  # learners make their own folder here, and cannot list others
 tljh-config set limits.memory 6G  # chapter 10: two kernels with the real model, the server, one more (kernel_sizing.json)
 tljh-config set limits.cpu 1
 tljh-config set services.cull.timeout 7200  # an idle server stopped after two hours (its kernels' state lost)

@@ -475,7 +475,18 @@ def release_address_problem(rest):
     return links.release_address_problem(address)
 
 
-COMMANDS = ("setup", "lab", "test", "exercises", "progress", "update", "site", "release", "model")
+COMMANDS = (
+    "setup",
+    "lab",
+    "test",
+    "exercises",
+    "progress",
+    "update",
+    "submit",
+    "site",
+    "release",
+    "model",
+)
 INSTRUCTOR_COMMANDS = ("exercises", "site", "release")  # need course_tools and solutions/
 
 
@@ -499,6 +510,8 @@ def main(argv):
         problem = release_address_problem(rest)
         if problem:
             die(problem + "; --dry-run builds it anyway, for a look")
+    if what == "submit":  # hand in work/ (standard library only: nothing to install)
+        return learner_files().submit(learner_files().Path(ROOT))
     if what == "progress" and not os.path.exists(PY) and course_runs_here():
         # a hub's image (or any environment) that has the course's packages: no .venv of
         # 2.5 GB in every learner's home; the folder's own course_lib is the one imported

@@ -251,7 +251,39 @@ def update(root: Path, out=sys.stdout) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python tools/learner_files.py update|sync
+def submit(root: Path, folder: str | None = None, out=sys.stdout) -> int:
+    """Hand in: every exercise copy in work/ that the learner started, copied into
+    ``folder`` (``$COURSE_SUBMIT``: on a hub, the learner's own folder of a volume the
+    instructor reads, see docs/instructors.md), replacing what was handed in before. A copy
+    never started (still as the course made it) is not handed in."""
+    import os
+
+    folder = folder or os.environ.get("COURSE_SUBMIT", "")
+    if not folder:
+        print(
+            "no folder to hand in to: this hub sets none (COURSE_SUBMIT); ask your "
+            "instructor how to hand in (or download work/*.ipynb)",
+            file=out,
+        )
+        return 2
+    dest = Path(folder)
+    dest.mkdir(mode=0o700, parents=True, exist_ok=True)  # (classmates cannot read it)
+    handed = []
+    for copy in sorted((root / "work").glob(f"*{WORK_SUFFIX}.ipynb")):
+        if copy.is_symlink() or untouched(copy):
+            continue
+        partial = dest / f".{copy.name}.part"
+        shutil.copyfile(copy, partial)
+        partial.replace(dest / copy.name)  # whole or not at all
+        handed.append(copy.name)
+    if not handed:
+        print("nothing to hand in: no exercise copy in work/ has been started", file=out)
+        return 1
+    print(f"handed in to {dest}: " + ", ".join(handed), file=out)
+    return 0
+
+
+if __name__ == "__main__":  # python tools/learner_files.py update|sync|submit
     ROOT = Path(__file__).resolve().parents[1]
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "update":
@@ -259,4 +291,6 @@ if __name__ == "__main__":  # python tools/learner_files.py update|sync
     if what == "sync":
         sync_work(ROOT)
         sys.exit(0)
-    sys.exit("usage: python tools/learner_files.py update|sync")
+    if what == "submit":
+        sys.exit(submit(ROOT))
+    sys.exit("usage: python tools/learner_files.py update|sync|submit")

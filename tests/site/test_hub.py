@@ -320,6 +320,45 @@ def test_learners_click_the_link_on_a_real_hub(hub, edition, instructor, browser
     for page in pages.values():
         page.context.close()
     _collect_and_grade_as_the_guide_says(homes, homes.parent / "admin")
+    _hand_in_as_the_guide_says(homes, homes.parent / "grader")
+
+
+def _hand_in_as_the_guide_says(homes: Path, admin: Path) -> None:
+    """Homes not in one folder: each learner runs `make submit` (the edition's bootstrap, as
+    make runs it) with the kit's COURSE_SUBMIT, their own folder of a hand-in volume; the
+    guide's hand-in collect block, as written, gathers them. alice started her copy; bob
+    never did, so he has nothing to hand in."""
+    from guide_blocks import GUIDE, blocks
+
+    hand_in = homes.parent / "hand-in"
+    said = {}
+    for user in LEARNERS:
+        proc = subprocess.run(
+            [sys.executable, "tools/bootstrap.py", "submit"],
+            cwd=homes / user / "attention-workshop",
+            env={**os.environ, "HOME": str(homes / user), "COURSE_SUBMIT": str(hand_in / user)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        said[user] = (proc.returncode, proc.stdout + proc.stderr)
+    assert said["alice"][0] == 0 and "00_setup_exercises.ipynb" in said["alice"][1], said
+    assert said["bob"][0] == 1 and "nothing to hand in" in said["bob"][1], said
+    block = next(b for b in blocks(GUIDE.read_text(encoding="utf-8")) if '"$HANDIN"/*' in b.body)
+    admin.mkdir(exist_ok=True)
+    env = {**os.environ, "HOME": str(admin), "HANDIN": str(hand_in), "CHAPTER": "00_setup"}
+    proc = subprocess.run(
+        ["bash", "-c", "set -euo pipefail\n" + block.body],
+        env=env,
+        cwd=admin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    collected = admin / "collected" / "00_setup"
+    assert [p.name for p in collected.iterdir()] == ["alice"]
+    assert "# alice's work" in (collected / "alice" / "00_setup_exercises.ipynb").read_text()
 
 
 def _collect_and_grade_as_the_guide_says(homes: Path, admin: Path) -> None:

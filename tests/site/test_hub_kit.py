@@ -162,6 +162,12 @@ def test_the_z2jh_block_and_the_tljh_settings():
         {"get_config": lambda: type("C", (), {"Spawner": type("S", (), {"environment": seen})})},
     )
     assert seen["COURSE_BUDGET"] == "ci" and seen["NBGITPULLER_APP"] == "lab"
+    alice = type("Sp", (), {"user": type("U", (), {"name": "alice"})})
+    assert seen["COURSE_SUBMIT"](alice) == "/srv/hand-in/alice"
+    assert "install -d -m 1733 /srv/hand-in" in tljh
+    assert single["extraEnv"]["COURSE_SUBMIT"] == "/srv/hand-in"
+    (mount,) = single["storage"]["extraVolumeMounts"]
+    assert mount["mountPath"] == "/srv/hand-in" and mount["subPath"] == "{username}"
     server = json.loads((HUB / "jupyter_server_config.d" / "work_copies.json").read_text())
     assert server == {"ServerApp": {"jpserver_extensions": {"work_copies": True}}}
 

@@ -218,3 +218,48 @@ def test_the_script_says_how_to_use_it():
     assert (
         proc.returncode == 1 and "usage: python tools/learner_files.py update|sync" in proc.stderr
     )
+
+
+def test_submit_hands_in_the_started_copies_only(tmp_path):
+    """`make submit`: every exercise copy the learner started, into $COURSE_SUBMIT (a hub's
+    hand-in folder of their own), replacing an earlier hand-in; never an untouched copy, a
+    link, or anything without a folder to go to."""
+    import io
+    import json
+
+    lf = load_script("tools/learner_files.py")
+    root = tmp_path / "course"
+    (root / "exercises").mkdir(parents=True)
+    for name in ("00_setup", "01_rnn_bottleneck"):
+        nb = {
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "id": "c",
+                    "metadata": {},
+                    "source": "x = 1",
+                    "outputs": [],
+                    "execution_count": None,
+                }
+            ],
+            "metadata": {},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+        (root / "exercises" / f"{name}.ipynb").write_text(json.dumps(nb))
+    lf.sync_work(root, out=io.StringIO())
+    said = io.StringIO()
+    assert lf.submit(root, str(tmp_path / "hand-in" / "alice"), out=said) == 1
+    assert "nothing to hand in" in said.getvalue()
+    started = root / "work" / "00_setup_exercises.ipynb"
+    nb = json.loads(started.read_text())
+    nb["cells"][0]["source"] = "x = 2  # alice"
+    started.write_text(json.dumps(nb))
+    (root / "work" / "02_qkv_attention_exercises.ipynb").symlink_to(started)
+    assert lf.submit(root, str(tmp_path / "hand-in" / "alice"), out=io.StringIO()) == 0
+    handed = tmp_path / "hand-in" / "alice"
+    assert sorted(p.name for p in handed.iterdir()) == ["00_setup_exercises.ipynb"]
+    assert "alice" in (handed / "00_setup_exercises.ipynb").read_text()
+    assert (handed.stat().st_mode & 0o077) == 0  # classmates cannot read it
+    said = io.StringIO()
+    assert lf.submit(root, "", out=said) == 2 and "COURSE_SUBMIT" in said.getvalue()
