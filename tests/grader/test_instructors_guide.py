@@ -170,7 +170,7 @@ def test_the_guide_runs_on_a_simulated_hub(tmp_path: Path):
     assert query["urlpath"] == f"lab/tree/{target}/notebooks/00_setup.ipynb", link
 
     # 2. learners: the edition as nbgitpuller clones it; copies in work/; their work
-    users = {"alice": "solved", "bob": "wrong", "carol": "blank", "dave": "link"}
+    users = {"alice": "solved", "bob": "wrong", "carol": "blank", "dave": "link", "erin": "backup"}
     for user, what in users.items():
         home = homes / user
         home.mkdir()
@@ -194,10 +194,19 @@ def test_the_guide_runs_on_a_simulated_hub(tmp_path: Path):
         elif what == "link":  # a learner's "work" that is the course's solutions
             copy.unlink()
             copy.symlink_to(ROOT / "solutions" / "00_setup.ipynb")
+        elif what == "backup":  # work, then nbgitpuller's "Backup and resync": a fresh clone
+            set_solution(copy, solved_source())
+            (home / "attention-workshop").rename(home / "attention-workshop_backup_1733400000")
+            clone(str(edition), home / target, query["branch"])
+            for ex in (home / "attention-workshop" / "exercises").glob("*.ipynb"):
+                if not ex.name.startswith("00_"):
+                    ex.unlink()
+            run(learner[:1], home, home)
 
     # 3. collect, grade, totals, the class report, feedback back into the homes
     out = run(after, instructor, instructor)
     assert "skipped, a symbolic link" in out and "dave" in out
+    assert "in a backup, look at it: " in out and "erin/attention-workshop_backup_" in out
     grades = instructor / "grades" / "00_setup"
     with open(grades / "grades.csv", newline="", encoding="utf-8") as f:
         rows = {r["submission"]: r for r in csv.DictReader(f)}
@@ -205,6 +214,7 @@ def test_the_guide_runs_on_a_simulated_hub(tmp_path: Path):
         "alice/00_setup_exercises.ipynb",
         "bob/00_setup_exercises.ipynb",
         "carol/00_setup_exercises.ipynb",
+        "erin/00_setup_exercises.ipynb",
     }, rows
     assert rows["alice/00_setup_exercises.ipynb"]["status"] == "passed"
     assert rows["bob/00_setup_exercises.ipynb"]["status"] == "failed"
