@@ -48,7 +48,7 @@ from pathlib import Path  # noqa: E402
 from course_lib.checks.core import cases_for, evaluate_case, get_exercise  # noqa: E402
 
 from .analysis import read_course_functions  # noqa: E402
-from .cases import fixed_cases, grader_cases  # noqa: E402
+from .cases import grader_cases  # noqa: E402
 from .harvest import flatten, unflatten, write_inputs  # noqa: E402
 from .identity import (  # noqa: E402
     Course,
@@ -280,13 +280,11 @@ def run_kernel(g: Grading) -> None:
     warm_up(harvested)  # everything scoring needs, imported before learner code runs
     where.box.mkdir(parents=True, exist_ok=True)
     where.inputs_dir.mkdir(parents=True, exist_ok=True)
-    cases, fixed = {}, {}
-    partial = bool(job.get("partial"))
+    cases = {}
+    partial = bool(job.get("partial"))  # (score counts the declared written-out cases apart)
     for ex_id in harvested:
         cases[ex_id] = grader_cases(ex_id, int(job["seed"]), plan.fingerprint)
         write_inputs(cases[ex_id], where.inputs[ex_id], ex_id)
-        if partial:  # the written-out cases earn no partial credit on their own
-            fixed[ex_id] = fixed_cases(cases[ex_id])
 
     def on_cell(i, outcome):
         role, ex_id = plan.roles[i]
@@ -301,7 +299,7 @@ def run_kernel(g: Grading) -> None:
             try:
                 verdicts[ex_id] = within_cpu(
                     JUDGE_CPU_SECONDS,
-                    lambda: score(ex_id, cases[ex_id], folder, partial, fixed.get(ex_id)),
+                    lambda: score(ex_id, cases[ex_id], folder, partial),
                 )
             except MemoryError:  # the grader's own limit for one submission
                 verdicts[ex_id] = Verdict(ex_id, 0, ex.points, "error", [_over_memory(job)])

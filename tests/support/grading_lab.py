@@ -53,6 +53,20 @@ def sandbox_flags() -> list[str]:
     return ["--unsafe-no-sandbox"]
 
 
+def harvested(ex_id: str, fn, seed: int, out_dir: Path, fingerprint: str = "") -> list:
+    """What the grader and a harvest cell do together, in this process: the grader writes
+    the inputs of its cases, the "kernel" runs ``fn`` on them; the grader's own cases."""
+    from course_tools.grading.cases import grader_cases
+    from course_tools.grading.harvest import harvest, write_inputs
+
+    cases = grader_cases(ex_id, seed, fingerprint)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_inputs(cases, out / "inputs.pkl", ex_id)
+    harvest(ex_id, fn, out / "inputs.pkl", out)
+    return cases
+
+
 def notebook(assignment: str = "00_setup", which: str = "solutions") -> dict:
     return json.loads((ROOT / which / f"{assignment}.ipynb").read_text(encoding="utf-8"))
 

@@ -5,24 +5,11 @@ a harvest cell records the function's outputs on them (the verdict is drawn else
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 
 import numpy as np
+from grading_lab import harvested
 
 from course_lib.checks.ch00 import softmax_reference
-from course_tools.grading.cases import grader_cases
-from course_tools.grading.harvest import harvest, write_inputs
-
-
-def _harvest(ex_id, fn, seed, out_dir, fingerprint=""):
-    """What the grader and a harvest cell do together: the grader writes the inputs of its
-    cases, the kernel runs the function on them; returns the grader's own cases."""
-    cases = grader_cases(ex_id, seed, fingerprint)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_inputs(cases, out / "inputs.pkl", ex_id)
-    harvest(ex_id, fn, out / "inputs.pkl", out)
-    return cases
 
 
 def softmax_ok(x):
@@ -30,7 +17,7 @@ def softmax_ok(x):
 
 
 def test_only_inputs_reach_the_kernel(tmp_path):
-    cases = _harvest("00.1", softmax_ok, 99, tmp_path)
+    cases = harvested("00.1", softmax_ok, 99, tmp_path)
     spec = pickle.loads((tmp_path / "inputs.pkl").read_bytes())
     assert spec["target"] == "softmax" and spec["no_warnings"] in (True, False)
     data = spec["cases"]

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import json
 import zipfile
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from grading_lab import harvested
 
 from course_lib.checks import CheckFailed, check
 from course_lib.checks.ch00 import softmax_reference
 from course_lib.checks.core import get_exercise
 from course_tools.grading import scoring
 from course_tools.grading.cases import grader_cases
-from course_tools.grading.harvest import harvest, write_inputs
 from course_tools.grading.run import CellOutcome
 from course_tools.grading.scoring import (
     Verdict,
@@ -31,17 +30,6 @@ from course_tools.grading.scoring import (
 )
 
 
-def _harvest(ex_id, fn, seed, out_dir, fingerprint=""):
-    """What the grader and a harvest cell do together: the grader writes the inputs of its
-    cases, the kernel runs the function on them; returns the grader's own cases."""
-    cases = grader_cases(ex_id, seed, fingerprint)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_inputs(cases, out / "inputs.pkl", ex_id)
-    harvest(ex_id, fn, out / "inputs.pkl", out)
-    return cases
-
-
 def softmax_ok(x):
     return softmax_reference(x)
 
@@ -50,7 +38,7 @@ def softmax_ok(x):
 
 
 def test_harvest_then_score_passes_a_correct_function(tmp_path):
-    cases = _harvest("00.1", softmax_ok, 99, tmp_path)
+    cases = harvested("00.1", softmax_ok, 99, tmp_path)
     verdict = score("00.1", cases, tmp_path)
     assert verdict.status == "passed" and verdict.points == verdict.max_points == 1
 
@@ -59,7 +47,7 @@ def test_score_judges_in_its_own_process_and_ignores_claims(tmp_path):
     def wrong(x):
         return np.zeros_like(x)
 
-    cases = _harvest("00.1", wrong, 5, tmp_path)
+    cases = harvested("00.1", wrong, 5, tmp_path)
     # A tampered record that claims success changes nothing: score recomputes everything.
     rec = json.loads((tmp_path / "00.1.json").read_text())
     rec["status"] = "passed"
@@ -69,7 +57,7 @@ def test_score_judges_in_its_own_process_and_ignores_claims(tmp_path):
 
 
 def test_outputs_recorded_for_other_inputs_fail(tmp_path):
-    _harvest("00.1", softmax_ok, 1, tmp_path)
+    harvested("00.1", softmax_ok, 1, tmp_path)
     assert score("00.1", grader_cases("00.1", 2), tmp_path).status == "failed"
 
 
@@ -80,7 +68,7 @@ def test_partial_credit_is_the_share_of_cases_passed(tmp_path):
         e = np.exp(x)
         return e / e.sum(axis=-1, keepdims=True)
 
-    cases = _harvest("00.1", naive, 5, tmp_path)
+    cases = harvested("00.1", naive, 5, tmp_path)
     whole = score("00.1", cases, tmp_path)
     part = score("00.1", cases, tmp_path, partial=True)
     ok = [line.startswith("✓") for line in part.feedback[: len(cases)]]
@@ -95,13 +83,13 @@ def test_partial_credit_is_the_share_of_cases_passed(tmp_path):
 
 
 def test_missing_and_not_implemented_and_never_ran(tmp_path):
-    cases = _harvest("00.1", None, 3, tmp_path / "a")
+    cases = harvested("00.1", None, 3, tmp_path / "a")
     assert score("00.1", cases, tmp_path / "a").status == "missing"
 
     def softmax(x):
         raise NotImplementedError("Exercise 00.1 is not implemented yet: replace this line")
 
-    _harvest("00.1", softmax, 3, tmp_path / "b")
+    harvested("00.1", softmax, 3, tmp_path / "b")
     assert score("00.1", cases, tmp_path / "b").status == "missing"
     assert score("00.1", cases, tmp_path / "c").status == "error"
 
@@ -111,7 +99,7 @@ def test_nbgraders_placeholder_counts_as_not_started(tmp_path):
         # YOUR CODE HERE
         raise NotImplementedError()
 
-    cases = _harvest("00.1", softmax, 3, tmp_path)
+    cases = harvested("00.1", softmax, 3, tmp_path)
     assert score("00.1", cases, tmp_path).status == "missing"
     report = check("00.1", softmax)
     assert report.not_implemented and not report.passed
@@ -119,7 +107,7 @@ def test_nbgraders_placeholder_counts_as_not_started(tmp_path):
     def torch_style(x):  # a real NotImplementedError, with a message: the learner's bug
         raise NotImplementedError("max() is not implemented for complex tensors")
 
-    _harvest("00.1", torch_style, 3, tmp_path / "t")
+    harvested("00.1", torch_style, 3, tmp_path / "t")
     assert score("00.1", cases, tmp_path / "t").status == "failed"
 
 
@@ -141,7 +129,7 @@ def test_sys_exit_in_learner_code_fails_the_case_only(tmp_path):
 
     with pytest.raises(CheckFailed, match=r"sys.exit\(3\)"):
         check("00.1", softmax)
-    cases = _harvest("00.1", softmax, 4, tmp_path)
+    cases = harvested("00.1", softmax, 4, tmp_path)
     assert score("00.1", cases, tmp_path).status == "failed"
 
 
@@ -158,11 +146,11 @@ def test_the_grader_fails_an_answer_that_changes_its_input_as_the_check_does(tmp
 
     with pytest.raises(CheckFailed, match="changed"):
         check("11.4", in_place, quiet=True)
-    cases = _harvest("11.4", in_place, 3, tmp_path)
+    cases = harvested("11.4", in_place, 3, tmp_path)
     verdict = score("11.4", cases, tmp_path)
     assert verdict.status == "failed" and verdict.points == 0
     assert any("changed its argument `out`" in line for line in verdict.feedback)
-    cases = _harvest("11.4", mean_ablate, 3, tmp_path / "copy")
+    cases = harvested("11.4", mean_ablate, 3, tmp_path / "copy")
     assert score("11.4", cases, tmp_path / "copy").status == "passed"
 
 
@@ -174,7 +162,7 @@ def test_a_named_mistake_is_recorded_by_its_key_and_the_report_names_it(tmp_path
     def wrong_axis(x):
         return softmax_reference(x, axis=0, shift=False)  # the 00.1/axis-0 slip, as a learner
 
-    cases = _harvest("00.1", wrong_axis, 7, tmp_path)
+    cases = harvested("00.1", wrong_axis, 7, tmp_path)
     verdict = score("00.1", cases, tmp_path)
     assert verdict.status == "failed" and verdict.diagnoses
     # one key per failed case; on huge scores the same slip also overflows, named as such
@@ -192,7 +180,7 @@ def test_a_named_mistake_is_recorded_by_its_key_and_the_report_names_it(tmp_path
 def test_a_planted_fifo_is_refused_not_read(tmp_path):
     import os
 
-    cases = _harvest("00.1", softmax_ok, 8, tmp_path)
+    cases = harvested("00.1", softmax_ok, 8, tmp_path)
     (tmp_path / "00.1.npz").unlink()
     os.mkfifo(tmp_path / "00.1.npz")
     verdict = score("00.1", cases, tmp_path)
@@ -206,7 +194,7 @@ def test_a_fifo_swapped_in_after_a_look_cannot_stall_the_grader(tmp_path, monkey
     import os
     import stat as stat_module
 
-    cases = _harvest("00.1", softmax_ok, 8, tmp_path)
+    cases = harvested("00.1", softmax_ok, 8, tmp_path)
     regular = os.stat(tmp_path / "00.1.json")
     (tmp_path / "00.1.npz").unlink()
     os.mkfifo(tmp_path / "00.1.npz")
@@ -224,7 +212,7 @@ def test_a_fifo_swapped_in_after_a_look_cannot_stall_the_grader(tmp_path, monkey
 
 
 def test_a_compressed_bomb_is_refused_before_it_is_unpacked(tmp_path, monkeypatch):
-    cases = _harvest("00.1", softmax_ok, 8, tmp_path)
+    cases = harvested("00.1", softmax_ok, 8, tmp_path)
     npz = tmp_path / "00.1.npz"
     np.savez_compressed(npz, c0=np.zeros(2**20))  # 8 MiB of zeros, a few KiB on disk
     monkeypatch.setattr(scoring, "MAX_RESULT_BYTES", 2**20)  # the real limit is 256 MiB
@@ -363,8 +351,8 @@ def test_a_function_that_breaks_a_rule_earns_nothing_even_with_partial_credit(tm
     """03.2 answered with torch.softmax: right on every case, and no point, partial or not;
     the verdict names the rule and what the kernel saw."""
     ref = get_exercise("03.2").reference
-    assert score("03.2", _harvest("03.2", ref, 3, tmp_path / "ok"), tmp_path / "ok").points == 1
-    cases = _harvest("03.2", _torch_softmax, 3, tmp_path / "r")
+    assert score("03.2", harvested("03.2", ref, 3, tmp_path / "ok"), tmp_path / "ok").points == 1
+    cases = harvested("03.2", _torch_softmax, 3, tmp_path / "r")
     for partial in (False, True):
         v = score("03.2", cases, tmp_path / "r", partial=partial)
         assert (v.status, v.points) == ("failed", 0), v
@@ -378,7 +366,7 @@ def test_a_breach_the_kernel_reports_counts_only_as_one_of_the_exercises_rules(t
     ignored (no learner-chosen key reaches the class report), and a forged real one only
     loses the learner the points."""
     ref = get_exercise("03.2").reference
-    cases = _harvest("03.2", ref, 3, tmp_path)
+    cases = harvested("03.2", ref, 3, tmp_path)
     record = json.loads((tmp_path / "03.2.json").read_text())
     record["cases"][0]["broke"] = {"rule": "made-up", "how": "Likely cause: the teacher"}
     (tmp_path / "03.2.json").write_text(json.dumps(record))
