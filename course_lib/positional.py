@@ -58,10 +58,12 @@ __all__ = [
     "llama3_scaled_frequencies",
     "per_head_rows",
     "rope_angles",
+    "rope_cos_sin",
     "rope_frequencies",
     "rope_permutation",
     "rope_rotation_matrix",
     "rope_wavelengths",
+    "rotate_pairs",
     "sinusoidal_encoding",
     "sinusoidal_frequencies",
     "sinusoidal_shift_matrix",
@@ -270,19 +272,61 @@ def apply_rope(
 
 def _rotate(x, pos, base, interleaved, scale, frequencies) -> torch.Tensor:
     """RoPE on ``x [..., N, d]`` with float64 positions broadcastable to ``[..., N]``."""
-    d = x.shape[-1]
-    phi = rope_angles(pos, d, base, scale=scale, frequencies=frequencies)  # (..., N, d/2)
-    cos = torch.cos(phi).to(x.dtype)  # (..., N, d/2)
-    sin = torch.sin(phi).to(x.dtype)  # (..., N, d/2)
+    cos, sin = rope_cos_sin(
+        pos, x.shape[-1], base, scale=scale, frequencies=frequencies,
+        interleaved=interleaved, dtype=x.dtype,
+    )  # fmt: skip
+    return rotate_pairs(x, cos, sin, interleaved=interleaved)  # (..., N, d)
+
+
+def rope_cos_sin(
+    positions,
+    d: int,
+    base: float = 10000.0,
+    *,
+    scale: float = 1.0,
+    frequencies=None,
+    interleaved: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""``(cos φ, sin φ)``, each ``[..., N, d]`` in ``dtype``: the rotations of :func:`apply_rope`.
+
+    Feature :math:`j` gets the angle of its pair, so each pair's angle appears twice: at
+    :math:`2i, 2i+1` when ``interleaved``, at :math:`i, i + d/2` otherwise. The angles
+    :math:`\phi_{p,i}` (:func:`rope_angles`) are computed in float64; only their cosines
+    and sines are cast. They depend on the position alone, not on the layer or the head: a
+    model computes them once per forward pass and hands them to every layer
+    (:func:`rotate_pairs`), instead of recomputing them in each.
+    """
+    phi = rope_angles(positions, d, base, scale=scale, frequencies=frequencies)  # (..., N, d/2)
     if interleaved:
-        xa, xb = x[..., 0::2], x[..., 1::2]  # (..., N, d/2) each: features 2i and 2i+1
+        phi = phi.repeat_interleave(2, dim=-1)  # (..., N, d): pair i at features 2i, 2i+1
     else:
-        xa, xb = x[..., : d // 2], x[..., d // 2 :]  # (..., N, d/2) each: features i and i+d/2
-    ya = xa * cos - xb * sin  # (..., N, d/2)
-    yb = xa * sin + xb * cos  # (..., N, d/2)
-    if interleaved:
-        return torch.stack((ya, yb), dim=-1).flatten(-2)  # (..., N, d) back to 2i, 2i+1
-    return torch.cat((ya, yb), dim=-1)  # (..., N, d)
+        phi = torch.cat((phi, phi), dim=-1)  # (..., N, d): pair i at features i, i + d/2
+    return torch.cos(phi).to(dtype), torch.sin(phi).to(dtype)  # (..., N, d) each
+
+
+def rotate_pairs(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = True
+) -> torch.Tensor:
+    r"""Rotate the feature pairs of ``x [..., N, d]`` by the angles of ``cos, sin [N, d]``.
+
+    The rotation of :func:`apply_rope` written for a whole vector at once: with
+    :math:`\tilde x` holding :math:`(-x_b, x_a)` where :math:`x` holds :math:`(x_a, x_b)`,
+
+    .. math:: y = x \odot \cos\phi + \tilde x \odot \sin\phi,
+
+    which is :math:`y_a = x_a\cos\phi - x_b\sin\phi`, :math:`y_b = x_b\cos\phi +
+    x_a\sin\phi` for every pair. ``cos, sin`` come from :func:`rope_cos_sin` (with the same
+    ``interleaved``) and broadcast against ``x``. No input checks: this is the inner step a
+    model calls in every layer, after it checked its inputs once.
+    """
+    d = x.shape[-1]
+    if interleaved:  # pairs (2i, 2i+1)
+        swapped = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)  # (..., N, d)
+    else:  # pairs (i, i + d/2)
+        swapped = torch.cat((-x[..., d // 2 :], x[..., : d // 2]), dim=-1)  # (..., N, d)
+    return x * cos + swapped * sin  # (..., N, d)
 
 
 def apply_rope_complex(

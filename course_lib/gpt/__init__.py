@@ -79,6 +79,7 @@ from .model import (
     RMSNorm,
     attend,
     equal_params_config,
+    grouped_query_attention,
 )
 from .pretrained import REAL_MODELS, SMOLLM2_LABEL, load_pretrained, load_tokenizer, smollm2_path
 from .probes import (
@@ -134,6 +135,7 @@ __all__ = [
     "equal_params_config",
     "evaluate",
     "get_batch",
+    "grouped_query_attention",
     "gpt2_block_state_dict",
     "half_to_interleaved_rows",
     "induction_probe",

@@ -31,15 +31,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import scaled_dot_product_attention
+from ..attention import masked_softmax, scaled_dot_product_attention
 from ..multihead import KVCache, kv_cache_bytes, merge_heads, repeat_kv, split_heads
-from ..positional import apply_rope
+from ..positional import rope_cos_sin, rotate_pairs
 from .generate import generate
 
 __all__ = [
@@ -55,6 +54,7 @@ __all__ = [
     "RMSNorm",
     "attend",
     "equal_params_config",
+    "grouped_query_attention",
 ]
 
 BACKENDS = ("course", "torch", "flash")
@@ -166,21 +166,70 @@ def equal_params_config(config: GPTConfig, num_kv_heads: int) -> GPTConfig:
     return replace(new, d_ff=config.ff_width + (config.kv_heads - new.kv_heads) * config.head_dim)
 
 
+def grouped_query_attention(
+    q, k, v, mask=None, *, is_causal=False, scale=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Attention of ``q [B, H, N, d_h]`` over ``k, v [B, Hkv, Nk, d_h]``: ``(output, weights)``.
+
+    Query head :math:`i` reads key/value head :math:`\lfloor i/G \rfloor`, :math:`G = H/H_{kv}`
+    (chapter 04's grouped-query attention). Repeating every key and value :math:`G` times
+    (:func:`~course_lib.multihead.repeat_kv`) would copy the whole cache in every layer for
+    every generated token; instead the :math:`G` query heads of a group are stacked as
+    :math:`G N` query rows against their group's keys, one attention problem per key/value
+    head, with chapter 02's arithmetic:
+
+    .. math:: S^{(g)} = \text{scale}\cdot\begin{bmatrix} Q^{(gG)} \\ \vdots \\
+              Q^{(gG+G-1)} \end{bmatrix} K^{(g)\top} + M, \qquad
+              O^{(g)} = \mathrm{softmax}(S^{(g)})\, V^{(g)}.
+
+    Row :math:`jN + n` of the stack is token :math:`n` of head :math:`gG + j`, so every
+    stacked head takes the same ``[N, Nk]`` mask rows (True = may attend; ``is_causal``: the
+    top-left triangle). No input checks (the model checks its tokens once); a row with
+    every key masked gets zero weights, as in chapter 02. A mask with batch or head axes is
+    handed to chapter 02's :func:`~course_lib.attention.scaled_dot_product_attention` with
+    the heads repeated. ``output [B, H, N, d_h]``, ``weights [B, H, N, Nk]``.
+    """
+    b, h, n, d = q.shape
+    hkv, nk = k.shape[1], k.shape[-2]
+    g = h // hkv
+    if mask is not None and mask.ndim > 2:  # a mask per sequence or head: repeat the heads
+        k, v = repeat_kv(k, g), repeat_kv(v, g)  # (B, H, Nk, d_h) each
+        return scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
+    may_empty_a_row = mask is not None  # a caller's mask can; the causal triangle cannot
+    if is_causal:  # query n sees keys m <= n (top-left, as torch's is_causal)
+        tri = torch.ones(n, nk, dtype=torch.bool, device=q.device).tril()  # (N, Nk)
+        mask = tri if mask is None else mask & tri  # (N, Nk)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    rows = q.reshape(b, hkv, g * n, d)  # (B, Hkv, G*N, d_h): heads gG..gG+G-1, stacked
+    scores = (rows * scale) @ k.transpose(-2, -1)  # (B, Hkv, G*N, Nk)
+    if mask is not None:  # the same [N, Nk] mask for each of the G stacked heads
+        scores.view(b, hkv, g, n, nk).masked_fill_(~mask, float("-inf"))
+    if not may_empty_a_row:  # every row keeps at least one key: the plain softmax
+        weights = torch.softmax(scores, dim=-1)  # (B, Hkv, G*N, Nk)
+    else:
+        weights = masked_softmax(scores)  # (B, Hkv, G*N, Nk): all-masked rows give zeros
+    out = weights @ v  # (B, Hkv, G*N, d_h)
+    return out.reshape(b, h, n, d), weights.reshape(b, h, n, nk)  # (B, H, N, d_h | Nk)
+
+
 def attend(q, k, v, *, backend="course", is_causal=False, mask=None, scale=None) -> torch.Tensor:
     r""":math:`\mathrm{softmax}(\text{scale}\cdot QK^\top + M)\,V` by one of three backends.
 
-    ``q, k, v [B, H, N, d_h]`` (key/value heads already repeated for GQA). ``"course"``:
-    chapter 02's :func:`~course_lib.attention.scaled_dot_product_attention`; ``"torch"``:
-    ``F.scaled_dot_product_attention``; ``"flash"``: chapter 06's Triton kernel (interpreted
-    on a CPU, which is slow: tiny sizes there). All three agree to rounding error. ``mask``
+    ``q [B, H, N, d_h]``, ``k, v [B, Hkv, Nk, d_h]`` (``Hkv`` divides ``H``: grouped-query
+    attention; ``Hkv = H`` is plain multi-head). ``"course"``: chapter 02's arithmetic with
+    the query heads of a group stacked (:func:`grouped_query_attention`); ``"torch"``:
+    ``F.scaled_dot_product_attention`` (``enable_gqa``); ``"flash"``: chapter 06's Triton
+    kernel on heads repeated by :func:`~course_lib.multihead.repeat_kv` (interpreted on a
+    CPU, which is slow: tiny sizes there). All three agree to rounding error. ``mask``
     (True = may attend) is not supported by the flash kernel, only ``is_causal``.
     """
+    groups = q.shape[1] // k.shape[1]
     if backend == "course":
-        out, _ = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
+        out, _ = grouped_query_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
         return out  # (B, H, Nq, d_h)
     if backend == "torch":
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale
+            q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=groups > 1
         )  # (B, H, Nq, d_h)
     if backend == "flash":
         if mask is not None:
@@ -190,6 +239,7 @@ def attend(q, k, v, *, backend="course", is_causal=False, mask=None, scale=None)
             )
         from ..flash import flash_attention
 
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # (B, H, Nk, d_h) each
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # (B, H, N, d_h) each
         return flash_attention(
             q, k, v, is_causal=is_causal, scale=scale, layout="bhnd"
@@ -220,11 +270,19 @@ class CausalSelfAttention(nn.Module):
         self.W_V = nn.Linear(d, config.kv_heads * hd, bias=b)
         self.W_O = nn.Linear(config.num_heads * hd, d, bias=b)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, need_weights: bool = False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ):
         """``(output [B, N, d_model], weights [B, H, N, Nk] or None)``.
 
         With a ``cache`` the ``N`` tokens of ``x`` are the positions after the cached ones.
         ``need_weights=True`` computes with the course backend, the only one returning weights.
+        ``rope``: the ``(cos, sin) [N, d_h]`` of these positions, which the model
+        computes once for all layers; computed here when not given.
         """
         cfg = self.config
         n = x.shape[1]
@@ -232,16 +290,12 @@ class CausalSelfAttention(nn.Module):
         q = split_heads(self.W_Q(x), cfg.num_heads)  # (B, H, N, d_h)
         k = split_heads(self.W_K(x), cfg.kv_heads)  # (B, Hkv, N, d_h)
         v = split_heads(self.W_V(x), cfg.kv_heads)  # (B, Hkv, N, d_h)
-        if cfg.positions == "rope":  # queries and keys rotated in one call (half the overhead
-            # of two when decoding one token, where each call's fixed cost dominates)
-            pos = torch.arange(past, past + n, device=x.device)  # (N,)
-            rope: dict[str, Any] = {"base": cfg.rope_base, "interleaved": cfg.rope_interleaved}
-            qk = apply_rope(torch.cat((q, k), dim=1), pos, **rope)  # (B, H + Hkv, N, d_h)
-            q, k = qk.split((cfg.num_heads, cfg.kv_heads), dim=1)  # (B, H | Hkv, N, d_h)
+        if cfg.positions == "rope":  # rotate queries and keys by their positions (chapter 05)
+            cos, sin = _rope_for(cfg, past, n, x) if rope is None else rope  # (N, d_h)
+            q = rotate_pairs(q, cos, sin, interleaved=cfg.rope_interleaved)  # (B, H, N, d_h)
+            k = rotate_pairs(k, cos, sin, interleaved=cfg.rope_interleaved)  # (B, Hkv, N, d_h)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, Hkv, Nk, d_h) with Nk = past + N
-        k = repeat_kv(k, cfg.num_groups)  # (B, H, Nk, d_h)
-        v = repeat_kv(v, cfg.num_groups)  # (B, H, Nk, d_h)
 
         # the N new queries are positions past..past+N-1: query i sees keys j <= past + i
         mask, is_causal = None, past == 0
@@ -251,7 +305,7 @@ class CausalSelfAttention(nn.Module):
 
         weights = None
         if need_weights:
-            heads, weights = scaled_dot_product_attention(
+            heads, weights = grouped_query_attention(
                 q, k, v, mask, is_causal=is_causal, scale=scale
             )  # (B, H, N, d_h), (B, H, N, Nk)
         else:
@@ -259,6 +313,20 @@ class CausalSelfAttention(nn.Module):
                 q, k, v, backend=cfg.attention, is_causal=is_causal, mask=mask, scale=scale
             )  # (B, H, N, d_h)
         return self.W_O(merge_heads(heads)), weights  # (B, N, d_model)
+
+
+def _rope_for(
+    config: GPTConfig, past: int, n: int, like: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE's ``(cos, sin) [N, d_h]`` for positions ``past .. past+N-1``, in ``like``'s dtype."""
+    pos = torch.arange(past, past + n, device=like.device)  # (N,)
+    return rope_cos_sin(
+        pos,
+        config.head_dim,
+        config.rope_base,
+        interleaved=config.rope_interleaved,
+        dtype=like.dtype,
+    )  # (N, d_h) each
 
 
 class MLP(nn.Module):
@@ -335,8 +403,14 @@ class Block(nn.Module):
         self.ln_2 = _norm(config) if config.mlp else None
         self.mlp = MLP(config) if config.mlp else None
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, need_weights: bool = False):
-        h, weights = self.attn(self.ln_1(x), cache, need_weights)  # (B, N, d_model)
+    def forward(
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ):
+        h, weights = self.attn(self.ln_1(x), cache, need_weights, rope)  # (B, N, d_model)
         x = x + h  # (B, N, d_model)
         if self.mlp is not None and self.ln_2 is not None:  # both, or neither (config.mlp)
             x = x + self.mlp(self.ln_2(x))  # (B, N, d_model)
@@ -420,13 +494,17 @@ class GPT(nn.Module):
                     f"got positions up to {past + n - 1}"
                 )
             x = x + self.pos_embed(torch.arange(past, past + n, device=tokens.device))  # (B, N, d)
+        # RoPE's angles depend on the positions only: computed once here, used by every layer
+        rope = _rope_for(self.config, past, n, x) if self.config.positions == "rope" else None
         all_weights = []
         for i, block in enumerate(self.blocks):
-            x, weights = block(x, None if caches is None else caches[i], need_weights)
+            x, weights = block(x, None if caches is None else caches[i], need_weights, rope)
             all_weights.append(weights)  # (B, H, N, Nk) or None
         x = self.ln_f(x)  # (B, N, d_model)
-        read_out = self.embed.weight if self.lm_head is None else self.lm_head.weight  # (V, d)
-        logits = x @ read_out.T  # (B, N, V)
+        if self.lm_head is None:  # tied: the embedding is the read-out
+            logits = x @ self.embed.weight.T  # (B, N, V)
+        else:
+            logits = self.lm_head(x)  # (B, N, V)
         return (logits, all_weights) if need_weights else logits
 
     def generate(self, prompt: torch.Tensor, max_new_tokens: int, **options) -> torch.Tensor:

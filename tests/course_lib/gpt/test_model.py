@@ -324,6 +324,66 @@ def test_attend_agrees_across_backends_and_refuses_what_it_cannot_do():
         M.attend(q, q, q, backend="cuda")
 
 
+@pytest.mark.parametrize(
+    "n, nk, causal, mask",
+    [
+        (1, 7, False, None),  # decoding one token against a cache
+        (5, 5, True, None),  # a prompt
+        (3, 8, False, "chunk"),  # chunked prefill: the triangle aligned bottom-right
+        (4, 4, False, "empty"),  # a caller's mask that blocks a whole row
+        (2, 6, False, "per_head"),  # a mask with a head axis: the heads are repeated
+    ],
+)
+@pytest.mark.parametrize("groups", [1, 3])
+def test_grouped_query_attention_is_attention_with_the_heads_repeated(n, nk, causal, mask, groups):
+    from course_lib.attention import scaled_dot_product_attention
+    from course_lib.multihead import repeat_kv
+
+    g = torch.Generator().manual_seed(n * 10 + nk)
+    hkv = 2
+    q = torch.randn(2, hkv * groups, n, 8, generator=g)  # (B, H, N, d)
+    k, v = (torch.randn(2, hkv, nk, 8, generator=g) for _ in range(2))  # (B, Hkv, Nk, d)
+    m = None
+    if mask == "chunk":
+        m = torch.ones(n, nk, dtype=torch.bool).tril(nk - n)  # (N, Nk)
+    elif mask == "empty":
+        m = torch.ones(n, nk, dtype=torch.bool)
+        m[1] = False  # query 1 may attend to nothing
+    elif mask == "per_head":
+        m = torch.rand(1, hkv * groups, n, nk, generator=g) > 0.3  # (1, H, N, Nk)
+    out, w = M.grouped_query_attention(q, k, v, m, is_causal=causal)
+    want, want_w = scaled_dot_product_attention(
+        q, repeat_kv(k, groups), repeat_kv(v, groups), m, is_causal=causal
+    )
+    torch.testing.assert_close(out, want)  # (B, H, N, d)
+    torch.testing.assert_close(w, want_w)  # (B, H, N, Nk)
+    assert not out.isnan().any()
+    if mask == "empty":
+        assert (w[:, :, 1] == 0).all() and (out[:, :, 1] == 0).all()
+
+
+def test_a_decoding_step_computes_rope_once_and_copies_no_cache(monkeypatch):
+    cfg = replace(TINY, num_heads=4, num_kv_heads=2, positions="rope")
+    model = _model(cfg).eval()
+    tokens = _tokens(1, 6, v=cfg.vocab_size)  # (1, 6)
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(tokens[:, :5], caches)  # prefill
+        calls = []
+        real = M.rope_cos_sin
+        monkeypatch.setattr(M, "rope_cos_sin", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+
+        def no_repeat(*_):
+            raise AssertionError("a decoding step repeated the cached keys")
+
+        monkeypatch.setattr(M, "repeat_kv", no_repeat)
+        step = model(tokens[:, 5:], caches)  # (1, 1, V): one token, every layer
+    assert len(calls) == 1 and cfg.num_layers > 1  # once per forward pass, not per layer
+    monkeypatch.undo()
+    with torch.no_grad():
+        torch.testing.assert_close(step[:, -1], model(tokens)[:, -1], atol=1e-5, rtol=1e-5)
+
+
 # --------------------------------------------------------------------------- the KV cache
 
 
