@@ -183,8 +183,9 @@ def grouped_query_attention(
               O^{(g)} = \mathrm{softmax}(S^{(g)})\, V^{(g)}.
 
     Row :math:`jN + n` of the stack is token :math:`n` of head :math:`gG + j`, so every
-    stacked head takes the same ``[N, Nk]`` mask rows (True = may attend; ``is_causal``: the
-    top-left triangle). No input checks (the model checks its tokens once); a row with
+    stacked head takes the same ``[N, Nk]`` rows of :math:`M` (0 where the mask is True, may
+    attend; :math:`-\infty` where not; ``is_causal``: the top-left triangle), added in the
+    same call as the product (``torch.baddbmm``: :math:`M + \text{scale}\cdot QK^\top`). No input checks (the model checks its tokens once); a row with
     every key masked gets zero weights, as in chapter 02. A mask with batch or head axes is
     handed to chapter 02's :func:`~course_lib.attention.scaled_dot_product_attention` with
     the heads repeated. ``output [B, H, N, d_h]``, ``weights [B, H, N, Nk]``.
@@ -200,16 +201,21 @@ def grouped_query_attention(
         tri = torch.ones(n, nk, dtype=torch.bool, device=q.device).tril()  # (N, Nk)
         mask = tri if mask is None else mask & tri  # (N, Nk)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    rows = q.reshape(b, hkv, g * n, d)  # (B, Hkv, G*N, d_h): heads gG..gG+G-1, stacked
-    scores = (rows * scale) @ k.transpose(-2, -1)  # (B, Hkv, G*N, Nk)
-    if mask is not None:  # the same [N, Nk] mask for each of the G stacked heads
-        scores.view(b, hkv, g, n, nk).masked_fill_(~mask, float("-inf"))
+    rows = q.reshape(b * hkv, g * n, d)  # (B*Hkv, G*N, d_h): heads gG..gG+G-1, stacked
+    keys = k.reshape(b * hkv, nk, d).transpose(1, 2)  # (B*Hkv, d_h, Nk)
+    if mask is None:  # decoding: every cached key is visible
+        scores = torch.bmm(rows * scale, keys)  # (B*Hkv, G*N, Nk)
+    else:  # M: 0 where query n may attend, -inf where not; the same rows for every stacked head
+        m = mask.expand(n, nk)  # (N, Nk)
+        if m.dtype == torch.bool:
+            m = torch.zeros(n, nk, dtype=q.dtype, device=q.device).masked_fill_(~m, float("-inf"))
+        scores = torch.baddbmm(m.to(q.dtype).repeat(g, 1), rows, keys, alpha=scale)  # M + s QK^T
     if not may_empty_a_row:  # every row keeps at least one key: the plain softmax
-        weights = torch.softmax(scores, dim=-1)  # (B, Hkv, G*N, Nk)
+        weights = torch.softmax(scores, dim=-1)  # (B*Hkv, G*N, Nk)
     else:
-        weights = masked_softmax(scores)  # (B, Hkv, G*N, Nk): all-masked rows give zeros
-    out = weights @ v  # (B, Hkv, G*N, d_h)
-    return out.reshape(b, h, n, d), weights.reshape(b, h, n, nk)  # (B, H, N, d_h | Nk)
+        weights = masked_softmax(scores)  # (B*Hkv, G*N, Nk): all-masked rows give zeros
+    out = torch.bmm(weights, v.reshape(b * hkv, nk, d))  # (B*Hkv, G*N, d_h)
+    return out.view(b, h, n, d), weights.view(b, h, n, nk)  # (B, H, N, d_h | Nk)
 
 
 def attend(q, k, v, *, backend="course", is_causal=False, mask=None, scale=None) -> torch.Tensor:
@@ -219,8 +225,9 @@ def attend(q, k, v, *, backend="course", is_causal=False, mask=None, scale=None)
     attention; ``Hkv = H`` is plain multi-head). ``"course"``: chapter 02's arithmetic with
     the query heads of a group stacked (:func:`grouped_query_attention`); ``"torch"``:
     ``F.scaled_dot_product_attention`` (``enable_gqa``); ``"flash"``: chapter 06's Triton
-    kernel on heads repeated by :func:`~course_lib.multihead.repeat_kv` (interpreted on a
-    CPU, which is slow: tiny sizes there). All three agree to rounding error. ``mask``
+    kernels, its decode kernel for a few queries against a longer cache, else the
+    FlashAttention forward on heads repeated by :func:`~course_lib.multihead.repeat_kv`
+    (interpreted on a CPU, which is slow: tiny sizes there). All three agree to rounding error. ``mask``
     (True = may attend) is not supported by the flash kernel, only ``is_causal``.
     """
     groups = q.shape[1] // k.shape[1]
@@ -237,8 +244,12 @@ def attend(q, k, v, *, backend="course", is_causal=False, mask=None, scale=None)
                 "the flash backend takes is_causal only, not an explicit mask: "
                 "use backend='course' or 'torch' for chunked prefill with a cache"
             )
-        from ..flash import flash_attention
+        from ..flash import DECODE_MAX_ROWS, flash_attention, flash_decode
 
+        if not is_causal and q.shape[2] < k.shape[2] and groups * q.shape[2] <= DECODE_MAX_ROWS:
+            # decoding against a cache: chapter 06's decode kernel reads each key/value head
+            # once for its G query heads (no repeat)
+            return flash_decode(q, k, v, scale=scale, layout="bhnd")  # (B, H, Nq, d_h)
         k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # (B, H, Nk, d_h) each
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # (B, H, N, d_h) each
         return flash_attention(

@@ -297,6 +297,7 @@ def test_flash_backend_takes_fewer_tokens_than_heads_and_decodes_with_a_cache():
     so (B, H, N, d_h) with N < H is never read as (B, N, H, d_h)."""
     pytest.importorskip("triton")
     cfg = GPTConfig(vocab_size=23, seq_len=16, d_model=64, num_layers=1, num_heads=4)
+    cfg = replace(cfg, num_kv_heads=2)  # grouped: the decode kernel shares a key/value head
     tokens = _tokens(1, 3, v=23)  # (1, 3): 3 tokens, 4 heads
     course = _model(cfg).eval()
     flash = _model(replace(cfg, attention="flash")).eval()
@@ -305,6 +306,10 @@ def test_flash_backend_takes_fewer_tokens_than_heads_and_decodes_with_a_cache():
         torch.testing.assert_close(flash(tokens), course(tokens), atol=1e-5, rtol=1e-4)
         ref = course.generate(tokens, 4, temperature=0.0)  # (1, 7)
         got = flash.generate(tokens, 4, temperature=0.0)  # (1, 7)
+        caches, ref_caches = flash.new_caches(), course.new_caches()
+        flash(tokens, caches), course(tokens, ref_caches)
+        step = flash(tokens[:, :1], caches)  # (1, 1, V): one query, 3 cached keys: decode kernel
+        torch.testing.assert_close(step, course(tokens[:, :1], ref_caches), atol=1e-5, rtol=1e-4)
     assert torch.equal(got, ref)
 
 
