@@ -21,7 +21,12 @@ On a fresh machine with a CUDA GPU and a CUDA build of PyTorch (which brings Tri
 3. **The targets** (H100/H200, N = 4096, d = 128, bf16): forward >= 1.0x SDPA flash
    (non-causal and causal), backward >= 0.7x, decode >= 1.0x the fastest SDPA backend at
    Nq = 1, Nk = 32k; each printed as met or not.
-4. **A record**, written after every point (a run stopped at any time keeps what it
+4. **The real model decoding** (``benchmarks/gpu_decode.py``): SmolLM2-135M-Instruct
+   (``make model``) in the course's GPT, float16 and bfloat16, its attention by the Triton
+   kernels (the decode kernel per new token), by SDPA and by the course's own arithmetic,
+   interleaved rounds, with the GPU's rooflines: the fields of ``results/real_models.json``.
+   Skipped, saying why, without the model file or when the budget is spent.
+5. **A record**, written after every point (a run stopped at any time keeps what it
    measured): ``benchmarks/results/flash_attention_<gpu>_<date>.json`` with the GPU, driver,
    clocks and power limit, the versions, the git commit, which implementation SDPA's flash
    backend is, and per point the configuration each kernel ran with.
@@ -768,6 +773,15 @@ def main(argv: list[str] | None = None) -> int:
     meta["skipped_for_budget"] = skipped
 
     mismatches = report_targets(meta, results, args.dry_run)
+    record()
+
+    print("\n== 4. the real model decoding (course, SDPA and Triton attention) ==", flush=True)
+    if cuda and time.perf_counter() - started > args.budget_s - 90:
+        meta["real_model_decode"] = {"skipped": "the time budget was spent"}
+    else:
+        import gpu_decode
+
+        meta["real_model_decode"] = gpu_decode.run(args.dry_run)
     record()
     print(f"\nwrote {args.out} ({meta['seconds']:.0f} s in all)")
     failed = meta["tests"].get("exit_code", 0) != 0 or mismatches

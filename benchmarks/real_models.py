@@ -15,20 +15,29 @@ continuations with and without the course's KV cache); the previous-token and in
 scores of every head on repeated random tokens (Olsson et al., 2022: a random sequence of
 ``T`` tokens, twice) and the loss on each copy; the KV cache's bytes per token.
 
-**Speed** (the first model; ``--no-speed`` skips it): prefill and decode tokens/s of the
-course's model (its KV cache, greedy) and of transformers' (its cache) on the same CPU and
-threads, in interleaved rounds (course, transformers, course, ...), medians. Decode reads
+**Speed** (the first model; ``--no-speed`` skips it; :mod:`decoding` holds the parts):
+prefill and decode tokens/s of the course's model (its KV cache, greedy) and of
+transformers' (its cache) on the same CPU and threads, in interleaved rounds (course,
+transformers, course, ...): medians, every round, and the per-round ratios. Decode reads
 every weight once per token (the tied embedding too: it is the read-out) plus the cache so
-far, so its speed limit is the memory bandwidth:
+far, so its speed has two ceilings, both measured in the same run:
 
-.. math:: \text{tokens/s} \le \frac{\text{bandwidth}}{\text{bytes}_\text{weights}
+.. math:: \text{tokens/s} \le \frac{B}{\text{bytes}_\text{weights}
           + \text{bytes}_\text{KV}(N)},
 
-with the bandwidth measured in the same run (a large tensor copy: read + write) and
-:math:`N` the mean context of the decode steps. Writes JSON (default
-``benchmarks/results/real_models.json``) with the machine, its load average, the versions
-and the date. ``--folder NAME=PATH`` reads a local checkpoint (a folder or a ``.gguf``)
-instead (the tests run the script on tiny random ones that way).
+the *physical* one with :math:`B` the fastest memory stream measured (a copy, a sum, one
+large matrix-vector product), the *achievable* one timing the model's own matrices, each
+times one vector, and nothing else; :math:`N` is the mean context of the decode steps.
+Then the **bytes-per-weight table** (``--no-formats`` skips it): the same model decoded in
+float32, bfloat16, int8 and the GGUF file's own Q4_1 blocks (:mod:`course_lib.gpt.quantize`),
+each with its bytes per token, both rooflines, perplexity on a fixed text and the largest
+logit difference against float32; and **llama.cpp** on the same file as the anchor
+(``llama-cpp-python`` from the ``bench`` extra, in a subprocess; ``--no-anchor`` skips it).
+
+Writes JSON (default ``benchmarks/results/real_models.json``) with the machine, its load
+average, the versions and the date. ``--folder NAME=PATH`` reads a local checkpoint (a folder
+or a ``.gguf``) instead (the tests run the script on tiny random ones that way). Run it on a
+quiet machine: other work slows the small operations of both implementations unevenly.
 """
 
 from __future__ import annotations
@@ -38,7 +47,6 @@ import datetime
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,6 +54,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import decoding as D  # noqa: E402
 
 SENTENCE = "When Mary and John went to the store, John gave a drink to"
 PERIOD = 50  # tokens per copy of the repeated random sequence
@@ -157,96 +168,48 @@ def measure(name: str, path: Path, model, reference) -> dict:
 # =========================================================================== speed
 
 
-def decode_course(model, prompt, new: int):
-    """(prefill seconds, decode seconds, tokens): the course's greedy loop with its KV cache."""
+def _with_sdpa(model, prompt, new: int):
+    """:func:`decoding.decode_course` with the model's attention backend set to ``"torch"``."""
+    model.use_backend("torch")
+    try:
+        return D.decode_course(model, prompt, new)
+    finally:
+        model.use_backend("course")
+
+
+def speed(model, reference, path, tokenizer, prompt, *, rounds: int, new: int, args) -> dict:
+    """Prefill and decode of the course and transformers (interleaved rounds), both rooflines,
+    the formats' table and llama.cpp's anchor (:mod:`decoding`)."""
     import torch
 
-    with torch.inference_mode():
-        caches = model.new_caches()
-        t0 = time.perf_counter()
-        nxt = model(prompt, caches)[:, -1].argmax(-1, keepdim=True)  # (1, 1) prefill
-        t1 = time.perf_counter()
-        out = [nxt]
-        for _ in range(new - 1):
-            nxt = model(nxt, caches)[:, -1].argmax(-1, keepdim=True)  # (1, 1) one step
-            out.append(nxt)
-        t2 = time.perf_counter()
-    return t1 - t0, t2 - t1, torch.cat(out, dim=1)
+    from course_lib.gpt.quantize import bytes_per_token
 
-
-def decode_reference(reference, prompt, new: int):
-    """The same greedy loop on transformers' model and its own cache."""
-    import inspect
-
-    import torch
-
-    # transformers 5.x names the cache `cache` (`past_key_values` before, deprecated after)
-    name = "cache" if "cache" in inspect.signature(reference.forward).parameters else None
-    name = name or "past_key_values"
-    with torch.inference_mode():
-        t0 = time.perf_counter()
-        step = reference(prompt, use_cache=True)
-        nxt = step.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1) prefill
-        t1 = time.perf_counter()
-        out = [nxt]
-        for _ in range(new - 1):
-            step = reference(nxt, use_cache=True, **{name: getattr(step, name)})
-            nxt = step.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1) one step
-            out.append(nxt)
-        t2 = time.perf_counter()
-    return t1 - t0, t2 - t1, torch.cat(out, dim=1)
-
-
-def copy_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
-    """Bytes/s of a large float32 tensor copy (each byte read once and written once)."""
-    import torch
-
-    src = torch.ones(megabytes * 2**20 // 4)
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # touch the pages once
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - t0)
-    return 2 * src.numel() * 4 / statistics.median(times)
-
-
-def speed(model, reference, prompt, *, rounds: int, new: int, megabytes: int = 512) -> dict:
-    """Prefill and decode tokens/s of both models, interleaved rounds, medians; the roofline."""
-    import torch
-
-    runs = {"course": [], "transformers": []}
-    same = True
-    decode_course(model, prompt[:, :8], 3)  # warm-up: first calls allocate
-    decode_reference(reference, prompt[:, :8], 3)
-    bandwidths = [copy_bandwidth(megabytes)]
-    for _ in range(rounds):
-        for who, run in (("course", decode_course), ("transformers", decode_reference)):
-            target = model if who == "course" else reference
-            pre, dec, toks = run(target, prompt, new)
-            runs[who].append((pre, dec, toks))
-        same = same and torch.equal(runs["course"][-1][2], runs["transformers"][-1][2])
-        bandwidths.append(copy_bandwidth(megabytes))
-    n = prompt.shape[1]
-    cfg = model.config
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    measured = [D.streams(args.bandwidth_mb)]
+    runners = {
+        "course": (D.decode_course, model),  # its own attention arithmetic, the default
+        "transformers": (D.decode_reference, reference),
+        "course_sdpa": (_with_sdpa, model),  # the same model, attention by PyTorch's SDPA
+    }
+    runs = D.interleaved(runners, prompt, rounds=rounds, new=new)
+    same = all(torch.equal(a[2], b[2]) for a, b in zip(runs["course"], runs["transformers"]))
+    n, cfg = prompt.shape[1], model.config
+    weight_bytes = bytes_per_token(model)
     mean_context = n + new / 2  # the decode steps see n+1 .. n+new-1 cached positions
     kv_bytes = cfg.kv_cache_bytes(seq_len=int(mean_context), bytes_per_value=4)
-    bandwidth = statistics.median(bandwidths)
-    roofline = bandwidth / (weight_bytes + kv_bytes)  # tokens/s at full bandwidth
-    out = {}
-    for who, rows in runs.items():
-        prefill = statistics.median(n / r[0] for r in rows)
-        decode = statistics.median((new - 1) / r[1] for r in rows)
-        out[who] = {
-            "prefill_tokens_per_s": round(prefill, 1),
-            "decode_tokens_per_s": round(decode, 2),
-            "decode_ms_per_token": round(1000 / decode, 1),
-            "decode_fraction_of_roofline": round(decode / roofline, 3),
-            "decode_rounds_tokens_per_s": [round((new - 1) / r[1], 2) for r in rows],
-        }
-    return {
+    measured.append(D.streams(args.bandwidth_mb))
+    best = {key: max(m[key] for m in measured) for key in measured[0]}
+    roof = D.rooflines(model, weight_bytes + kv_bytes, best)
+    out = {who: D.summary(rows, n, new) for who, rows in runs.items()}
+    for row in out.values():
+        row["fraction_of_achievable"] = round(
+            row["decode_tokens_per_s"] / roof["achievable_tokens_per_s"], 3
+        )
+        row["fraction_of_physical"] = round(
+            row["decode_tokens_per_s"] / roof["physical_tokens_per_s"], 3
+        )
+    course, theirs = out["course"], out["transformers"]
+    ours = runs["course"][-1][2][0].tolist()
+    result = {
         "prompt_tokens": n,
         "new_tokens": new,
         "rounds": rounds,
@@ -254,20 +217,45 @@ def speed(model, reference, prompt, *, rounds: int, new: int, megabytes: int = 5
         "same_greedy_tokens": bool(same),
         **out,
         "decode_ratio_course_over_transformers": round(
-            out["course"]["decode_tokens_per_s"] / out["transformers"]["decode_tokens_per_s"], 3
+            course["decode_tokens_per_s"] / theirs["decode_tokens_per_s"], 3
         ),
         "prefill_ratio_course_over_transformers": round(
-            out["course"]["prefill_tokens_per_s"] / out["transformers"]["prefill_tokens_per_s"], 3
+            course["prefill_tokens_per_s"] / theirs["prefill_tokens_per_s"], 3
         ),
+        "round_ratios_course_over_transformers": D.ratios(
+            runs["course"], runs["transformers"], n, new
+        ),
+        "round_ratios_course_sdpa_over_transformers": D.ratios(
+            runs["course_sdpa"], runs["transformers"], n, new
+        ),
+        "prompt_attention_us_per_layer": D.prompt_attention(cfg, n),
         "roofline": {
-            "copy_bandwidth_GB_per_s": round(bandwidth / 1e9, 2),
-            "copy_bandwidth_rounds_GB_per_s": [round(b / 1e9, 2) for b in bandwidths],
+            "streams_at_start": measured[0],
+            "streams_at_end": measured[1],
+            **roof,
             "weight_bytes_per_token": weight_bytes,
             "kv_cache_bytes_per_token_at_mean_context": kv_bytes,
             "mean_context": mean_context,
-            "decode_tokens_per_s_at_full_bandwidth": round(roofline, 2),
         },
     }
+    if not args.no_formats:
+        result["formats"] = D.formats(
+            model, path, tokenizer, prompt, rounds=rounds, new=new, measured=best
+        )
+    if not args.no_anchor:
+        result["llama_cpp"] = (
+            D.llama_cpp_anchor(
+                path,
+                prompt[0].tolist(),
+                new=new,
+                rounds=rounds,
+                threads=result["threads"],
+                ours=ours,
+            )  # fmt: skip
+            if str(path).endswith(".gguf")
+            else {"unavailable": "not a GGUF file"}
+        )
+    return result
 
 
 # =========================================================================== the run
@@ -318,6 +306,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=0, help="default: min(4, CPUs)")
     parser.add_argument("--bandwidth-mb", type=int, default=512, help="the copied tensor's size")
     parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--no-formats", action="store_true", help="skip the bytes-per-weight table")
+    parser.add_argument("--no-anchor", action="store_true", help="skip llama.cpp")
     args = parser.parse_args(argv)
     folders = dict(item.split("=", 1) for item in args.folder)
     env.setup(quiet=True, plots=False)
@@ -346,20 +336,25 @@ def main(argv: list[str] | None = None) -> dict:
         row = dict(measure(name, path, model, reference), hub=hub, load_seconds=round(load_s, 2))
         row["label"] = P.SMOLLM2_LABEL if name == "smollm2" and hub is None else (hub or name)
         if i == 0 and not args.no_speed:
-            prompt = P.load_tokenizer(path).encode(PROSE)[None, : args.prompt_tokens]  # (1, n)
-            row["speed"] = speed(
-                model, reference, prompt, rounds=args.rounds, new=args.new_tokens,
-                megabytes=args.bandwidth_mb,
+            tokenizer = P.load_tokenizer(path)
+            prompt = tokenizer.encode(PROSE)[None, : args.prompt_tokens]  # (1, n)
+            row["speed"] = sp = speed(
+                model, reference, path, tokenizer, prompt,
+                rounds=args.rounds, new=args.new_tokens, args=args,
             )  # fmt: skip
-            sp = row["speed"]
+            roof = sp["roofline"]
             print(
                 f"  decode: course {sp['course']['decode_tokens_per_s']} tokens/s, "
                 f"transformers {sp['transformers']['decode_tokens_per_s']} "
-                f"(ratio {sp['decode_ratio_course_over_transformers']}); roofline "
-                f"{sp['roofline']['decode_tokens_per_s_at_full_bandwidth']} tokens/s at "
-                f"{sp['roofline']['copy_bandwidth_GB_per_s']} GB/s",
+                f"(ratio {sp['decode_ratio_course_over_transformers']}; prefill "
+                f"{sp['prefill_ratio_course_over_transformers']}); rooflines: achievable "
+                f"{roof['achievable_tokens_per_s']}, physical {roof['physical_tokens_per_s']} "
+                f"tokens/s at {roof['physical_GB_per_s']} GB/s",
                 flush=True,
             )
+            for fmt, f in sp.get("formats", {}).get("formats", {}).items():
+                print(f"  {fmt}: {f}", flush=True)
+            print(f"  llama.cpp: {sp.get('llama_cpp')}", flush=True)
         report["models"][name] = row
         print(
             f"  logits differ by at most {row['max_abs_logit_diff_fp32']:.2e}; greedy equal: "

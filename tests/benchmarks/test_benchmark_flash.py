@@ -149,7 +149,7 @@ def test_gpu_check_dry_run_end_to_end(tmp_path):
         cwd=ROOT,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    for step in ("1. correctness", "2. speed, memory and agreement", "3. targets", "wrote"):
+    for step in ("1. correctness", "2. speed, memory and agreement", "3. targets", "4. the real"):
         assert step in proc.stdout
     data = json.loads(out.read_text())
     meta = data["meta"]
@@ -180,6 +180,12 @@ def test_gpu_check_dry_run_end_to_end(tmp_path):
     assert "do_bench" in meta["timing"] or "CPU timer" in meta["timing"]
     assert meta["mismatches"] == 0 and "compile_budget" in meta
     assert bench.load_recorded(tmp_path) == []  # a dry run is never taken for GPU results
+    decode = meta["real_model_decode"]  # the model's decoding by backend (a tiny model here)
+    row = decode["float32"]
+    for backend in ("course", "torch", "flash"):
+        assert row[backend]["decode_tokens_per_s"] > 0 < row[backend]["fraction_of_achievable"]
+    assert row["same_greedy_tokens"] and row["roofline"]["achievable_tokens_per_s"] > 0
+    assert row["flash_over_torch"]["decode"]["median"] > 0
 
 
 def _gpu_check(*args, drop_interpreter=False):
