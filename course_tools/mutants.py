@@ -259,16 +259,19 @@ def kv_cache_bytes_keys_only(
 # --------------------------------------------------------------------------- 05: positions
 
 
-def apply_rope_other_pairing(x, positions=None, *, interleaved=True, **options):
-    """RoPE with the other pairing convention: (i, i + d/2) asked for (2i, 2i+1) and back."""
-    rope = original("course_lib.positional:apply_rope")
-    return rope(x, positions, interleaved=not interleaved, **options)
+def rope_angles_other_pairing(positions, d, base=10000.0, *, interleaved=True, **options):
+    """RoPE's angles laid out for the other pairing convention: (i, i + d/2) where (2i, 2i+1)
+    is rotated, and back (the angle table and the rotation disagree)."""
+    angles = original("course_lib.positional:rope_cos_sin")
+    return angles(positions, d, base, interleaved=not interleaved, **options)
 
 
-def apply_rope_forgets_positions(x, positions=None, **options):
-    """RoPE that ignores the positions it is given: every call starts at position 0 (the
-    offset of the tokens after a KV cache forgotten)."""
-    return original("course_lib.positional:apply_rope")(x, None, **options)
+def rope_angles_forget_positions(positions, d, base=10000.0, **options):
+    """RoPE's angles of positions 0, 1, ... whatever positions are asked for (the offset of
+    the tokens after a KV cache forgotten)."""
+    pos = torch.as_tensor(positions)
+    fresh = torch.arange(pos.shape[-1], device=pos.device).expand(pos.shape)  # (..., N)
+    return original("course_lib.positional:rope_cos_sin")(fresh, d, base, **options)
 
 
 def rotate_negative_angle(x, pos, base, interleaved, scale, frequencies):
@@ -448,7 +451,7 @@ def substitution_scores_whole_sentence(model, tok, sentences):
 
 ATTENTION = "course_lib.attention:"
 SDPA = ATTENTION + "scaled_dot_product_attention"
-ROPE = "course_lib.positional:apply_rope"
+ROPE = "course_lib.positional:rope_cos_sin"  # apply_rope and the GPT both use it
 KV_UPDATE = "course_lib.multihead:KVCache.update"
 MERGE = "course_lib.context_parallel.merge:merge_attention"
 REF_FORWARD = "course_lib.flash.reference:_reference_forward"
@@ -509,11 +512,11 @@ MUTANTS: list[Mutant] = [
          kv_cache_bytes_keys_only, "Llama-3-8B's GQA cache takes 128 KiB per token"),
     ]),
     *_declare("05", [
-        ("rope_other_pairing", ROPE, apply_rope_other_pairing,
+        ("rope_other_pairing", ROPE, rope_angles_other_pairing,
          "the rotation formula equals complex multiplication (pairs 2i, 2i+1)"),
         ("rope_negative_angle", "course_lib.positional:_rotate", rotate_negative_angle,
          "the rotation formula equals complex multiplication by e^(i p theta)"),
-        ("rope_forgets_positions", ROPE, apply_rope_forgets_positions,
+        ("rope_forgets_positions", ROPE, rope_angles_forget_positions,
          "a RoPE score depends on the offset m - n"),
         ("sinusoidal_sin_cos_swapped", "course_lib.positional:sinusoidal_encoding",
          sinusoidal_sin_cos_swapped, "PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i)"),
@@ -532,7 +535,7 @@ MUTANTS: list[Mutant] = [
          "the course, torch and flash backends give the same logits"),
         ("kv_cache_drops_newest", KV_UPDATE, kv_cache_update_drops_newest,
          "cached and uncached greedy generation agree on every character"),
-        ("rope_forgets_positions", ROPE, apply_rope_forgets_positions,
+        ("rope_forgets_positions", ROPE, rope_angles_forget_positions,
          "text sampled with the KV cache uses the corpus's words (and cached and uncached "
          "greedy generation agree)"),
     ]),
@@ -556,7 +559,7 @@ MUTANTS: list[Mutant] = [
          "a block with no visible key gives output 0 and LSE -inf"),
     ]),
     *_declare("10", [
-        ("rope_other_pairing", ROPE, apply_rope_other_pairing,
+        ("rope_other_pairing", ROPE, rope_angles_other_pairing,
          "the course's GPT on the GGUF file gives transformers' logits"),
         ("kv_cache_drops_newest", KV_UPDATE, kv_cache_update_drops_newest,
          "cached and recomputed greedy generation agree"),
@@ -567,7 +570,7 @@ MUTANTS: list[Mutant] = [
         ("claims_window_one_too_wide", "course_lib.gpt.transparent:sliding_window_mask",
          sliding_window_mask_one_too_wide,
          "a window of W keys (the query's own included) and the sinks, as the model ran"),
-        ("rope_other_pairing", ROPE, apply_rope_other_pairing,
+        ("rope_other_pairing", ROPE, rope_angles_other_pairing,
          "SmolLM2 pairs RoPE features (2i, 2i+1) in llama.cpp's order"),
         ("qk_variance_of_scaled_scores", "course_lib.gpt.attention_stats:qk_variance",
          qk_variance_of_scaled_scores, "the raw scores q.k have variance near d_k"),

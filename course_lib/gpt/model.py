@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import masked_softmax, scaled_dot_product_attention
+from ..attention import causal_mask, masked_softmax, scaled_dot_product_attention
 from ..multihead import KVCache, kv_cache_bytes, merge_heads, repeat_kv, split_heads
 from ..positional import rope_cos_sin, rotate_pairs
 from .generate import generate
@@ -198,7 +198,7 @@ def grouped_query_attention(
         return scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
     may_empty_a_row = mask is not None  # a caller's mask can; the causal triangle cannot
     if is_causal:  # query n sees keys m <= n (top-left, as torch's is_causal)
-        tri = torch.ones(n, nk, dtype=torch.bool, device=q.device).tril()  # (N, Nk)
+        tri = causal_mask(n, nk, device=q.device)  # (N, Nk)
         mask = tri if mask is None else mask & tri  # (N, Nk)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     rows = q.reshape(b * hkv, g * n, d)  # (B*Hkv, G*N, d_h): heads gG..gG+G-1, stacked
