@@ -193,6 +193,15 @@ def prompt_attention(config, n: int, repeats: int = 20) -> dict:
     return {"course": round(ours * 1e6, 1), "sdpa": round(sdpa * 1e6, 1)}
 
 
+def fractions(speed: dict, roof: dict) -> dict:
+    """The decode speed of ``speed`` (:func:`summary`) as a fraction of both rooflines."""
+    tokens_per_s = speed["decode_tokens_per_s"]
+    return {
+        "fraction_of_achievable": round(tokens_per_s / roof["achievable_tokens_per_s"], 3),
+        "fraction_of_physical": round(tokens_per_s / roof["physical_tokens_per_s"], 3),
+    }
+
+
 # =========================================================================== rounds
 
 
@@ -349,12 +358,7 @@ def formats(model, path, tokenizer, prompt, *, rounds: int, new: int, measured: 
             "bytes_per_weight": round(nbytes / weights, 4),
             **speed,
             **roof,
-            "fraction_of_achievable": round(
-                speed["decode_tokens_per_s"] / roof["achievable_tokens_per_s"], 3
-            ),
-            "fraction_of_physical": round(
-                speed["decode_tokens_per_s"] / roof["physical_tokens_per_s"], 3
-            ),
+            **fractions(speed, roof),
             "perplexity": round(Q.perplexity(m, text), 4),
             "max_abs_logit_diff_vs_float32": round(gap, 4),
         }

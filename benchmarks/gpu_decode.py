@@ -75,9 +75,7 @@ def run(dry_run: bool, *, rounds: int = 5, new: int = 32, prompt_tokens: int = 1
         nbytes = bytes_per_token(m)
         roof = D.rooflines(m, nbytes, measured)
         for b in BACKENDS:
-            row[b]["fraction_of_achievable"] = round(
-                row[b]["decode_tokens_per_s"] / roof["achievable_tokens_per_s"], 3
-            )
+            row[b].update(D.fractions(row[b], roof))
         row["flash_over_torch"] = D.ratios(rows["flash"], rows["torch"], n, new)
         row["same_greedy_tokens"] = all(
             torch.equal(rows["flash"][i][2], rows["torch"][i][2]) for i in range(rounds)

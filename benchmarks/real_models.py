@@ -201,12 +201,7 @@ def speed(model, reference, path, tokenizer, prompt, *, rounds: int, new: int, a
     roof = D.rooflines(model, weight_bytes + kv_bytes, best)
     out = {who: D.summary(rows, n, new) for who, rows in runs.items()}
     for row in out.values():
-        row["fraction_of_achievable"] = round(
-            row["decode_tokens_per_s"] / roof["achievable_tokens_per_s"], 3
-        )
-        row["fraction_of_physical"] = round(
-            row["decode_tokens_per_s"] / roof["physical_tokens_per_s"], 3
-        )
+        row.update(D.fractions(row, roof))
     course, theirs = out["course"], out["transformers"]
     ours = runs["course"][-1][2][0].tolist()
     result = {
